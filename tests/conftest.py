@@ -1,0 +1,79 @@
+"""Fixtures that start the real components Tierkeeper runs against.
+
+Every fixture starts its component or fails with the reason; none skips. Helpers live in tests/harness/
+so the e2e scripts can use them too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.kafka import KafkaCluster
+from harness.moto_s3 import MotoServer
+from harness.spark import local_session
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One real Kafka broker for the whole session (tests create their own topics)."""
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-single"), brokers=1)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def kafka_cluster_factory(tmp_path: Path) -> Iterator[Callable[..., KafkaCluster]]:
+    """Start an N-broker cluster (N <= 6) with one controller quorum; stopped when the test ends."""
+    started: list[KafkaCluster] = []
+
+    def make(brokers: int, broker_config: dict[str, str] | None = None) -> KafkaCluster:
+        cluster = KafkaCluster(tmp_path / f"kafka-{len(started)}", brokers=brokers,
+                               broker_config=dict(broker_config or {}))
+        started.append(cluster)
+        return cluster.start()
+
+    try:
+        yield make
+    finally:
+        for cluster in started:
+            cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_server: MotoServer) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A fresh bucket per test: yields (``s3://bucket``, storage options for s3fs)."""
+    import s3fs
+
+    name = f"tk-{uuid.uuid4().hex[:12]}"
+    options = moto_server.storage_options()
+    fs = s3fs.S3FileSystem(**options)
+    fs.mkdir(name)
+    try:
+        yield f"s3://{name}", options
+    finally:
+        fs.rm(name, recursive=True)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    session = local_session(tmp_path_factory.mktemp("spark"))
+    try:
+        yield session
+    finally:
+        session.stop()

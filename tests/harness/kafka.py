@@ -1,0 +1,264 @@
+"""Real Apache Kafka 4.x brokers (KRaft) as child processes on loopback, for tests and e2e scripts.
+
+Each node is a real JVM started from the Maven-resolved jars (see kafka_dist.py) with its own
+``server.properties``, log dir and log file. The first min(n, 3) nodes are combined broker+controller
+nodes forming the controller quorum; further nodes are brokers only, so a cluster keeps a quorum while
+a test stops any single node.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import process
+from harness.kafka_dist import HarnessError, classpath, java_binary
+from harness.ports import free_ports, wait_port
+
+LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+logger.zk.name = org.apache.zookeeper
+logger.zk.level = WARN
+"""
+
+MAX_BROKERS = 6
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass
+class _Node:
+    node_id: int
+    port: int
+    controller_port: int
+    home: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "server.log"
+
+    @property
+    def config_file(self) -> Path:
+        return self.home / "server.properties"
+
+
+@dataclass
+class KafkaCluster:
+    """A Kafka cluster of ``brokers`` nodes under ``workdir``; call start() then use bootstrap_servers."""
+
+    workdir: Path
+    brokers: int = 1
+    broker_config: dict[str, str] = field(default_factory=dict)
+    heap: str = "512m"
+    start_timeout: float = 120.0
+    _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
+    _cluster_id: str = field(default_factory=_cluster_id, init=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.brokers <= MAX_BROKERS:
+            raise HarnessError(f"brokers must be 1..{MAX_BROKERS}, got {self.brokers}")
+        self.workdir = Path(self.workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(2 * self.brokers)
+        for i in range(self.brokers):
+            node_id = i + 1
+            home = self.workdir / f"node-{node_id}"
+            home.mkdir(parents=True, exist_ok=True)
+            self._nodes[node_id] = _Node(node_id, ports[2 * i], ports[2 * i + 1], home)
+        (self.workdir / "log4j2.properties").write_text(LOG4J2)
+
+    # ---- configuration -------------------------------------------------------------------------
+    @property
+    def voters(self) -> list[int]:
+        return list(range(1, min(self.brokers, 3) + 1))
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self._nodes)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self._nodes.values())
+
+    def broker_address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self._nodes[node_id].port}"
+
+    def _properties(self, node: _Node) -> dict[str, str]:
+        rf = str(min(self.brokers, 3))
+        is_voter = node.node_id in self.voters
+        props = {
+            "process.roles": "broker,controller" if is_voter else "broker",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": ",".join(
+                f"{v}@127.0.0.1:{self._nodes[v].controller_port}" for v in self.voters
+            ),
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port}"
+            + (f",CONTROLLER://127.0.0.1:{node.controller_port}" if is_voter else ""),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(node.data_dir),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+        }
+        props.update(self.broker_config)
+        return props
+
+    def _write_config(self, node: _Node) -> None:
+        text = "".join(f"{k}={v}\n" for k, v in self._properties(node).items())
+        node.config_file.write_text(text)
+
+    def _java(self, main_class: str, *args: str, heap: str | None = None) -> list[str]:
+        return [
+            java_binary(), f"-Xmx{heap or self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+            "-cp", classpath(), main_class, *args,
+        ]
+
+    def _format(self, node: _Node) -> None:
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", self._cluster_id,
+                       "-c", str(node.config_file), "--ignore-formatted", heap="256m"),
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0:
+            raise HarnessError(f"kafka-storage format failed for node {node.node_id}:\n{proc.stdout}{proc.stderr}")
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> KafkaCluster:
+        for node in self._nodes.values():
+            self._write_config(node)
+            self._format(node)
+        for node_id in self.node_ids:
+            self._spawn(self._nodes[node_id])
+        self.wait_ready(self.node_ids)
+        return self
+
+    def _spawn(self, node: _Node) -> None:
+        env = dict(os.environ)
+        env.pop("KAFKA_OPTS", None)
+        with open(node.log_file, "ab") as f:
+            f.write(f"\n===== harness: starting node {node.node_id} at {time.time():.3f} =====\n".encode())
+        node.proc = process.spawn(self._java("kafka.Kafka", str(node.config_file)),
+                                  log_path=node.log_file, env=env, cwd=node.home)
+
+    def wait_ready(self, node_ids: list[int]) -> None:
+        """Wait until every node listens and the cluster metadata lists it as a registered broker."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + self.start_timeout
+        for node_id in node_ids:
+            node = self._nodes[node_id]
+            while not wait_port(node.port, 1.0):
+                self._check_alive(node)
+                if time.monotonic() > deadline:
+                    raise HarnessError(f"Kafka node {node_id} did not listen in {self.start_timeout}s:\n"
+                                       + self.server_log(node_id)[-4000:])
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        wanted = set(node_ids)
+        while True:
+            try:
+                md = admin.list_topics(timeout=5)
+                if wanted <= set(md.brokers):
+                    return
+            except Exception:  # noqa: BLE001 - retried until the deadline, reported below
+                pass
+            for node_id in node_ids:
+                self._check_alive(self._nodes[node_id])
+            if time.monotonic() > deadline:
+                raise HarnessError(f"Kafka brokers {sorted(wanted)} not all registered in {self.start_timeout}s")
+            time.sleep(0.5)
+
+    def _check_alive(self, node: _Node) -> None:
+        if node.proc is not None and node.proc.poll() is not None:
+            raise HarnessError(f"Kafka node {node.node_id} exited with {node.proc.returncode}:\n"
+                               + self.server_log(node.node_id)[-4000:])
+
+    def stop_broker(self, node_id: int, kill: bool = False) -> None:
+        node = self._nodes[node_id]
+        if node.proc is not None:
+            process.terminate(node.proc, kill=kill, timeout=90)
+            node.proc = None
+
+    def start_broker(self, node_id: int, wait: bool = True) -> None:
+        node = self._nodes[node_id]
+        if node.proc is not None and node.proc.poll() is None:
+            raise HarnessError(f"Kafka node {node_id} is already running")
+        self._write_config(node)
+        self._spawn(node)
+        if wait:
+            self.wait_ready([node_id])
+
+    def is_running(self, node_id: int) -> bool:
+        proc = self._nodes[node_id].proc
+        return proc is not None and proc.poll() is None
+
+    def wipe_log_dir(self, node_id: int, keep_meta: bool = True) -> None:
+        """Delete the node's data (it must be stopped); keep meta.properties to simulate a replaced disk."""
+        if self.is_running(node_id):
+            raise HarnessError(f"stop node {node_id} before wiping its log dir")
+        data = self._nodes[node_id].data_dir
+        for entry in data.iterdir():
+            if keep_meta and entry.name == "meta.properties":
+                continue
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+    def stop(self, graceful: bool = False) -> None:
+        """Stop every node. Teardown kills by default: the data is scratch and a graceful stop of the
+        last controllers would wait for a quorum that is already gone."""
+        for node_id in reversed(self.node_ids):
+            self.stop_broker(node_id, kill=not graceful)
+
+    # ---- inspection ----------------------------------------------------------------------------
+    def log_dir(self, node_id: int) -> Path:
+        return self._nodes[node_id].data_dir
+
+    def server_log(self, node_id: int) -> str:
+        path = self._nodes[node_id].log_file
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def dump_log_segments(self, files: list[Path], deep: bool = True, print_data: bool = False) -> str:
+        """Run Kafka's own DumpLogSegments on ``files`` and return its output."""
+        args = ["--files", ",".join(str(f) for f in files)]
+        if deep:
+            args.append("--deep-iteration")
+        if print_data:
+            args.append("--print-data-log")
+        proc = subprocess.run(self._java("kafka.tools.DumpLogSegments", *args, heap="512m"),
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise HarnessError(f"DumpLogSegments failed ({proc.returncode}): {proc.stderr[-3000:]}")
+        return proc.stdout

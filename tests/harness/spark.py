@@ -1,0 +1,32 @@
+"""A local PySpark session for tests: local[2], UI off, scratch dirs under the test's workdir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.kafka_dist import HarnessError, java_binary
+
+
+def local_session(workdir: Path) -> Any:
+    import os
+
+    java = java_binary()
+    os.environ.setdefault("JAVA_HOME", str(Path(java).resolve().parents[1]))
+    from pyspark.sql import SparkSession
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return (
+            SparkSession.builder.master("local[2]")
+            .appName("tierkeeper-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.local.dir", str(workdir / "spark-local"))
+            .config("spark.sql.warehouse.dir", str(workdir / "warehouse"))
+            .config("spark.driver.memory", "1g")
+            .getOrCreate()
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure to start Spark is reported with its reason
+        raise HarnessError(f"PySpark local session could not start: {exc}") from exc
