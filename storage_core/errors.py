@@ -49,3 +49,11 @@ class RemoteStoreError(TierkeeperError):
 
 class KafkaAdminError(TierkeeperError):
     """A Kafka Admin API call failed."""
+
+
+class RemoteObjectNotFound(RemoteStoreError):
+    """A remote key does not exist (deleted by retention, never finished, or a wrong URL)."""
+
+
+class OffsetOutOfRangeError(TierkeeperError):
+    """A read asked for an offset or timestamp the remote tier does not hold."""

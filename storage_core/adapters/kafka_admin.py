@@ -1,0 +1,117 @@
+"""Kafka Admin API calls the storage core needs (confluent-kafka), with errors translated.
+
+Offsets: the last stable offset is ListOffsets(latest) under read_committed isolation; the high
+watermark is the same under read_uncommitted; the log start offset is ListOffsets(earliest).
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from storage_core.errors import KafkaAdminError
+
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    topic_id: str
+    leader: int | None
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def _uuid_to_kafka(u: Any) -> str:
+    raw = uuid.UUID(int=((u.get_most_significant_bits() & (2**64 - 1)) << 64)
+                    | (u.get_least_significant_bits() & (2**64 - 1))).bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+class KafkaAdmin:
+    """A thin wrapper over confluent_kafka's AdminClient for one cluster."""
+
+    def __init__(self, bootstrap_servers: str, config: dict[str, str] | None = None) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap_servers = bootstrap_servers
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(config or {})})
+
+    def _wait(self, futures: dict[Any, Any], what: str) -> dict[Any, Any]:
+        out = {}
+        for key, fut in futures.items():
+            try:
+                out[key] = fut.result(TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - translated with the call and key that failed
+                raise KafkaAdminError(f"{what} {key} on {self.bootstrap_servers}: {exc}") from exc
+        return out
+
+    def topic_names(self) -> list[str]:
+        try:
+            md = self._admin.list_topics(timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            raise KafkaAdminError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
+        return sorted(t for t in md.topics if not t.startswith("__"))
+
+    def describe(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], PartitionInfo]:
+        from confluent_kafka import TopicCollection
+
+        names = list(topics) if topics is not None else self.topic_names()
+        if not names:
+            return {}
+        described = self._wait(self._admin.describe_topics(TopicCollection(names)), "describe topic")
+        out: dict[tuple[str, int], PartitionInfo] = {}
+        for name, desc in described.items():
+            topic_id = _uuid_to_kafka(desc.topic_id)
+            for p in desc.partitions:
+                out[(name, p.id)] = PartitionInfo(
+                    name, p.id, topic_id, p.leader.id if p.leader is not None else None,
+                    tuple(r.id for r in p.replicas), tuple(r.id for r in p.isr))
+        return out
+
+    def _list_offsets(self, tps: Iterable[tuple[str, int]], spec: Any, committed: bool) -> dict[tuple[str, int], int]:
+        from confluent_kafka import IsolationLevel, TopicPartition
+
+        request = {TopicPartition(t, p): spec for t, p in tps}
+        if not request:
+            return {}
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        futures = self._admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT_S)
+        done = self._wait(futures, "list offsets")
+        return {(tp.topic, tp.partition): int(info.offset) for tp, info in done.items()}
+
+    def last_stable_offsets(self, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets(tps, OffsetSpec.latest(), committed=True)
+
+    def high_watermarks(self, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets(tps, OffsetSpec.latest(), committed=False)
+
+    def log_start_offsets(self, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets(tps, OffsetSpec.earliest(), committed=False)
+
+    def offsets_for_timestamp(self, tps: Iterable[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets(tps, OffsetSpec.for_timestamp(timestamp), committed=False)
+
+    def delete_records(self, before: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Advance log start offsets to ``before``; returns the low watermarks the brokers report."""
+        from confluent_kafka import TopicPartition
+
+        if not before:
+            return {}
+        futures = self._admin.delete_records([TopicPartition(t, p, o) for (t, p), o in before.items()],
+                                             request_timeout=TIMEOUT_S, operation_timeout=TIMEOUT_S)
+        done = self._wait(futures, "delete records")
+        return {(tp.topic, tp.partition): int(res.low_watermark) for tp, res in done.items()}

@@ -1,0 +1,173 @@
+"""The remote store: an fsspec filesystem behind the few operations the storage core needs.
+
+Only this module talks to fsspec. Third-party errors become ``RemoteStoreError`` (or
+``RemoteObjectNotFound``) carrying the key, never credentials. A store pickles as its URL and options, so
+Spark tasks and worker processes open their own connections.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import fsspec
+
+from storage_core.errors import RemoteObjectNotFound, RemoteStoreError, TierkeeperError
+
+UPLOAD_BLOCK = 8 << 20
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+@contextmanager
+def _translated(action: str, key: str) -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise RemoteObjectNotFound(f"{action} {key}: not found") from exc
+    except TierkeeperError:
+        raise  # ours, e.g. a CRC failure raised by the chunk generator being uploaded
+    except Exception as exc:  # noqa: BLE001 - every backend error becomes one of ours, with its key
+        raise RemoteStoreError(f"{action} {key}: {type(exc).__name__}: {_describe(exc)}") from exc
+
+
+class RemoteStore:
+    """A remote tier rooted at ``url`` (``s3://bucket/prefix``, ``file:///path``, ``memory://x``...)."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        with _translated("open", url):
+            self.fs, self.root = fsspec.core.url_to_fs(url, **self.storage_options)
+        self.root = self.root.rstrip("/")
+        self.is_local = "file" in _protocols(self.fs)
+
+    def __reduce__(self) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any]]]:
+        return (RemoteStore, (self.url, self.storage_options))
+
+    def __repr__(self) -> str:
+        return f"RemoteStore({self.url!r})"
+
+    # ---- writes ---------------------------------------------------------------------------------
+    def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
+        """Stream ``chunks`` into ``key``; return the bytes written. Not atomic: callers mark completion."""
+        written = 0
+        with _translated("upload", key):
+            if self.is_local:
+                self.fs.makedirs(os.path.dirname(key), exist_ok=True)
+            with self.fs.open(key, "wb", block_size=UPLOAD_BLOCK) as out:
+                for chunk in chunks:
+                    out.write(chunk)
+                    written += len(chunk)
+        return written
+
+    def put_file(self, local_path: str, key: str) -> None:
+        """Upload a local file as-is (the raw baseline the copy path is measured against)."""
+        with _translated("upload", key):
+            self.fs.put_file(local_path, key)
+
+    def put_atomic(self, key: str, data: bytes) -> None:
+        """Write a small object so readers see all of it or nothing.
+
+        An object store PUT is atomic by itself; a local filesystem write is not, so it goes to a
+        temporary name first and is renamed into place.
+        """
+        with _translated("write", key):
+            if self.is_local:
+                directory = os.path.dirname(key)
+                self.fs.makedirs(directory, exist_ok=True)
+                tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, key)
+            else:
+                self.fs.pipe_file(key, data)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete ``keys``; keys already gone are fine (deletion is idempotent)."""
+        keys = list(keys)
+        if not keys:
+            return
+        with _translated("delete", keys[0]):
+            for key in keys:
+                try:
+                    self.fs.rm_file(key)
+                except FileNotFoundError:
+                    pass
+
+    # ---- reads ----------------------------------------------------------------------------------
+    def get(self, key: str) -> bytes:
+        with _translated("read", key):
+            data: bytes = self.fs.cat_file(key)
+            return data
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``key``; shorter only at the end of the object."""
+        if end <= start:
+            return b""
+        with _translated("read", key):
+            data: bytes = self.fs.cat_file(key, start=start, end=end)
+            return data
+
+    def size(self, key: str) -> int:
+        with _translated("stat", key):
+            return int(self.fs.size(key))
+
+    def exists(self, key: str) -> bool:
+        with _translated("stat", key):
+            return bool(self.fs.exists(key))
+
+    def list_dir(self, path: str) -> list[tuple[str, int]]:
+        """(key, size) of the objects directly under ``path``; empty when it does not exist."""
+        with _translated("list", path):
+            try:
+                entries = self.fs.ls(path, detail=True, refresh=True) if self._ls_takes_refresh() \
+                    else self.fs.ls(path, detail=True)
+            except FileNotFoundError:
+                return []
+        return [(e["name"], int(e.get("size") or 0)) for e in entries if e.get("type") != "directory"]
+
+    def list_subdirs(self, path: str) -> list[str]:
+        with _translated("list", path):
+            try:
+                entries = self.fs.ls(path, detail=True)
+            except FileNotFoundError:
+                return []
+        return [e["name"].rstrip("/") for e in entries if e.get("type") == "directory"]
+
+    def invalidate(self, path: str | None = None) -> None:
+        self.fs.invalidate_cache(path)
+
+    def _ls_takes_refresh(self) -> bool:
+        return "s3" in _protocols(self.fs)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    proto = fs.protocol
+    return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+def storage_options_from_flags(*, endpoint_url: str | None = None, region: str | None = None,
+                               anonymous: bool = False, path_style: bool = False) -> dict[str, Any]:
+    """s3fs options from CLI flags; anything else comes from fsspec's own env/config files."""
+    options: dict[str, Any] = {}
+    client_kwargs: dict[str, Any] = {}
+    if endpoint_url:
+        client_kwargs["endpoint_url"] = endpoint_url
+    if region:
+        client_kwargs["region_name"] = region
+    if client_kwargs:
+        options["client_kwargs"] = client_kwargs
+    if anonymous:
+        options["anon"] = True
+    if path_style:
+        options["config_kwargs"] = {"s3": {"addressing_style": "path"}}
+    return options

@@ -1,0 +1,58 @@
+"""Flags and helpers shared by the subcommands that touch the remote tier or a broker."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from storage_core.errors import ConfigError
+
+
+def add_remote_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("remote tier")
+    group.add_argument("--remote", required=True, metavar="URL",
+                       help="root of the remote tier: s3://bucket/prefix, gs://..., file:///path, memory://name")
+    group.add_argument("--endpoint-url", help="S3-compatible endpoint (e.g. MinIO); default: AWS")
+    group.add_argument("--region", help="S3 region")
+    group.add_argument("--anonymous", action="store_true", help="unsigned requests (public buckets)")
+    group.add_argument("--path-style", action="store_true", help="path-style S3 addressing")
+    group.add_argument("--storage-option", action="append", default=[], metavar="KEY=JSON",
+                       help="extra fsspec storage option (value parsed as JSON when it parses); repeatable. "
+                            "Credentials are best left to the provider's environment/config files.")
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    from storage_core.adapters.store import storage_options_from_flags
+
+    options = storage_options_from_flags(endpoint_url=args.endpoint_url, region=args.region,
+                                         anonymous=args.anonymous, path_style=args.path_style)
+    for item in args.storage_option:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--storage-option {key!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
+
+
+def open_store(args: argparse.Namespace) -> Any:
+    from storage_core.adapters.store import RemoteStore
+
+    return RemoteStore(args.remote, storage_options(args))
+
+
+def emit_json(payload: Any) -> None:
+    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def progress_bar(*, total: int | None, desc: str, enabled: bool) -> Any:
+    """A byte progress bar on stderr; silent when disabled (``--json``, or stderr not a terminal)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
+                disable=not enabled or not sys.stderr.isatty(), file=sys.stderr)

@@ -1,0 +1,124 @@
+"""Object keys of the remote tier: the one definition of where every remote object lives.
+
+``<prefix>/<topic>-<topicId>/<partition>/<20-digit base offset>-<segment id>.<ext>``; documented in
+docs/remote-layout.md. The topic id is Kafka's 22-character url-safe base64 form, so a deleted and
+recreated topic of the same name never mixes with its predecessor's data.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+
+OFFSET_DIGITS = 20
+
+
+class SegmentObject(str, Enum):
+    """The objects one tiered segment consists of (the value is the key's extension)."""
+
+    LOG = "log"
+    OFFSET_INDEX = "index"
+    TIME_INDEX = "timeindex"
+    TXN_INDEX = "txnindex"
+    PRODUCER_SNAPSHOT = "snapshot"
+    LEADER_EPOCHS = "leader-epoch-checkpoint"
+    REMOTE_LOG_INDEX = "remoteLogIndex"
+    REMOTE_OFFSET_INDEX = "remoteOffsetIndex"
+    REMOTE_TIME_INDEX = "remoteTimeIndex"
+
+
+class SegmentState(str, Enum):
+    """Lifecycle of a remote segment; each state is an immutable marker object, never overwritten."""
+
+    COPY_STARTED = "COPY_STARTED"
+    COPY_FINISHED = "COPY_FINISHED"
+    DELETE_STARTED = "DELETE_STARTED"
+    DELETE_FINISHED = "DELETE_FINISHED"
+
+
+STATE_ORDER = {s: i for i, s in enumerate(SegmentState)}
+MARKER_SUFFIX = ".json"
+MANIFEST_NAME = "segments.manifest.json"
+
+_SEGMENT_NAME = re.compile(
+    r"^(?P<base>\d{20})-(?P<segid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(?P<ext>.+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionId:
+    """A partition of a topic incarnation: name, Kafka topic id (base64url) and partition number."""
+
+    topic: str
+    topic_id: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedName:
+    base_offset: int
+    segment_id: uuid.UUID
+    ext: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLayout:
+    """Key builder for one remote tier rooted at ``root`` (a bucket path without protocol)."""
+
+    root: str
+
+    def topic_dir(self, topic: str, topic_id: str) -> str:
+        return f"{self._root()}{topic}-{topic_id}"
+
+    def partition_dir(self, tp: TopicPartitionId) -> str:
+        return f"{self.topic_dir(tp.topic, tp.topic_id)}/{tp.partition}"
+
+    def segment_stem(self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID) -> str:
+        return f"{self.partition_dir(tp)}/{base_offset:0{OFFSET_DIGITS}d}-{segment_id}"
+
+    def object_key(self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID, obj: SegmentObject) -> str:
+        return f"{self.segment_stem(tp, base_offset, segment_id)}.{obj.value}"
+
+    def marker_key(self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID, state: SegmentState) -> str:
+        return f"{self.segment_stem(tp, base_offset, segment_id)}.{state.value}{MARKER_SUFFIX}"
+
+    def manifest_key(self, tp: TopicPartitionId) -> str:
+        return f"{self.partition_dir(tp)}/{MANIFEST_NAME}"
+
+    def _root(self) -> str:
+        root = self.root.rstrip("/")
+        return f"{root}/" if root else ""
+
+
+def parse_object_name(name: str) -> ParsedName | None:
+    """Split ``<base>-<segid>.<ext>`` (the last path element); None for anything else (manifest, strays)."""
+    match = _SEGMENT_NAME.match(name.rsplit("/", 1)[-1])
+    if match is None:
+        return None
+    return ParsedName(int(match["base"]), uuid.UUID(match["segid"]), match["ext"])
+
+
+def marker_state(ext: str) -> SegmentState | None:
+    """The state a marker extension names (``COPY_FINISHED.json`` -> COPY_FINISHED), else None."""
+    if not ext.endswith(MARKER_SUFFIX):
+        return None
+    try:
+        return SegmentState(ext[: -len(MARKER_SUFFIX)])
+    except ValueError:
+        return None
+
+
+def parse_topic_dir(name: str) -> tuple[str, str] | None:
+    """``<topic>-<topicId>`` -> (topic, topic id); topic ids are 22 base64url characters."""
+    name = name.rstrip("/").rsplit("/", 1)[-1]
+    if len(name) < 24 or name[-23] != "-":
+        return None
+    topic, topic_id = name[:-23], name[-22:]
+    if not re.fullmatch(r"[A-Za-z0-9_-]{22}", topic_id):
+        return None
+    return topic, topic_id

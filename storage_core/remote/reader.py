@@ -1,0 +1,180 @@
+"""Reading records back from the remote tier, by offset or by timestamp, in offset order.
+
+Locating: manifest (one GET) -> segment by binary search -> remoteOffsetIndex / remoteTimeIndex ->
+remoteLogIndex entry -> the byte position in the segment object. Only byte ranges from there on are
+fetched, with read-ahead (see prefetch.py), and only COPY_FINISHED segments are ever read.
+
+Isolation: read_committed drops batches of aborted transactions (from the segment's txn index, which
+lists every aborted transaction overlapping the segment); control records are never returned.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from storage_core.errors import ConfigError, OffsetOutOfRangeError
+from storage_core.formats.indexes import AbortedTxn, iter_txn_index
+from storage_core.formats.record_batch import iter_batches
+from storage_core.formats.records import Record, iter_records
+from storage_core.formats.remote_index import (
+    RemotePointerIndex,
+    position_for_offset,
+    position_for_timestamp,
+    read_remote_log_entry,
+)
+from storage_core.formats.source import bytes_fetcher
+from storage_core.remote.catalog import PartitionCatalog, list_topics
+from storage_core.remote.index_cache import IndexCache
+from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
+from storage_core.remote.metadata import Manifest, SegmentMetadata
+from storage_core.remote.prefetch import DEFAULT_BLOCK, DEFAULT_DEPTH, SequentialPrefetcher
+from storage_core.remote.store_api import ObjectStore
+
+
+class Isolation(str, Enum):
+    READ_COMMITTED = "read_committed"
+    READ_UNCOMMITTED = "read_uncommitted"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    isolation: Isolation = Isolation.READ_COMMITTED
+    block_bytes: int = DEFAULT_BLOCK
+    readahead_blocks: int = DEFAULT_DEPTH
+    cache_dir: Path | None = None
+
+
+class _Aborted:
+    """Aborted transactions of one segment, answering "is this batch's data aborted?"."""
+
+    def __init__(self, txns: list[AbortedTxn]) -> None:
+        self._by_producer: dict[int, list[AbortedTxn]] = {}
+        for t in txns:
+            self._by_producer.setdefault(t.producer_id, []).append(t)
+        for lst in self._by_producer.values():
+            lst.sort(key=lambda t: t.first_offset)
+
+    def contains(self, producer_id: int, offset: int) -> bool:
+        txns = self._by_producer.get(producer_id)
+        if not txns:
+            return False
+        i = bisect.bisect_right([t.first_offset for t in txns], offset) - 1
+        return i >= 0 and txns[i].last_offset >= offset
+
+
+class RemoteReader:
+    """Reads one remote tier. Not thread-safe; create one per consumer thread."""
+
+    def __init__(self, store: ObjectStore, options: ReadOptions | None = None) -> None:
+        self.store = store
+        self.options = options or ReadOptions()
+        self.layout = RemoteLayout(store.root)
+        self._cache = IndexCache(store, self.layout, self.options.cache_dir)
+        self._pool = ThreadPoolExecutor(max_workers=self.options.readahead_blocks + 1,
+                                        thread_name_prefix="tierkeeper-readahead")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> RemoteReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- locating -------------------------------------------------------------------------------
+    def resolve(self, topic: str, partition: int, topic_id: str | None = None) -> TopicPartitionId:
+        ids = [tid for name, tid in list_topics(self.store, self.layout) if name == topic]
+        if topic_id is not None:
+            if topic_id not in ids:
+                raise ConfigError(f"topic {topic} with id {topic_id} is not in the remote tier {self.store.url}")
+            return TopicPartitionId(topic, topic_id, partition)
+        if not ids:
+            raise ConfigError(f"topic {topic} is not in the remote tier {self.store.url}")
+        if len(ids) > 1:
+            raise ConfigError(f"topic {topic} has several incarnations in the remote tier ({', '.join(ids)}); "
+                              "choose one with --topic-id")
+        return TopicPartitionId(topic, ids[0], partition)
+
+    def manifest(self, tp: TopicPartitionId, *, refresh: bool = False) -> Manifest:
+        catalog = PartitionCatalog(self.store, self.layout, tp)
+        stored = None if refresh else catalog.read_manifest()
+        return stored or catalog.rebuild_manifest(write=False)
+
+    # ---- reading --------------------------------------------------------------------------------
+    def read_from_offset(self, tp: TopicPartitionId, offset: int) -> Iterator[Record]:
+        manifest = self.manifest(tp)
+        if manifest.end_offset is None or offset > manifest.end_offset:
+            manifest = self.manifest(tp, refresh=True)  # the stored manifest may lag a finished copy
+        if manifest.start_offset is None or manifest.end_offset is None:
+            raise OffsetOutOfRangeError(f"{tp}: nothing is tiered")
+        if offset < manifest.start_offset or offset > manifest.end_offset:
+            raise OffsetOutOfRangeError(
+                f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, {manifest.end_offset}]")
+        index = manifest.segment_for_offset(offset)
+        assert index is not None
+        yield from self._scan(manifest, index, offset=offset, timestamp=None)
+
+    def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
+        """From the first record (in offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
+        manifest = self.manifest(tp, refresh=True)
+        index = manifest.segment_for_timestamp(timestamp)
+        if index is None:
+            raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
+        yield from self._scan(manifest, index, offset=None, timestamp=timestamp)
+
+    def _scan(self, manifest: Manifest, index: int, *, offset: int | None, timestamp: int | None) -> Iterator[Record]:
+        for meta in manifest.segments[index:]:
+            start = self._start_position(meta, offset, timestamp)
+            if start is None:
+                continue
+            for record in self._segment_records(meta, start):
+                if offset is not None and record.offset < offset:
+                    continue
+                if timestamp is not None:
+                    if record.timestamp < timestamp:
+                        continue
+                    timestamp = None  # found the first match: from here on, everything in offset order
+                    offset = record.offset
+                yield record
+            if offset is not None:
+                offset = max(offset, meta.end_offset + 1)
+
+    def _start_position(self, meta: SegmentMetadata, offset: int | None, timestamp: int | None) -> int | None:
+        log_index = self._cache.get(meta, SegmentObject.REMOTE_LOG_INDEX)
+        if timestamp is not None:
+            pointers = RemotePointerIndex.from_bytes(self._cache.get(meta, SegmentObject.REMOTE_TIME_INDEX))
+            entry_pos = position_for_timestamp(pointers, timestamp)
+        else:
+            pointers = RemotePointerIndex.from_bytes(self._cache.get(meta, SegmentObject.REMOTE_OFFSET_INDEX))
+            entry_pos = position_for_offset(pointers, offset if offset is not None else meta.base_offset)
+        if entry_pos is None:
+            return None
+        entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
+        return entry.data_id.position
+
+    def _segment_records(self, meta: SegmentMetadata, start: int) -> Iterator[Record]:
+        key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
+        size = meta.objects[SegmentObject.LOG].size
+        committed = self.options.isolation is Isolation.READ_COMMITTED
+        aborted = _Aborted(list(iter_txn_index(bytes_fetcher(self._cache.get(meta, SegmentObject.TXN_INDEX))))) \
+            if committed and meta.has_transactions else None
+        fetch = SequentialPrefetcher(lambda a, b: self.store.get_range(key, a, b), size, self._pool,
+                                     origin=start, block=self.options.block_bytes,
+                                     depth=self.options.readahead_blocks)
+        try:
+            for batch in iter_batches(fetch, start, path=key, chunk_size=self.options.block_bytes):
+                header = batch.header
+                if header.is_control:
+                    continue
+                if aborted is not None and header.is_transactional and \
+                        aborted.contains(header.producer_id, header.base_offset):
+                    continue
+                yield from iter_records(batch, verify_crc=False)
+        finally:
+            fetch.close()

@@ -1,0 +1,33 @@
+"""The interface the storage core needs from a remote store (implemented by adapters.store.RemoteStore).
+
+The core is written against this protocol so it never imports fsspec; tests and Spark tasks hand in the
+real adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+
+class ObjectStore(Protocol):
+    url: str
+    root: str
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int: ...
+
+    def put_atomic(self, key: str, data: bytes) -> None: ...
+
+    def delete(self, keys: Iterable[str]) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def get_range(self, key: str, start: int, end: int) -> bytes: ...
+
+    def size(self, key: str) -> int: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def list_dir(self, path: str) -> list[tuple[str, int]]: ...
+
+    def list_subdirs(self, path: str) -> list[str]: ...

@@ -1,0 +1,214 @@
+"""Copy one partition's eligible segments to the remote tier (the RLM leader's job, from outside).
+
+Per segment: COPY_STARTED marker -> the .log streamed through CRC validation (and into the remote index
+builder) -> indexes, txn index, producer snapshot, leader epochs, remote indexes -> sizes checked ->
+COPY_FINISHED marker -> manifest. Nothing becomes COPY_FINISHED unless every object is complete, and a
+failed attempt removes what it wrote (the orphan sweep catches what a crash leaves).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from storage_core.errors import CorruptDataError, TierkeeperError
+from storage_core.formats.batch_stream import BatchStreamValidator
+from storage_core.formats.checkpoints import EpochEntry, format_leader_epoch_checkpoint
+from storage_core.formats.crc import crc32c
+from storage_core.formats.indexes import AbortedTxn, encode_txn_index
+from storage_core.formats.remote_index import RemoteIndexBuilder
+from storage_core.formats.segment_files import SegmentFileKind
+from storage_core.logdir import PartitionDir
+from storage_core.remote.catalog import PartitionCatalog
+from storage_core.remote.layout import SegmentObject, SegmentState, TopicPartitionId
+from storage_core.remote.metadata import SegmentMetadata, StoredObject
+from storage_core.tiering.plan import SegmentSpan
+
+CHUNK = 8 << 20
+Progress = Callable[[int], None]
+
+
+class TransactionsNeedLsoError(TierkeeperError):
+    """Transactional data without a last stable offset from the broker: copying could tier an open txn."""
+
+
+@dataclass
+class SegmentCopy:
+    """Result of one segment copy."""
+
+    metadata: SegmentMetadata
+    bytes_copied: int
+
+
+@dataclass
+class _Upload:
+    objects: dict[SegmentObject, StoredObject] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _read_chunks(f: BinaryIO, size: int) -> Iterator[bytes]:
+    remaining = size
+    while remaining > 0:
+        chunk = f.read(min(CHUNK, remaining))
+        if not chunk:
+            raise CorruptDataError(f"segment ended {remaining} bytes early while reading")
+        remaining -= len(chunk)
+        yield chunk
+
+
+def epochs_for(entries: list[EpochEntry], next_offset: int) -> list[EpochEntry]:
+    """Leader-epoch entries a follower needs for data below ``next_offset``."""
+    return [e for e in entries if e.start_offset < next_offset]
+
+
+def aborted_for(aborted: list[AbortedTxn], base: int, next_offset: int) -> list[AbortedTxn]:
+    """Aborted transactions overlapping [base, next_offset): a reader of this segment must skip them even
+    when their ABORT marker lies in a later segment."""
+    return sorted((t for t in aborted if t.first_offset < next_offset and t.last_offset >= base),
+                  key=lambda t: (t.first_offset, t.producer_id))
+
+
+class SegmentCopier:
+    """Copies segments of one partition dir into one remote partition."""
+
+    def __init__(self, catalog: PartitionCatalog, pdir: PartitionDir, *, lso_known: bool,
+                 leader_epochs: list[EpochEntry], aborted: list[AbortedTxn], broker_id: int | None,
+                 index_entry_bytes: int, progress: Progress | None = None) -> None:
+        self.catalog = catalog
+        self.pdir = pdir
+        self.tp: TopicPartitionId = catalog.tp
+        self.lso_known = lso_known
+        self.leader_epochs = leader_epochs
+        self.aborted = aborted
+        self.broker_id = broker_id
+        self.index_entry_bytes = index_entry_bytes
+        self.progress = progress or (lambda _n: None)
+
+    def copy(self, span: SegmentSpan) -> SegmentCopy:
+        segment_id = uuid.uuid4()
+        log_path = self.pdir.path / _file(span.base_offset, SegmentFileKind.LOG)
+        # Open before anything else: an open file stays readable even if the broker's retention
+        # deletes it while we upload.
+        try:
+            log_file = open(log_path, "rb")
+        except FileNotFoundError as exc:
+            raise TierkeeperError(f"{self.tp}: segment {log_path.name} vanished before it was copied") from exc
+        with log_file:
+            size = Path(log_path).stat().st_size
+            started = SegmentMetadata(
+                topic=self.tp.topic, topic_id=self.tp.topic_id, partition=self.tp.partition,
+                segment_id=segment_id, base_offset=span.base_offset, end_offset=span.next_offset - 1,
+                next_offset=span.next_offset, size_bytes=size, broker_id=self.broker_id,
+                state=SegmentState.COPY_STARTED, event_time_ms=_now_ms(),
+            )
+            self.catalog.write_marker(started)
+            upload = _Upload()
+            try:
+                finished = self._upload_all(started, log_file, size, upload)
+            except BaseException:
+                self._discard(started, upload)
+                raise
+        self.catalog.write_marker(finished)
+        return SegmentCopy(finished, sum(o.size for o in finished.objects.values()))
+
+    # ---- the steps ------------------------------------------------------------------------------
+    def _upload_all(self, meta: SegmentMetadata, log_file: BinaryIO, size: int, upload: _Upload) -> SegmentMetadata:
+        layout, tp = self.catalog.layout, self.tp
+        log_key = layout.object_key(tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
+        validator = BatchStreamValidator(path=str(self.pdir.path / _file(meta.base_offset, SegmentFileKind.LOG)))
+        builder = RemoteIndexBuilder(target_entry_bytes=self.index_entry_bytes)
+        object_name = log_key.rsplit("/", 1)[-1]
+        crc = 0
+
+        def validated() -> Iterator[bytes]:
+            nonlocal crc
+            for chunk in _read_chunks(log_file, size):
+                for position, header in validator.feed(chunk):
+                    builder.add_batch(object_name, position, header)
+                crc = crc32c(chunk, crc)
+                yield chunk
+                self.progress(len(chunk))
+
+        upload.keys.append(log_key)
+        try:
+            written = self.catalog.store.put_chunks(log_key, validated())
+            summary = validator.finish()
+        except CorruptDataError as exc:
+            raise _located(exc, tp, meta.base_offset) from exc
+        upload.objects[SegmentObject.LOG] = StoredObject(size=written, crc32c=crc)
+        if summary.has_transactional and not self.lso_known:
+            raise TransactionsNeedLsoError(
+                f"{tp}: segment {meta.base_offset} holds transactional batches; the last stable offset "
+                "is needed to copy it safely (pass --bootstrap-servers)")
+        if summary.last_offset is not None and summary.last_offset >= meta.next_offset:
+            raise CorruptDataError(f"segment holds offset {summary.last_offset}, beyond its successor's base",
+                                   topic=tp.topic, partition=tp.partition, offset=meta.base_offset)
+
+        for kind, obj in ((SegmentFileKind.INDEX, SegmentObject.OFFSET_INDEX),
+                          (SegmentFileKind.TIME_INDEX, SegmentObject.TIME_INDEX)):
+            path = self.pdir.path / _file(meta.base_offset, kind)
+            self._put(upload, meta, obj, path.read_bytes() if path.exists() else b"")
+        aborted = aborted_for(self.aborted, meta.base_offset, meta.next_offset)
+        if aborted:
+            self._put(upload, meta, SegmentObject.TXN_INDEX, encode_txn_index(aborted))
+        snapshot = self.pdir.producer_snapshot(meta.next_offset)
+        if snapshot is not None:
+            self._put(upload, meta, SegmentObject.PRODUCER_SNAPSHOT, snapshot.read_bytes())
+        epochs = epochs_for(self.leader_epochs, meta.next_offset)
+        self._put(upload, meta, SegmentObject.LEADER_EPOCHS, format_leader_epoch_checkpoint(epochs).encode())
+        files = builder.finish()
+        self._put(upload, meta, SegmentObject.REMOTE_LOG_INDEX, files.log_index)
+        self._put(upload, meta, SegmentObject.REMOTE_OFFSET_INDEX, files.offset_index)
+        self._put(upload, meta, SegmentObject.REMOTE_TIME_INDEX, files.time_index)
+
+        self._verify_sizes(meta, upload)
+        first_ts = builder.entries[0][1].first_timestamp if builder.entries else -1
+        return meta.with_state(
+            SegmentState.COPY_FINISHED, _now_ms(),
+            end_offset=summary.last_offset if summary.last_offset is not None else meta.base_offset - 1,
+            max_timestamp=summary.max_timestamp if summary.max_timestamp is not None else -1,
+            first_timestamp=first_ts, record_count=summary.records,
+            has_transactions=summary.has_transactional,
+            leader_epochs=[(e.epoch, e.start_offset) for e in epochs],
+            objects=dict(upload.objects),
+        )
+
+    def _put(self, upload: _Upload, meta: SegmentMetadata, obj: SegmentObject, data: bytes) -> None:
+        key = self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
+        upload.keys.append(key)
+        self.catalog.store.put_chunks(key, [data] if data else [])
+        upload.objects[obj] = StoredObject(size=len(data), crc32c=crc32c(data))
+
+    def _verify_sizes(self, meta: SegmentMetadata, upload: _Upload) -> None:
+        for obj, stored in upload.objects.items():
+            key = self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
+            actual = self.catalog.store.size(key)
+            if actual != stored.size:
+                raise TierkeeperError(f"{self.tp}: remote {obj.value} of segment {meta.base_offset} has "
+                                      f"{actual} bytes, expected {stored.size}")
+
+    def _discard(self, meta: SegmentMetadata, upload: _Upload) -> None:
+        """Best effort: remove a failed attempt now; the orphan sweep removes whatever this misses."""
+        try:
+            marker = self.catalog.layout.marker_key(self.tp, meta.base_offset, meta.segment_id,
+                                                    SegmentState.COPY_STARTED)
+            self.catalog.store.delete([*upload.keys, marker])
+        except Exception:  # noqa: BLE001 - the original error matters more than the cleanup's
+            pass
+
+
+def _file(base_offset: int, kind: SegmentFileKind) -> str:
+    return f"{base_offset:020d}{kind.value}"
+
+
+def _located(exc: CorruptDataError, tp: TopicPartitionId, segment_base: int) -> CorruptDataError:
+    return CorruptDataError(f"corrupted segment {segment_base:020d}.log: {exc}", topic=tp.topic,
+                            partition=tp.partition, offset=exc.offset if exc.offset is not None else segment_base)
