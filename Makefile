@@ -23,6 +23,7 @@ harness: setup
 lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(PY) -m tierkeeper_operator.crdgen --out crds/ --check
 
 test: harness lint
 	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest $(PYTEST_ARGS)

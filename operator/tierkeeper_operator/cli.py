@@ -1,0 +1,21 @@
+"""The ``tierkeeper operator`` subcommand (registered by storage_core/cli/main.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from tierkeeper_operator.run import add_arguments, options_from_args, run
+
+
+def _handle(args: argparse.Namespace) -> int:
+    return run(options_from_args(args))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "operator",
+        help="run the Kubernetes operator for TieredTopic and TieredBroker resources",
+        description="Watch TieredTopic and TieredBroker resources and report whether their specs are valid.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=_handle)

@@ -1,0 +1,61 @@
+"""Run the operator in this process: the entry point behind ``tierkeeper operator`` and
+``python -m tierkeeper_operator``.
+
+The operator always runs standalone (no kopf peering): the chart deploys one replica with the
+Recreate strategy, so two operators never handle the same object.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """What the command line says about where and how to run."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch (the command line requires these or all_namespaces)."""
+    all_namespaces: bool = False
+    """Watch every namespace (needs the ClusterRole of the chart)."""
+    liveness_endpoint: str | None = None
+    """e.g. http://0.0.0.0:8080/healthz; None disables the probe endpoint."""
+    verbose: bool = False
+    """Log at DEBUG level."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group(required=True)
+    scope.add_argument("-n", "--namespace", action="append", dest="namespaces", default=[],
+                       help="watch this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch all namespaces")
+    parser.add_argument("--liveness", dest="liveness_endpoint", default=None,
+                        help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def options_from_args(args: argparse.Namespace) -> OperatorOptions:
+    return OperatorOptions(
+        namespaces=tuple(args.namespaces),
+        all_namespaces=bool(args.all_namespaces),
+        liveness_endpoint=args.liveness_endpoint,
+        verbose=bool(args.verbose),
+    )
+
+
+def run(options: OperatorOptions) -> int:
+    """Block until the operator is stopped (SIGTERM/SIGINT); returns the exit code."""
+    import kopf  # heavy; imported here so `tierkeeper --help` stays fast
+
+    from tierkeeper_operator.handlers import build_registry
+
+    kopf.configure(verbose=options.verbose)
+    kopf.run(
+        registry=build_registry(),
+        standalone=True,
+        clusterwide=options.all_namespaces,
+        namespaces=options.namespaces,
+        liveness_endpoint=options.liveness_endpoint,
+    )
+    return 0

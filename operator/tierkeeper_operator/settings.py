@@ -1,0 +1,25 @@
+"""The operator's one settings decision: how kopf persists its own bookkeeping and names events.
+
+Kept apart from the handlers so the choice is visible in one place and testable without a cluster.
+"""
+
+from __future__ import annotations
+
+import kopf
+
+from tierkeeper_operator import GROUP
+
+REPORTING_COMPONENT = "tierkeeper-operator"
+
+
+def apply_operator_settings(settings: kopf.OperatorSettings) -> None:
+    """Adjust kopf's defaults in place (kopf hands the settings object to the startup handler)."""
+    # kopf's default progress storage also writes status.kopf; our CRD's structural schema has no such
+    # field, so a real API server would prune it. Annotations under our own group survive pruning.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.event_name_prefix = "tierkeeper-"

@@ -1,0 +1,123 @@
+"""The operator, run by kopf's KopfRunner against the emulated API, validates specs and writes status."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from harness.k8s import KubeApiServer, running_operator, wait_until
+from harness.kafka_dist import HarnessError
+from harness.paths import REPO_ROOT
+from tierkeeper_operator import GROUP, VERSION
+
+NAMESPACE = "default"
+
+
+def example(kind_file: str, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / kind_file).read_text())
+    doc["metadata"] = {"name": name, "namespace": NAMESPACE}
+    return doc
+
+
+def status_when(api: Any, plural: str, name: str, phase: str, generation: int, timeout: float = 30) -> dict[str, Any]:
+    """The object's status once it reports ``phase`` for ``generation``; whatever it has on timeout."""
+
+    def probe() -> dict[str, Any] | None:
+        obj = api.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, plural, name)
+        status: dict[str, Any] = obj.get("status") or {}
+        done = status.get("phase") == phase and status.get("observedGeneration") == generation
+        return status if done else None
+
+    found = wait_until(probe, timeout)
+    if found:
+        return dict(found)
+    last: dict[str, Any] = api.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, plural, name).get("status") or {}
+    return last
+
+
+def warning_events(kube_client: Any, name: str) -> list[dict[str, Any]]:
+    raw = kubernetes.client.CoreV1Api(kube_client).list_namespaced_event(NAMESPACE, _preload_content=False)
+    return [event for event in json.loads(raw.data)["items"]
+            if event["type"] == "Warning" and event["involvedObject"]["name"] == name]
+
+
+def test_valid_and_malformed_topics(kube_api: KubeApiServer, kube_client: Any) -> None:
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    # Created before the operator starts: handled on resume. Created while it runs: handled on create.
+    api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", example("tieredtopic.yaml", "good"))
+    negative = example("tieredtopic.yaml", "negative-interval")
+    negative["spec"]["copy"]["intervalSeconds"] = -5
+    wrong_type = example("tieredtopic.yaml", "wrong-type")
+    wrong_type["spec"]["localRetentionMs"] = "six hours"
+
+    with running_operator(kube_api) as runner:
+        api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", negative)
+        api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", wrong_type)
+        good = status_when(api, "tieredtopics", "good", "Accepted", 1)
+        bad_interval = status_when(api, "tieredtopics", "negative-interval", "Invalid", 1)
+        bad_type = status_when(api, "tieredtopics", "wrong-type", "Invalid", 1)
+        events = wait_until(lambda: warning_events(kube_client, "negative-interval"), 10)
+
+    assert runner.exception is None, runner.output
+    assert good.get("phase") == "Accepted", runner.output
+    assert good["conditions"][0]["status"] == "True"
+
+    assert bad_interval.get("phase") == "Invalid", runner.output
+    assert bad_interval["message"].startswith("spec.copy.intervalSeconds:"), bad_interval["message"]
+    assert "-5" in bad_interval["message"]
+    assert bad_interval["conditions"][0]["reason"] == "InvalidSpec"
+
+    assert bad_type.get("phase") == "Invalid", runner.output
+    assert bad_type["message"].startswith("spec.localRetentionMs:"), bad_type["message"]
+    assert "'six hours'" in bad_type["message"]
+
+    assert events, runner.output
+    assert events[0]["reason"] == "InvalidSpec"
+    assert events[0]["message"] == bad_interval["message"]
+
+
+def test_fixing_an_invalid_spec_is_accepted(kube_api: KubeApiServer, kube_client: Any) -> None:
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    broken = example("tieredtopic.yaml", "fix-me")
+    broken["spec"]["localRetentionMs"] = broken["spec"]["remoteRetentionMs"] + 1
+    api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", broken)
+
+    with running_operator(kube_api) as runner:
+        before = status_when(api, "tieredtopics", "fix-me", "Invalid", 1)
+        api.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", "fix-me",
+                                           {"spec": {"localRetentionMs": 3600000}})
+        after = status_when(api, "tieredtopics", "fix-me", "Accepted", 2)
+
+    assert before.get("phase") == "Invalid", runner.output
+    assert "must not exceed remote retention" in before["message"]
+    assert after.get("phase") == "Accepted", runner.output
+    assert after["conditions"][0]["observedGeneration"] == 2
+
+
+def test_tieredbroker_is_validated(kube_api: KubeApiServer, kube_client: Any) -> None:
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    fixed_without_value = example("tieredbroker.yaml", "broker-1")
+    fixed_without_value["spec"]["replicaFetchers"] = {"mode": "fixed"}
+
+    with running_operator(kube_api) as runner:
+        api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredbrokers",
+                                            example("tieredbroker.yaml", "broker-0"))
+        api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredbrokers", fixed_without_value)
+        good = status_when(api, "tieredbrokers", "broker-0", "Accepted", 1)
+        bad = status_when(api, "tieredbrokers", "broker-1", "Invalid", 1)
+
+    assert good.get("phase") == "Accepted", runner.output
+    assert bad.get("phase") == "Invalid", runner.output
+    assert "replicaFetchers.value is required when mode is fixed" in bad["message"]
+
+
+def test_operator_without_an_api_fails_loudly(kube_api: KubeApiServer) -> None:
+    kube_api.stop()  # the kubeconfig now points at a closed port
+    with pytest.raises(HarnessError, match="did not start watching") as failure:
+        with running_operator(kube_api, start_timeout=3):
+            pass
+    assert "its log:" in str(failure.value)
