@@ -1,0 +1,92 @@
+"""Zigzag variable-length integers, as used inside Kafka records (protobuf's ``sint32``/``sint64``).
+
+A varint holds a 32-bit value in at most 5 bytes, a varlong a 64-bit value in at most 10. Decoding works
+on any indexable buffer and returns the position after the value, so the record decoder can walk a
+``memoryview`` without copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Readable = bytes | bytearray | memoryview
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class VarintError(ValueError):
+    """A varint that runs past its buffer or past its maximum length."""
+
+
+def _decode_long(buf: Readable, pos: int, max_shift: int) -> tuple[int, int]:
+    """The multi-byte case; callers handle single-byte values inline because those dominate."""
+    try:
+        raw = buf[pos] & 0x7F
+        shift = 7
+        pos += 1
+        while True:
+            byte = buf[pos]
+            pos += 1
+            raw |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return (raw >> 1) ^ -(raw & 1), pos
+            shift += 7
+            if shift > max_shift:
+                raise VarintError(f"varint longer than {max_shift // 7 + 1} bytes ending at position {pos}")
+    except IndexError:
+        raise VarintError(f"varint truncated at position {pos}") from None
+
+
+def decode_varint(buf: Readable, pos: int = 0) -> tuple[int, int]:
+    """Decode a zigzag varint (at most 5 bytes) at ``pos``; return ``(value, next_position)``."""
+    if pos < len(buf):
+        byte = buf[pos]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), pos + 1
+    return _decode_long(buf, pos, 28)
+
+
+def decode_varlong(buf: Readable, pos: int = 0) -> tuple[int, int]:
+    """Decode a zigzag varlong (at most 10 bytes) at ``pos``; return ``(value, next_position)``."""
+    if pos < len(buf):
+        byte = buf[pos]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), pos + 1
+    return _decode_long(buf, pos, 63)
+
+
+def _encode(value: int, out: Callable[[int], None]) -> None:
+    raw = value * 2 if value >= 0 else -value * 2 - 1
+    while raw >= 0x80:
+        out((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out(raw)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag-encode a signed 32-bit value."""
+    if not _INT32_MIN <= value <= _INT32_MAX:
+        raise ValueError(f"{value} does not fit a varint (signed 32-bit)")
+    out = bytearray()
+    _encode(value, out.append)
+    return bytes(out)
+
+
+def encode_varlong(value: int) -> bytes:
+    """Zigzag-encode a signed 64-bit value."""
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{value} does not fit a varlong (signed 64-bit)")
+    out = bytearray()
+    _encode(value, out.append)
+    return bytes(out)
+
+
+def size_of_varint(value: int) -> int:
+    """Number of bytes :func:`encode_varint`/:func:`encode_varlong` would produce for ``value``."""
+    raw = value * 2 if value >= 0 else -value * 2 - 1
+    size = 1
+    while raw >= 0x80:
+        raw >>= 7
+        size += 1
+    return size
