@@ -16,7 +16,13 @@ from storage_core import __version__
 from storage_core.errors import TierkeeperError
 
 # Subcommand modules, in the order their verbs appear in --help.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "storage_core.cli.copy",
+    "storage_core.cli.read",
+    "storage_core.cli.ls",
+    "storage_core.cli.fetchers",
+    "tierkeeper_operator.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -150,7 +150,7 @@ class KafkaCluster:
     def _format(self, node: _Node) -> None:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", self._cluster_id,
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={self._cluster_id}",
                        "-c", str(node.config_file), "--ignore-formatted", heap="256m"),
             capture_output=True, text=True, check=False,
         )

@@ -1,0 +1,149 @@
+"""Fetcher planner benchmark: the LINE topology, 100 random assignments, and planning time at scale.
+
+    PYTHONPATH=. .venv/bin/python bench/fetchers_bench.py [--seed 405] [--runs 100]
+
+Prints markdown tables; exits 1 if the recommendation is ever worse than the current count or if
+planning 50 brokers x 20,000 partitions takes 5 s or more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from storage_core.fetchers.model import Assignment
+from storage_core.fetchers.placement import random_placement, round_robin_placement
+from storage_core.fetchers.planner import CountReport, recommend
+
+PLAN_BUDGET_SECONDS = 5.0
+
+
+def line_topology() -> Assignment:
+    brokers = list(range(25))
+    return Assignment(brokers=tuple(brokers), topics={"line-traffic": round_robin_placement(brokers, 40, 3, 0, 0)})
+
+
+def random_assignment(rng: random.Random) -> Assignment:
+    """10-50 brokers, 10-2,000 partitions over 1-10 topics, RF 2-3, placed round robin as the old admin tool
+    did (random start index and shift per topic)."""
+    brokers = list(range(1, rng.randint(10, 50) + 1))
+    total = rng.randint(10, 2000)
+    topic_count = rng.randint(1, min(10, total))
+    cuts = sorted(rng.sample(range(1, total), topic_count - 1))
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
+    topics = {}
+    for i, size in enumerate(sizes):
+        rf = rng.randint(2, 3)
+        topics[f"topic-{i}-{rng.randrange(10**6)}"] = round_robin_placement(
+            brokers, size, rf, rng.randrange(len(brokers)), rng.randrange(len(brokers))
+        )
+    return Assignment(brokers=tuple(brokers), topics=topics)
+
+
+def _row(label: str, r: CountReport) -> str:
+    idle = sum(b.idle_threads for b in r.brokers)
+    imperfect = r.groups - r.perfect_groups
+    return (
+        f"| {label} | {r.fetchers} | {r.worst_load:g} | {r.perfect_groups}/{r.groups} "
+        f"({100 * r.perfect_groups / r.groups:.1f}%) | {imperfect} | {r.threads_used} | {idle} |"
+    )
+
+
+def bench_line() -> None:
+    rec = recommend(line_topology(), current=5, minimum=1, maximum=16)
+    print("### LINE topology: 25 brokers, 40 partitions, RF 3, round robin (start 0, shift 0)\n")
+    print("| count | fetchers | busiest thread | perfectly spread groups | groups not spread perfectly "
+          "| threads used | idle slots |")
+    print("|---|---|---|---|---|---|---|")
+    print(_row("Kafka's 5 (LINE)", rec.current))
+    print(_row("recommended", rec.recommended))
+    print(f"\nsteps: {' -> '.join(map(str, (5, *rec.steps)))}\n")
+
+
+@dataclass
+class Totals:
+    groups: int = 0
+    perfect_current: int = 0
+    perfect_recommended: int = 0
+    worse: int = 0
+    better: int = 0
+
+
+def bench_random(seed: int, runs: int) -> bool:
+    rng = random.Random(seed)
+    totals = Totals()
+    worst_now: list[float] = []
+    worst_rec: list[float] = []
+    share_now: list[float] = []
+    share_rec: list[float] = []
+    for _ in range(runs):
+        assignment = random_assignment(rng)
+        current = rng.randint(2, 8)
+        rec = recommend(assignment, current, 1, 16)
+        now, best = rec.current, rec.recommended
+        totals.groups += now.groups
+        totals.perfect_current += now.perfect_groups
+        totals.perfect_recommended += best.perfect_groups
+        totals.worse += best.worst_load > now.worst_load
+        totals.better += best.worst_load < now.worst_load
+        worst_now.append(now.worst_load)
+        worst_rec.append(best.worst_load)
+        share_now.append(now.perfect_groups / now.groups)
+        share_rec.append(best.perfect_groups / best.groups)
+    print(f"### {runs} random assignments (seed {seed}; 10-50 brokers, 10-2,000 partitions, RF 2-3; "
+          "current count drawn from 2-8; search 1-16)\n")
+    print("| | current count | recommended count |")
+    print("|---|---|---|")
+    print(f"| perfectly spread groups, all assignments | {100 * totals.perfect_current / totals.groups:.1f}% "
+          f"| {100 * totals.perfect_recommended / totals.groups:.1f}% |")
+    print(f"| perfectly spread groups, mean per assignment | {100 * statistics.mean(share_now):.1f}% "
+          f"| {100 * statistics.mean(share_rec):.1f}% |")
+    print(f"| worst thread load, mean | {statistics.mean(worst_now):.2f} | {statistics.mean(worst_rec):.2f} |")
+    print(f"| worst thread load, median | {statistics.median(worst_now):g} | {statistics.median(worst_rec):g} |")
+    print(f"| worst thread load, max | {max(worst_now):g} | {max(worst_rec):g} |")
+    print(f"\nrecommended worse than current: {totals.worse}/{runs}; strictly better: {totals.better}/{runs}\n")
+    return totals.worse == 0
+
+
+def bench_scale(seed: int) -> bool:
+    rng = random.Random(seed)
+    brokers = list(range(1, 51))
+    topics = {f"big-{i}": random_placement(brokers, 1000, 3, rng) for i in range(20)}
+    assignment = Assignment(brokers=tuple(brokers), topics=topics)
+    timings = []
+    for _ in range(3):
+        start = time.perf_counter()
+        rec = recommend(assignment, current=4, minimum=1, maximum=16)
+        timings.append(time.perf_counter() - start)
+    best = min(timings)
+    print("### Planning time: 50 brokers x 20,000 partitions (RF 3, 40,000 follower replicas), counts 1-16\n")
+    print("| runs | best | median | budget | recommended |")
+    print("|---|---|---|---|---|")
+    print(f"| {len(timings)} | {best:.2f} s | {statistics.median(timings):.2f} s | {PLAN_BUDGET_SECONDS:g} s "
+          f"| {rec.recommended.fetchers} (worst {rec.recommended.worst_load:g} vs {rec.current.worst_load:g} at 4) |")
+    print()
+    return math.isfinite(best) and statistics.median(timings) < PLAN_BUDGET_SECONDS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=405)
+    parser.add_argument("--runs", type=int, default=100)
+    args = parser.parse_args()
+    bench_line()
+    ok_random = bench_random(args.seed, args.runs)
+    ok_scale = bench_scale(args.seed)
+    if not ok_random:
+        print("FAIL: a recommendation was worse than the current count", file=sys.stderr)
+    if not ok_scale:
+        print(f"FAIL: planning took {PLAN_BUDGET_SECONDS:g} s or more", file=sys.stderr)
+    return 0 if ok_random and ok_scale else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
