@@ -67,5 +67,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"copied {copied} segments ({size} bytes) from {len(results)} partitions; "
               f"{len(failed)} failed")
     for r in failed:
-        print(f"tierkeeper copy: error: {r.topic}-{r.partition}: {r.error}", file=sys.stderr)
+        where = f"{r.topic}-{r.partition}"
+        reason = r.error if (r.error or "").startswith(where) else f"{where}: {r.error}"
+        print(f"tierkeeper copy: error: {reason}", file=sys.stderr)
     return 1 if failed else 0

@@ -1,0 +1,1 @@
+"""Retention decisions (pure) for both tiers, and the executors that apply them."""

@@ -1,0 +1,74 @@
+"""Fixtures of the storage tests: a real dataset on the session broker and ways to run the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.kafka import KafkaCluster
+from harness.moto_s3 import MotoServer
+from storage_core.adapters.store import RemoteStore
+from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
+
+from .dataset import Dataset, Expected, consume, produce_dataset
+
+
+@dataclass
+class Remote:
+    """A remote tier target plus the CLI flags and environment that reach it."""
+
+    url: str
+    options: dict[str, Any]
+    flags: list[str]
+    env: dict[str, str]
+
+    def store(self) -> RemoteStore:
+        return RemoteStore(self.url, self.options)
+
+    def reader(self, isolation: Isolation = Isolation.READ_COMMITTED) -> RemoteReader:
+        return RemoteReader(self.store(), ReadOptions(isolation=isolation))
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "storage_core.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, check=False)
+
+
+def file_remote(path: Path) -> Remote:
+    url = f"file://{path}"
+    return Remote(url, {}, ["--remote", url], {})
+
+
+def s3_remote(moto: MotoServer, bucket_url: str, options: dict[str, Any]) -> Remote:
+    env = {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]}
+    flags = ["--remote", bucket_url, "--endpoint-url", moto.endpoint_url, "--path-style"]
+    return Remote(bucket_url, options, flags, env)
+
+
+@pytest.fixture(scope="module")
+def dataset(kafka_broker: KafkaCluster, request: pytest.FixtureRequest) -> Iterator[Dataset]:
+    prefix = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    data = produce_dataset(kafka_broker.bootstrap_servers, prefix)
+    try:
+        yield data
+    finally:
+        if data.open_txn_producer is not None:
+            data.open_txn_producer.abort_transaction(30)
+
+
+_EXPECTED: dict[tuple[str, str, int, str, int], list[Expected]] = {}
+
+
+def expected_records(data: Dataset, topic: str, partition: int, isolation: str, until: int) -> list[Expected]:
+    """What a real consumer reads up to offset ``until``, cached so each range is consumed once."""
+    key = (data.bootstrap, topic, partition, isolation, until)
+    if key not in _EXPECTED:
+        _EXPECTED[key] = consume(data.bootstrap, topic, partition, isolation, until_offset=until)
+    return _EXPECTED[key]
