@@ -1,0 +1,174 @@
+"""Bad input and killed processes: a corrupted segment, an unreachable bucket, SIGKILL mid-copy.
+
+Nothing partial may ever become readable, other partitions keep tiering, and a re-run completes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.kafka import KafkaCluster
+from harness.ports import free_ports
+from storage_core.adapters.store import RemoteStore
+from storage_core.formats.record_batch import iter_batch_headers
+from storage_core.logdir import LogDir
+from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
+from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState
+from storage_core.remote.reader import RemoteReader
+
+from .conftest import run_cli
+from .dataset import Dataset
+from .private_logdir import copy_partitions
+
+
+def _rolled_segments(log_dir: Path, topic: str, partition: int) -> list[int]:
+    return [s.base_offset for s in LogDir(log_dir).partitions({topic})[partition].segments()][:-1]
+
+
+def _assert_finished_segments_complete(remote_dir: Path, log_dir: Path) -> dict[tuple[str, int], list[int]]:
+    """Every COPY_FINISHED segment has all its objects at the recorded sizes and its .log equals the local
+    file; returns the finished base offsets per partition."""
+    store = RemoteStore(f"file://{remote_dir}")
+    layout = RemoteLayout(store.root)
+    finished: dict[tuple[str, int], list[int]] = {}
+    for topic, topic_id in list_topics(store, layout):
+        for tp in list_partitions(store, layout, topic, topic_id):
+            catalog = PartitionCatalog(store, layout, tp)
+            bases = []
+            for entry in catalog.listing().segments.values():
+                if entry.state is not SegmentState.COPY_FINISHED:
+                    continue
+                meta = catalog.read_marker(entry.base_offset, entry.segment_id, SegmentState.COPY_FINISHED)
+                for obj, stored in meta.objects.items():
+                    assert entry.objects.get(obj.value) == stored.size, f"{tp} {meta.base_offset} {obj}"
+                local = log_dir / f"{topic}-{tp.partition}" / f"{meta.base_offset:020d}.log"
+                remote = layout.object_key(tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
+                assert store.get(remote) == local.read_bytes()
+                bases.append(meta.base_offset)
+            finished[(topic, tp.partition)] = sorted(bases)
+    return finished
+
+
+def _read_offsets(remote_dir: Path, topic: str, partition: int) -> list[int]:
+    with RemoteReader(RemoteStore(f"file://{remote_dir}")) as reader:
+        tp = reader.resolve(topic, partition)
+        manifest = reader.manifest(tp, refresh=True)
+        if manifest.start_offset is None:
+            return []
+        return [r.offset for r in reader.read_from_offset(tp, manifest.start_offset)]
+
+
+def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
+        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]  # uncompressed
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = _rolled_segments(log_dir, topic, 0)
+    victim = log_dir / f"{topic}-0" / f"{bases[2]:020d}.log"
+    data = bytearray(victim.read_bytes())
+    flip_at = len(data) // 2
+    batches = list(iter_batch_headers(io.BytesIO(bytes(data))))
+    hit = max(h for h in batches if h[0] <= flip_at)
+    data[flip_at] ^= 0x40
+    victim.write_bytes(bytes(data))
+
+    remote = tmp_path / "remote"
+    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    assert proc.returncode != 0
+    assert f"topic={topic}" in proc.stderr and "partition=0" in proc.stderr
+    assert f"offset={hit[1].base_offset}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    finished = _assert_finished_segments_complete(remote, log_dir)
+    assert finished[(topic, 0)] == bases[:2], "only the segments before the damage may be tiered"
+    assert finished[(topic, 1)] == _rolled_segments(log_dir, topic, 1), "the healthy partition must tier fully"
+    store = RemoteStore(f"file://{remote}")
+    layout = RemoteLayout(store.root)
+    tp = next(t for t in list_partitions(store, layout, *list_topics(store, layout)[0]) if t.partition == 0)
+    leftovers = [e for e in PartitionCatalog(store, layout, tp).listing().segments.values()
+                 if e.base_offset == bases[2]]
+    assert leftovers == [], "a refused segment leaves nothing behind"
+
+
+def test_unreachable_bucket_fails_with_one_line(dataset: Dataset, kafka_broker: KafkaCluster,
+                                                tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    closed_port = free_ports(1)[0]
+    started = time.monotonic()
+    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", "s3://nowhere/prefix",
+                   "--endpoint-url", f"http://127.0.0.1:{closed_port}", "--path-style",
+                   env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_MAX_ATTEMPTS": "2"},
+                   timeout=240)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tierkeeper copy: error:")]
+    assert lines and all("127.0.0.1" in line or "connect" in line.lower() for line in lines), proc.stderr
+    assert "y" not in proc.stderr.split(), "credentials must never be printed"
+    assert time.monotonic() - started < 240
+
+
+def _wait_for_first_object(remote: Path, proc: subprocess.Popen[bytes]) -> float:
+    """Block until the copy has written something (so a kill lands in the copy, not in Python's start-up)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if remote.exists() and any(p.is_file() for p in remote.rglob("*")):
+            break
+        time.sleep(0.005)
+    return time.monotonic()
+
+
+def _copy_process(log_dir: Path, remote: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "storage_core.cli", "copy", "--log-dir", str(log_dir),
+                             "--remote", f"file://{remote}", "--parallelism", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+def test_sigkill_never_leaves_readable_partial_data(dataset: Dataset, kafka_broker: KafkaCluster,
+                                                    tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    expected = {p: _rolled_segments(log_dir, topic, p) for p in (0, 1)}
+    full_offsets = {}
+    calibration = _copy_process(log_dir, tmp_path / "calibrate")
+    started = _wait_for_first_object(tmp_path / "calibrate", calibration)
+    assert calibration.wait(120) == 0
+    duration = time.monotonic() - started
+    for p in (0, 1):
+        full_offsets[p] = _read_offsets(tmp_path / "calibrate", topic, p)
+        assert full_offsets[p] == list(range(len(full_offsets[p])))
+
+    rng = random.Random(20)
+    killed_mid_copy = 0
+    shared = tmp_path / "shared-remote"  # one remote killed again and again, as a crash-looping Job would
+    for trial in range(24):
+        remote = shared if trial % 3 == 0 else tmp_path / f"remote-{trial}"
+        proc = _copy_process(log_dir, remote)
+        _wait_for_first_object(remote, proc)
+        time.sleep(rng.uniform(0.0, 1.0) * duration)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        finished = _assert_finished_segments_complete(remote, log_dir) if remote.exists() else {}
+        for p in (0, 1):
+            bases = finished.get((topic, p), [])
+            if 0 < len(bases) < len(expected[p]):
+                killed_mid_copy += 1
+            assert bases == expected[p][:len(bases)], "finished segments must be a gap-free prefix"
+            offsets = _read_offsets(remote, topic, p) if bases else []
+            assert offsets == full_offsets[p][:len(offsets)], "every readable offset once, in order"
+        rerun = _copy_process(log_dir, remote)
+        assert rerun.wait(120) == 0
+        for p in (0, 1):
+            assert _read_offsets(remote, topic, p) == full_offsets[p]
+        _assert_finished_segments_complete(remote, log_dir)
+    assert killed_mid_copy >= 5, "the kills should land in the middle of copies"
+    os.sync()
