@@ -115,3 +115,94 @@ class KafkaAdmin:
                                              request_timeout=TIMEOUT_S, operation_timeout=TIMEOUT_S)
         done = self._wait(futures, "delete records")
         return {(tp.topic, tp.partition): int(res.low_watermark) for tp, res in done.items()}
+
+    # ---- topic lifecycle and group offsets (topic recovery) ------------------------------------
+    def broker_ids(self) -> list[int]:
+        try:
+            md = self._admin.list_topics(timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            raise KafkaAdminError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
+        return sorted(int(b) for b in md.brokers)
+
+    def describe_if_exists(self, topic: str) -> dict[tuple[str, int], PartitionInfo]:
+        """Like ``describe([topic])``, but empty when the topic does not exist (or is being deleted)."""
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+        future = self._admin.describe_topics(TopicCollection([topic]))[topic]
+        try:
+            desc = future.result(TIMEOUT_S)
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError) and \
+                    exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return {}
+            raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001
+            raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
+        topic_id = _uuid_to_kafka(desc.topic_id)
+        return {(topic, p.id): PartitionInfo(topic, p.id, topic_id, p.leader.id if p.leader is not None else None,
+                                             tuple(r.id for r in p.replicas), tuple(r.id for r in p.isr))
+                for p in desc.partitions}
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int,
+                     config: dict[str, str] | None = None) -> dict[tuple[str, int], PartitionInfo]:
+        """Create ``topic`` and wait until every partition has a leader; returns its description."""
+        from confluent_kafka.cimpl import NewTopic
+
+        new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
+        self._wait(self._admin.create_topics([new], request_timeout=TIMEOUT_S), "create topic")
+        return self._wait_for_leaders(topic, partitions)
+
+    def create_partitions(self, topic: str, total: int) -> dict[tuple[str, int], PartitionInfo]:
+        """Grow ``topic`` to ``total`` partitions and wait until every partition has a leader."""
+        from confluent_kafka.cimpl import NewPartitions
+
+        self._wait(self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=TIMEOUT_S),
+                   "create partitions")
+        return self._wait_for_leaders(topic, total)
+
+    def _wait_for_leaders(self, topic: str, partitions: int) -> dict[tuple[str, int], PartitionInfo]:
+        import time
+
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            described = self.describe_if_exists(topic)
+            if len(described) >= partitions and all(i.leader is not None for i in described.values()):
+                return described
+            if time.monotonic() > deadline:
+                raise KafkaAdminError(f"topic {topic} on {self.bootstrap_servers}: partitions have no leader "
+                                      f"after {TIMEOUT_S:.0f}s")
+            time.sleep(0.2)
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        """The effective configuration of ``topic`` (explicit and inherited values)."""
+        from confluent_kafka.admin._config import ConfigResource  # not re-exported for type checkers
+
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        done = self._wait(self._admin.describe_configs([resource], request_timeout=TIMEOUT_S), "describe configs")
+        entries = next(iter(done.values()))
+        return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+    def committed_offsets(self, group: str, tps: Iterable[tuple[str, int]], *,
+                          stable: bool = True) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """(offset, metadata) a consumer group committed per partition; partitions without a commit are left out.
+
+        Offsets of an open transaction are never returned. With ``stable`` the broker refuses to answer
+        (an error) while a transactional commit of the group is pending, instead of answering with the
+        value that commit may be about to replace.
+        """
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        request = [TopicPartition(t, p) for t, p in tps]
+        if not request:
+            return {}
+        futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, request)],
+                                                          require_stable=stable, request_timeout=TIMEOUT_S)
+        result = self._wait(futures, "list group offsets")[group]
+        out: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for tp in result.topic_partitions:
+            if tp.error is not None:
+                raise KafkaAdminError(f"list group offsets {group} {tp.topic}-{tp.partition} on "
+                                      f"{self.bootstrap_servers}: {tp.error}")
+            if tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = (int(tp.offset), tp.metadata or None)
+        return out

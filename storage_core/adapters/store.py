@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,15 +58,11 @@ class RemoteStore:
     # ---- writes ---------------------------------------------------------------------------------
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
         """Stream ``chunks`` into ``key``; return the bytes written. Not atomic: callers mark completion."""
-        written = 0
         with _translated("upload", key):
             if self.is_local:
                 self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             with self.fs.open(key, "wb", block_size=UPLOAD_BLOCK) as out:
-                for chunk in chunks:
-                    out.write(chunk)
-                    written += len(chunk)
-        return written
+                return _write_overlapped(out, chunks)
 
     def put_file(self, local_path: str, key: str) -> None:
         """Upload a local file as-is (the raw baseline the copy path is measured against)."""
@@ -103,6 +100,14 @@ class RemoteStore:
                 except FileNotFoundError:
                     pass
 
+    def delete_tree(self, path: str) -> None:
+        """Remove ``path`` and everything below it; a missing path is fine."""
+        with _translated("delete", path):
+            try:
+                self.fs.rm(path, recursive=True)
+            except FileNotFoundError:
+                pass
+
     # ---- reads ----------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
         with _translated("read", key):
@@ -135,6 +140,16 @@ class RemoteStore:
                 return []
         return [(e["name"], int(e.get("size") or 0)) for e in entries if e.get("type") != "directory"]
 
+    def list_modified(self, path: str) -> dict[str, int | None]:
+        """key -> last-modified time (ms since the epoch, None when the backend does not say) of the
+        objects directly under ``path``."""
+        with _translated("list", path):
+            try:
+                entries = self.fs.ls(path, detail=True)
+            except FileNotFoundError:
+                return {}
+        return {e["name"]: _modified_ms(e) for e in entries if e.get("type") != "directory"}
+
     def list_subdirs(self, path: str) -> list[str]:
         with _translated("list", path):
             try:
@@ -148,6 +163,48 @@ class RemoteStore:
 
     def _ls_takes_refresh(self) -> bool:
         return "s3" in _protocols(self.fs)
+
+
+def _modified_ms(entry: dict[str, Any]) -> int | None:
+    for field in ("LastModified", "mtime", "last_modified", "updated", "created"):
+        value = entry.get(field)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return int(value.timestamp() * 1000)
+        if isinstance(value, (int, float)):
+            return int(value * 1000)
+        if isinstance(value, str):
+            from datetime import datetime
+
+            try:
+                return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+            except ValueError:
+                continue
+    return None
+
+
+def _write_overlapped(out: Any, chunks: Iterable[bytes]) -> int:
+    """Write ``chunks`` to ``out`` in order, each write on a helper thread while the caller makes the next
+    chunk, so producing a chunk (a segment read and CRC-checked) overlaps the previous upload instead of
+    alternating with it. One write is in flight at a time: memory stays at two chunks and order is kept.
+    A single chunk (the small objects) is written directly."""
+    if isinstance(chunks, (list, tuple)) and len(chunks) <= 1:
+        for chunk in chunks:
+            out.write(chunk)
+        return sum(len(chunk) for chunk in chunks)
+    written = 0
+    # The pool exits before ``out`` closes, so a chunk source that fails never races a write in flight.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tierkeeper-upload") as writer:
+        pending: Future[Any] | None = None
+        for chunk in chunks:
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(out.write, chunk)
+            written += len(chunk)
+        if pending is not None:
+            pending.result()
+    return written
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

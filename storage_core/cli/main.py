@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "storage_core.cli.copy",
     "storage_core.cli.read",
     "storage_core.cli.ls",
+    "storage_core.cli.cleanup",
     "storage_core.cli.fetchers",
     "tierkeeper_operator.cli",
 )

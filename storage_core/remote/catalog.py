@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from storage_core.errors import CorruptDataError, RemoteObjectNotFound
 from storage_core.remote.layout import (
     MANIFEST_NAME,
+    PARTITION_STATE_NAME,
     STATE_ORDER,
     RemoteLayout,
     SegmentState,
@@ -22,7 +23,7 @@ from storage_core.remote.layout import (
     parse_object_name,
     parse_topic_dir,
 )
-from storage_core.remote.metadata import Manifest, SegmentMetadata, readable_segments
+from storage_core.remote.metadata import Manifest, PartitionState, SegmentMetadata, readable_segments
 from storage_core.remote.store_api import ObjectStore
 
 
@@ -63,7 +64,7 @@ class PartitionCatalog:
             name = key.rsplit("/", 1)[-1]
             parsed = parse_object_name(name)
             if parsed is None:
-                if name != MANIFEST_NAME:
+                if name not in (MANIFEST_NAME, PARTITION_STATE_NAME):
                     strays.append(key)
                 continue
             entry = segments.setdefault(parsed.segment_id, SegmentListing(parsed.base_offset, parsed.segment_id))
@@ -91,6 +92,25 @@ class PartitionCatalog:
     def write_marker(self, meta: SegmentMetadata) -> None:
         key = self.layout.marker_key(meta.tp, meta.base_offset, meta.segment_id, meta.state)
         self.store.put_atomic(key, meta.model_dump_json().encode())
+
+    def segment_keys(self, entry: SegmentListing) -> tuple[list[str], list[str]]:
+        """(data object keys, marker keys) of a listed segment."""
+        stem = self.layout.segment_stem(self.tp, entry.base_offset, entry.segment_id)
+        markers = [self.layout.marker_key(self.tp, entry.base_offset, entry.segment_id, s) for s in entry.states]
+        return [f"{stem}.{ext}" for ext in entry.objects], markers
+
+    def read_state(self) -> PartitionState:
+        try:
+            return PartitionState.model_validate_json(self.store.get(self.layout.partition_state_key(self.tp)))
+        except RemoteObjectNotFound:
+            return PartitionState()
+        except ValidationError as exc:
+            raise CorruptDataError(f"unreadable partition state: {exc.errors()[0]['msg']}", topic=self.tp.topic,
+                                   partition=self.tp.partition,
+                                   path=self.layout.partition_state_key(self.tp)) from exc
+
+    def write_state(self, state: PartitionState) -> None:
+        self.store.put_atomic(self.layout.partition_state_key(self.tp), state.model_dump_json().encode())
 
     def read_manifest(self) -> Manifest | None:
         """The stored manifest, or None when it is missing or unreadable (then it is rebuilt)."""

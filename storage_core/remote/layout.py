@@ -41,6 +41,7 @@ class SegmentState(str, Enum):
 STATE_ORDER = {s: i for i, s in enumerate(SegmentState)}
 MARKER_SUFFIX = ".json"
 MANIFEST_NAME = "segments.manifest.json"
+PARTITION_STATE_NAME = "partition-state.json"
 
 _SEGMENT_NAME = re.compile(
     r"^(?P<base>\d{20})-(?P<segid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(?P<ext>.+)$"
@@ -89,6 +90,9 @@ class RemoteLayout:
 
     def manifest_key(self, tp: TopicPartitionId) -> str:
         return f"{self.partition_dir(tp)}/{MANIFEST_NAME}"
+
+    def partition_state_key(self, tp: TopicPartitionId) -> str:
+        return f"{self.partition_dir(tp)}/{PARTITION_STATE_NAME}"
 
     def _root(self) -> str:
         root = self.root.rstrip("/")

@@ -125,6 +125,13 @@ class Manifest(BaseModel):
         return None
 
 
+class PartitionState(BaseModel):
+    """Facts about a partition that Tierkeeper itself caused, so it can tell them from others' actions."""
+
+    local_trim_offset: int | None = Field(
+        default=None, description="highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)")
+
+
 def build_manifest(tp: TopicPartitionId, markers: Iterable[SegmentMetadata]) -> Manifest:
     return Manifest(topic=tp.topic, topic_id=tp.topic_id, partition=tp.partition,
                     segments=readable_segments(current_states(markers).values()))

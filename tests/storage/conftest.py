@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +11,7 @@ import pytest
 
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
+from harness.tierkeeper_cli import run_cli  # noqa: F401 - re-exported for the storage tests
 from storage_core.adapters.store import RemoteStore
 from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
 
@@ -34,11 +32,6 @@ class Remote:
 
     def reader(self, isolation: Isolation = Isolation.READ_COMMITTED) -> RemoteReader:
         return RemoteReader(self.store(), ReadOptions(isolation=isolation))
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "storage_core.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout, check=False)
 
 
 def file_remote(path: Path) -> Remote:

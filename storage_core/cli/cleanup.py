@@ -1,0 +1,76 @@
+"""``tierkeeper cleanup``: remote retention, the orphan sweep and (with a broker) the safe local trim."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from storage_core.cli.common import add_remote_args, emit_json, open_store
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "cleanup", help="enforce remote retention, sweep orphans, trim local data that is safely tiered",
+        description="Delete remote segments beyond remote retention or below the log start offset, finish "
+        "interrupted deletes, remove orphaned copy attempts, and (with --bootstrap-servers) advance each "
+        "partition's log start offset through DeleteRecords to its local retention window, never past the "
+        "highest tiered offset + 1.")
+    p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="enables the local trim and log-start rule")
+    p.add_argument("--log-dir", help="a broker log dir, to count untiered local bytes toward local retention.bytes")
+    p.add_argument("--remote-retention-ms", type=int, help="default: the topic's retention.ms (or unlimited)")
+    p.add_argument("--remote-retention-bytes", type=int, help="default: the topic's retention.bytes (or unlimited)")
+    p.add_argument("--local-retention-ms", type=int, help="default: the topic's local.retention.ms (or no trim)")
+    p.add_argument("--local-retention-bytes", type=int, help="default: the topic's local.retention.bytes (or no trim)")
+    p.add_argument("--orphan-grace-ms", type=int, default=6 * 3600 * 1000,
+                   help="age before an unfinished copy attempt counts as orphaned (default 6 h)")
+    p.add_argument("--ignore-log-start", action="store_true",
+                   help="never delete remote data because Kafka's log start offset moved past it")
+    p.add_argument("--delete-topic", metavar="T", help="delete ALL remote data of topic T (every incarnation, "
+                   "or the one given with --topic-id)")
+    p.add_argument("--topic-id", help="with --delete-topic: only this incarnation")
+    p.add_argument("--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    add_remote_args(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from storage_core.jobs.cleanup import CleanupOptions, delete_topic, run_cleanup
+
+    store = open_store(args)
+    if args.delete_topic:
+        report = delete_topic(store, args.delete_topic, topic_id=args.topic_id, dry_run=args.dry_run)
+    else:
+        options = CleanupOptions(
+            topics=set(args.topic) if args.topic else None, bootstrap_servers=args.bootstrap_servers,
+            log_dir=args.log_dir, remote_retention_ms=args.remote_retention_ms,
+            remote_retention_bytes=args.remote_retention_bytes, local_retention_ms=args.local_retention_ms,
+            local_retention_bytes=args.local_retention_bytes, orphan_grace_ms=args.orphan_grace_ms,
+            use_log_start=not args.ignore_log_start, dry_run=args.dry_run, now_ms=int(time.time() * 1000))
+        report = run_cleanup(store, options)
+    if args.json:
+        emit_json(report)
+    else:
+        _print(report)
+    for error in report.get("errors", []):
+        print(f"tierkeeper cleanup: error: {error}", file=sys.stderr)
+    return 1 if report.get("errors") else 0
+
+
+def _print(report: dict[str, Any]) -> None:
+    verb = "would delete" if report.get("dry_run") else "deleted"
+    for part in report.get("partitions", []):
+        name = f"{part['topic']}-{part['partition']}"
+        for d in part["deleted"]:
+            print(f"{name}: {verb} segment {d['base_offset']}-{d['end_offset']} ({d['bytes']} bytes): {d['reason']}")
+        if part["resumed"] or part["orphans_removed"] or part["duplicates_removed"]:
+            print(f"{name}: finished {part['resumed']} interrupted deletes, swept {part['orphans_removed']} "
+                  f"orphans, removed {part['duplicates_removed']} duplicate copies")
+        trim = part.get("local_trim")
+        if trim:
+            print(f"{name}: {'would trim' if report.get('dry_run') else 'trimmed'} local log "
+                  f"{trim['from']} -> {trim['to']} (highest tiered offset {trim['tiered_end']})")
+    print(f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {len(report.get('partitions', []))} partitions")

@@ -1,0 +1,185 @@
+"""The cleanup job: remote retention + orphan sweep per remote partition, then the local trim.
+
+Order matters for continuity: the local trim reads the manifest after remote retention ran, and never
+trims past the highest COPY_FINISHED offset + 1, so every offset from the remote start to the log end
+stays readable from one tier or the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage_core.errors import TierkeeperError
+from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
+from storage_core.remote.layout import RemoteLayout, TopicPartitionId
+from storage_core.remote.store_api import ObjectStore
+from storage_core.retention.local_trim import plan_local_trim
+from storage_core.retention.policy import UNLIMITED, RetentionPolicy
+from storage_core.retention.remote_cleanup import cleanup_partition, delete_partition_tier
+
+
+@dataclass
+class CleanupOptions:
+    topics: set[str] | None = None
+    bootstrap_servers: str | None = None
+    log_dir: str | None = None
+    remote_retention_ms: int | None = None
+    remote_retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
+    orphan_grace_ms: int = 6 * 3600 * 1000
+    use_log_start: bool = True
+    dry_run: bool = False
+    now_ms: int = 0
+
+
+@dataclass
+class _TopicView:
+    """What the broker says about a topic: its current id, retentions and offsets."""
+
+    topic_id: str | None = None
+    remote: RetentionPolicy = field(default_factory=RetentionPolicy)
+    local: RetentionPolicy | None = None
+    log_start: dict[int, int] = field(default_factory=dict)
+
+
+def _int(configs: dict[str, str], key: str) -> int | None:
+    value = configs.get(key)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _policies(options: CleanupOptions, configs: dict[str, str]) -> tuple[RetentionPolicy, RetentionPolicy | None]:
+    remote = RetentionPolicy(
+        retention_ms=_pick(options.remote_retention_ms, _int(configs, "retention.ms")),
+        retention_bytes=_pick(options.remote_retention_bytes, _int(configs, "retention.bytes")))
+    local_ms = _pick(options.local_retention_ms, _local(_int(configs, "local.retention.ms")))
+    local_bytes = _pick(options.local_retention_bytes, _local(_int(configs, "local.retention.bytes")))
+    local = None if local_ms == UNLIMITED and local_bytes == UNLIMITED else \
+        RetentionPolicy(retention_ms=local_ms, retention_bytes=local_bytes)
+    return remote, local
+
+
+def _pick(flag: int | None, config: int | None) -> int:
+    value = flag if flag is not None else config
+    return UNLIMITED if value is None or value < 0 else value
+
+
+def _local(value: int | None) -> int | None:
+    # Kafka's -2 means "same as retention": no separate local window, so no trim from us.
+    return None if value is None or value == -2 else value
+
+
+def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
+    layout = RemoteLayout(store.root)
+    admin = None
+    if options.bootstrap_servers:
+        from storage_core.adapters.kafka_admin import KafkaAdmin
+
+        admin = KafkaAdmin(options.bootstrap_servers)
+    report: dict[str, Any] = {"dry_run": options.dry_run, "partitions": [], "errors": [], "bytes_deleted": 0}
+    views: dict[str, _TopicView] = {}
+    for topic, topic_id in list_topics(store, layout):
+        if options.topics is not None and topic not in options.topics:
+            continue
+        view = views.get(topic)
+        if view is None:
+            view = views[topic] = _view(admin, topic, options, report)
+        for tp in list_partitions(store, layout, topic, topic_id):
+            try:
+                report["partitions"].append(_cleanup_one(store, layout, tp, view, admin, options))
+            except TierkeeperError as exc:
+                report["errors"].append(f"{tp}: {exc}")
+    report["bytes_deleted"] = sum(p["bytes_deleted"] for p in report["partitions"])
+    return report
+
+
+def _view(admin: Any, topic: str, options: CleanupOptions, report: dict[str, Any]) -> _TopicView:
+    view = _TopicView()
+    configs: dict[str, str] = {}
+    if admin is not None:
+        described = admin.describe_if_exists(topic)
+        if described:
+            view.topic_id = next(iter(described.values())).topic_id
+            configs = admin.topic_configs(topic)
+            view.log_start = {p: o for (_, p), o in admin.log_start_offsets(list(described)).items()}
+    view.remote, view.local = _policies(options, configs)
+    return view
+
+
+def _cleanup_one(store: ObjectStore, layout: RemoteLayout, tp: TopicPartitionId, view: _TopicView,
+                 admin: Any, options: CleanupOptions) -> dict[str, Any]:
+    catalog = PartitionCatalog(store, layout, tp)
+    current = view.topic_id == tp.topic_id
+    state = catalog.read_state()
+    log_start = view.log_start.get(tp.partition) if current else None
+    # A log start Tierkeeper did not set (Kafka's own retention or a user's DeleteRecords) deletes the
+    # remote copies below it too, as KIP-405 does; one we set by trimming locally never does.
+    logical_start = None
+    if options.use_log_start and log_start is not None and \
+            (state.local_trim_offset is None or log_start > state.local_trim_offset):
+        logical_start = log_start
+    result = cleanup_partition(catalog, view.remote, now_ms=options.now_ms, log_start_offset=logical_start,
+                               orphan_grace_ms=options.orphan_grace_ms, dry_run=options.dry_run)
+    out: dict[str, Any] = dict(result.__dict__)
+    out["topic_id"] = tp.topic_id
+    if admin is not None and current and view.local is not None and log_start is not None:
+        out["local_trim"] = _trim(catalog, admin, tp, log_start, view.local, options)
+    return out
+
+
+def _trim(catalog: PartitionCatalog, admin: Any, tp: TopicPartitionId, log_start: int,
+          policy: RetentionPolicy, options: CleanupOptions) -> dict[str, int] | None:
+    manifest = catalog.rebuild_manifest(write=False) if options.dry_run else catalog.rebuild_manifest()
+    if not manifest.segments:
+        return None
+    untiered = _untiered_local_bytes(options.log_dir, tp, manifest.segments[-1].next_offset)
+    target = plan_local_trim(manifest.segments, log_start, policy, options.now_ms, untiered_local_bytes=untiered)
+    if target is None:
+        return None
+    trim = {"from": log_start, "to": target, "tiered_end": manifest.segments[-1].end_offset}
+    if not options.dry_run:
+        # Recorded before the call, so a log start we caused is never mistaken for a deletion request.
+        state = catalog.read_state()
+        catalog.write_state(state.model_copy(update={"local_trim_offset": max(target, state.local_trim_offset or 0)}))
+        reported = admin.delete_records({(tp.topic, tp.partition): target})
+        trim["to"] = reported.get((tp.topic, tp.partition), target)
+    return trim
+
+
+def _untiered_local_bytes(log_dir: str | None, tp: TopicPartitionId, tiered_next: int) -> int:
+    if not log_dir:
+        return 0
+    from storage_core.formats.segment_files import TopicPartition
+    from storage_core.logdir import LogDir
+
+    for pdir in LogDir(log_dir).partitions({tp.topic}):
+        if pdir.tp == TopicPartition(tp.topic, tp.partition):
+            return sum(s.log_size for s in pdir.segments() if s.base_offset >= tiered_next)
+    return 0
+
+
+def delete_topic(store: ObjectStore, topic: str, *, topic_id: str | None = None,
+                 dry_run: bool = False) -> dict[str, Any]:
+    """Remove every remote object of ``topic`` (one incarnation with ``topic_id``)."""
+    layout = RemoteLayout(store.root)
+    report: dict[str, Any] = {"dry_run": dry_run, "deleted_topics": [], "bytes_deleted": 0, "errors": []}
+    incarnations = [(t, i) for t, i in list_topics(store, layout) if t == topic and topic_id in (None, i)]
+    if not incarnations:
+        report["errors"].append(f"topic {topic} is not in the remote tier {store.url}")
+    for name, tid in incarnations:
+        total = 0
+        for tp in list_partitions(store, layout, name, tid):
+            catalog = PartitionCatalog(store, layout, tp)
+            if dry_run:
+                total += sum(sum(e.objects.values()) for e in catalog.listing().segments.values())
+            else:
+                total += delete_partition_tier(catalog)
+        if not dry_run:
+            store.delete_tree(layout.topic_dir(name, tid))
+        report["deleted_topics"].append({"topic": name, "topic_id": tid, "bytes": total})
+        report["bytes_deleted"] += total
+    return report

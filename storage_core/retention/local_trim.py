@@ -1,0 +1,40 @@
+"""How far the broker's local log may be trimmed (pure): the local retention window, never past what
+is safely tiered.
+
+The target is the start of the local window computed over the tiered segments (time: largest timestamp;
+size: the local bytes from the oldest tiered segment on), capped at the highest COPY_FINISHED offset + 1.
+Local deletion therefore can never run ahead of tiering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from storage_core.remote.metadata import SegmentMetadata
+from storage_core.retention.policy import RetentionPolicy, SegmentSummary, expired_prefix
+
+
+def plan_local_trim(finished: Sequence[SegmentMetadata], log_start_offset: int, policy: RetentionPolicy,
+                    now_ms: int, *, untiered_local_bytes: int = 0) -> int | None:
+    """Offset to DeleteRecords to, or None when nothing should be trimmed.
+
+    ``finished`` are the readable remote segments in offset order; ``log_start_offset`` is the
+    partition's current log start; ``untiered_local_bytes`` counts local data above the tiered range
+    toward the size limit (0 when unknown, which only ever trims less).
+    """
+    local = [m for m in finished if m.end_offset >= log_start_offset]
+    if not local:
+        return None
+    summaries = [SegmentSummary(m.base_offset, m.end_offset + 1, m.max_timestamp, m.size_bytes) for m in local]
+    if policy.retention_bytes != -1:
+        # The untiered tail counts toward the local size but can never be trimmed: model it as one
+        # extra, never-expiring segment after the tiered ones.
+        summaries.append(SegmentSummary(summaries[-1].next_offset, summaries[-1].next_offset, 2**62,
+                                        untiered_local_bytes))
+        n = expired_prefix(summaries, policy, now_ms, keep_last=1)
+    else:
+        n = expired_prefix(summaries, policy, now_ms)
+    if n == 0:
+        return None
+    target = min(local[n - 1].end_offset + 1, finished[-1].end_offset + 1)
+    return target if target > log_start_offset else None
