@@ -31,8 +31,8 @@ test: harness lint
 crds: setup
 	$(PY) -m tierkeeper_operator.crdgen --out crds/
 
-demo: setup
-	@echo "make demo arrives with the tiering CLI (issue 3): see README.md" && exit 1
+demo: harness
+	PYTHONPATH=tests $(PY) examples/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache
