@@ -172,3 +172,18 @@ def test_sigkill_never_leaves_readable_partial_data(dataset: Dataset, kafka_brok
         _assert_finished_segments_complete(remote, log_dir)
     assert killed_mid_copy >= 5, "the kills should land in the middle of copies"
     os.sync()
+
+
+def test_transactional_data_needs_the_last_stable_offset(dataset: Dataset, kafka_broker: KafkaCluster,
+                                                         tmp_path: Path) -> None:
+    """Without a broker to ask for the LSO, the checkpointed high watermark may only stand in for
+    partitions without transactions: the transactional partition is refused, the plain one tiers."""
+    plain = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [dataset.txn_topic, plain], tmp_path / "logs")
+    remote = tmp_path / "remote"
+    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    assert proc.returncode == 1
+    assert f"{dataset.txn_topic}-0" in proc.stderr and "--bootstrap-servers" in proc.stderr
+    finished = _assert_finished_segments_complete(remote, log_dir)
+    assert finished.get((dataset.txn_topic, 0), []) == []
+    assert finished[(plain, 0)] == _rolled_segments(log_dir, plain, 0)
