@@ -181,28 +181,3 @@ class KafkaAdmin:
         done = self._wait(self._admin.describe_configs([resource], request_timeout=TIMEOUT_S), "describe configs")
         entries = next(iter(done.values()))
         return {name: entry.value for name, entry in entries.items() if entry.value is not None}
-
-    def committed_offsets(self, group: str, tps: Iterable[tuple[str, int]], *,
-                          stable: bool = True) -> dict[tuple[str, int], tuple[int, str | None]]:
-        """(offset, metadata) a consumer group committed per partition; partitions without a commit are left out.
-
-        Offsets of an open transaction are never returned. With ``stable`` the broker refuses to answer
-        (an error) while a transactional commit of the group is pending, instead of answering with the
-        value that commit may be about to replace.
-        """
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        request = [TopicPartition(t, p) for t, p in tps]
-        if not request:
-            return {}
-        futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, request)],
-                                                          require_stable=stable, request_timeout=TIMEOUT_S)
-        result = self._wait(futures, "list group offsets")[group]
-        out: dict[tuple[str, int], tuple[int, str | None]] = {}
-        for tp in result.topic_partitions:
-            if tp.error is not None:
-                raise KafkaAdminError(f"list group offsets {group} {tp.topic}-{tp.partition} on "
-                                      f"{self.bootstrap_servers}: {tp.error}")
-            if tp.offset >= 0:
-                out[(tp.topic, tp.partition)] = (int(tp.offset), tp.metadata or None)
-        return out
