@@ -19,7 +19,7 @@ import pytest
 from harness.kafka import KafkaCluster
 from harness.ports import free_ports
 from storage_core.adapters.store import RemoteStore
-from storage_core.formats.record_batch import iter_batch_headers
+from storage_core.formats.record_batch import HEADER_SIZE, iter_batch_headers
 from storage_core.logdir import LogDir
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState
@@ -74,9 +74,10 @@ def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
     bases = _rolled_segments(log_dir, topic, 0)
     victim = log_dir / f"{topic}-0" / f"{bases[2]:020d}.log"
     data = bytearray(victim.read_bytes())
-    flip_at = len(data) // 2
     batches = list(iter_batch_headers(io.BytesIO(bytes(data))))
-    hit = max(h for h in batches if h[0] <= flip_at)
+    hit = batches[len(batches) // 2]
+    # Inside the records, which the CRC covers (the leader epoch in the header is outside it, as in Kafka).
+    flip_at = hit[0] + HEADER_SIZE + (hit[1].size_in_bytes - HEADER_SIZE) // 2
     data[flip_at] ^= 0x40
     victim.write_bytes(bytes(data))
 
