@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "storage_core.cli.ls",
     "storage_core.cli.cleanup",
     "storage_core.cli.recover",
+    "storage_core.cli.rebuild",
     "storage_core.cli.fetchers",
     "tierkeeper_operator.cli",
 )

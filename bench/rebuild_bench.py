@@ -1,0 +1,333 @@
+"""Broker rebuild benchmark (seed 000, test case 3): rebuild from the remote tier vs plain replication.
+
+    PYTHONPATH=.:tests .venv/bin/python bench/rebuild_bench.py --gib 4 --partitions 6
+
+A real 3-broker Kafka 4.1 cluster on this machine. One topic (RF 3) holds ``--gib`` GiB, tiered with
+``tierkeeper copy`` to a file:// remote tier. Broker 3 is then rebuilt twice from an empty log dir
+(meta.properties only), with the same data:
+
+- plain: start it and let it replicate everything from the leaders (full local retention);
+- tiered: ``tierkeeper rebuild --local-retention-bytes <5% of a partition>``, then start it, so it
+  replicates only the untiered tail.
+
+Time to full ISR is measured from the first action (broker start, or the rebuild command) until the
+Admin API lists broker 3 in the ISR of every partition. Meanwhile a probe producer (acks=all, 1 KiB
+records at ``--probe-rate``/s on its own RF-3 topic) records per-record latency; its p99 in each
+window is compared with a quiet window of the healthy cluster before. Prints markdown; exits 1 when a
+target is missed (>= 10x faster, p99 during the tiered rebuild within 1.5x of normal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness.kafka import KafkaCluster
+from storage_core.adapters.kafka_admin import KafkaAdmin
+
+TOPIC, PROBE = "bench", "probe"
+REBUILT = 3
+POOL = 8 << 20
+
+
+@dataclass
+class Probe:
+    """An acks=all producer sending one record every 1/rate s. Each sample is (send time, latency as
+    librdkafka measured it), so a record belongs to the window it was sent in."""
+
+    bootstrap: str
+    rate: float
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    errors: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 0,
+                             "enable.idempotence": True, "log_level": 2})
+        payload = os.urandom(1024)
+
+        def delivered(sent_at: float) -> Callable[[object, object], None]:
+            def done(err: object, msg: object) -> None:
+                if err is not None:
+                    self.errors += 1
+                else:
+                    self.samples.append((sent_at, msg.latency()))  # type: ignore[attr-defined]
+            return done
+
+        interval = 1.0 / self.rate
+        next_at = time.monotonic()
+        i = 0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            producer.produce(PROBE, value=payload, partition=i % 3, on_delivery=delivered(now))
+            i += 1
+            next_at += interval
+            while (left := next_at - time.monotonic()) > 0:
+                producer.poll(left)
+        producer.flush(60)
+
+    def window(self, start: float, end: float) -> list[float]:
+        return [lat * 1000 for t, lat in self.samples if start <= t <= end]
+
+
+@dataclass
+class CpuSampler:
+    """Once a second: cores busy machine-wide, and how many of them this benchmark's processes (the
+    brokers, the CLI runs, the probe) used. The rest is other people's load on a shared machine."""
+
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        seen: dict[int, float] = {}
+
+        def ours() -> float:
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    t = proc.cpu_times()
+                    seen[proc.pid] = t.user + t.system
+                except psutil.Error:
+                    pass
+            # A finished process keeps its last value (its final fraction of a second is lost).
+            return sum(seen.values())
+
+        def busy() -> float:
+            t = psutil.cpu_times()
+            return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+        last_t, last_busy, last_ours = time.monotonic(), busy(), ours()
+        while not self._stop.wait(1.0):
+            now, b, o = time.monotonic(), busy(), ours()
+            span = now - last_t
+            self.samples.append((now, (b - last_busy) / span, (o - last_ours) / span))
+            last_t, last_busy, last_ours = now, b, o
+
+    def foreign(self, start: float, end: float) -> float:
+        inside = [b - o for t, b, o in self.samples if start <= t <= end + 1]
+        return max(0.0, statistics.fmean(inside)) if inside else float("nan")
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def worst_second_p99(values_with_time: list[tuple[float, float]], start: float, end: float) -> float:
+    """The highest p99 over any 1-second slice of the window (the seed's "max avg P99")."""
+    buckets: dict[int, list[float]] = {}
+    for t, lat in values_with_time:
+        if start <= t <= end:
+            buckets.setdefault(int(t - start), []).append(lat * 1000)
+    return max((pct(v, 0.99) for v in buckets.values() if len(v) >= 10), default=float("nan"))
+
+
+def produce_bulk(bootstrap: str, total: int, partitions: int) -> float:
+    rng = random.Random(405)
+    pool = rng.randbytes(POOL)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 1_000_000,
+                         "compression.type": "none", "queue.buffering.max.kbytes": 262144, "log_level": 2})
+    started = time.monotonic()
+    sent = count = 0
+    size = 4000
+    while sent < total:
+        start = (count * 7919) % (POOL - size)
+        while True:
+            try:
+                producer.produce(TOPIC, value=pool[start:start + size], partition=count % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+        sent += size
+        if count % 5000 == 0:
+            producer.poll(0)
+    assert producer.flush(300) == 0
+    return time.monotonic() - started
+
+
+def wait_full_isr(admin: KafkaAdmin, deadline_s: float = 3600) -> float:
+    started = time.monotonic()
+    while True:
+        described = admin.describe([TOPIC, PROBE])
+        if all(REBUILT in info.isr for info in described.values()):
+            return time.monotonic()
+        if time.monotonic() - started > deadline_s:
+            raise RuntimeError("broker 3 never rejoined the ISR")
+        time.sleep(0.2)
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*.log") if f.is_file())
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "storage_core.cli", *args], capture_output=True, text=True,
+                          check=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gib", type=float, default=4.0, help="data in the benchmark topic (per replica)")
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--window", type=float, default=0.05, help="local window as a fraction of a partition")
+    parser.add_argument("--probe-rate", type=float, default=200.0, help="probe records per second")
+    parser.add_argument("--segment-mib", type=int, default=4, help="segment.bytes of the topic, in MiB")
+    parser.add_argument("--quiet-seconds", type=float, default=30.0, help="length of the normal window")
+    parser.add_argument("--settle-seconds", type=float, default=30.0,
+                        help="pause after loading and tiering before the normal window (flushes, GC)")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rebuild-bench-"))
+    total = int(args.gib * (1 << 30))
+    cluster = KafkaCluster(workdir / "kafka", brokers=3, heap="1g")
+    remote = f"file://{workdir / 'remote'}"
+    probe: Probe | None = None
+    cpu = CpuSampler()
+    try:
+        cpu.start()
+        cluster.start()
+        admin_client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        config = {"segment.bytes": str(args.segment_mib << 20), "retention.ms": "-1", "retention.bytes": "-1"}
+        for fut in admin_client.create_topics([NewTopic(TOPIC, args.partitions, 3, config=config),
+                                               NewTopic(PROBE, 3, 3)]).values():
+            fut.result(60)
+        admin = KafkaAdmin(cluster.bootstrap_servers)
+        produce_s = produce_bulk(cluster.bootstrap_servers, total, args.partitions)
+        print(f"produced {total / 2**30:.2f} GiB in {produce_s:.1f} s", file=sys.stderr)
+        copied = time.monotonic()
+        out = cli("copy", "--log-dir", str(cluster.log_dir(1)), "--bootstrap-servers", cluster.bootstrap_servers,
+                  "--remote", remote, "--topic", TOPIC, "--json")
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr)
+        tiered = json.loads(out.stdout)
+        print(f"tiered {tiered['copied_bytes'] / 2**30:.2f} GiB in {time.monotonic() - copied:.1f} s",
+              file=sys.stderr)
+
+        probe = Probe(cluster.bootstrap_servers, args.probe_rate)
+        probe.start()
+        time.sleep(args.settle_seconds)  # the bulk load's flushes and the copy's reads die down first
+        normal = (time.monotonic(), time.monotonic() + args.quiet_seconds)
+        time.sleep(args.quiet_seconds)
+
+        # Plain replication with full local retention.
+        cluster.stop_broker(REBUILT)
+        cluster.wipe_log_dir(REBUILT)
+        plain_start = time.monotonic()
+        cluster.start_broker(REBUILT)
+        plain_up = time.monotonic()
+        plain_end = wait_full_isr(admin)
+        plain_bytes = dir_bytes(cluster.log_dir(REBUILT))
+        time.sleep(10)
+
+        # Rebuild from the remote tier with a 5% local window.
+        window = int(args.window * total / args.partitions)
+        cluster.stop_broker(REBUILT)
+        cluster.wipe_log_dir(REBUILT)
+        tiered_start = time.monotonic()
+        out = cli("rebuild", "--log-dir", str(cluster.log_dir(REBUILT)), "--bootstrap-servers",
+                  cluster.bootstrap_servers, "--broker-id", str(REBUILT), "--remote", remote,
+                  "--local-retention-bytes", str(window), "--parallelism", "4", "--json")
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr)
+        summary = json.loads(out.stdout)
+        rebuilt_at = time.monotonic()
+        restored_bytes = dir_bytes(cluster.log_dir(REBUILT))
+        cluster.start_broker(REBUILT)
+        tiered_up = time.monotonic()
+        tiered_end = wait_full_isr(admin)
+        tail_bytes = dir_bytes(cluster.log_dir(REBUILT)) - restored_bytes
+        time.sleep(5)
+        after = (time.monotonic(), time.monotonic() + args.quiet_seconds)
+        time.sleep(args.quiet_seconds)
+        probe.stop()
+
+        plain_s, tiered_s = plain_end - plain_start, tiered_end - tiered_start
+        windows = {
+            "normal (healthy cluster, before)": normal,
+            "plain rebuild: broker start": (plain_start, plain_up),
+            "plain rebuild: catch-up": (plain_up, plain_end),
+            "**plain rebuild, whole**": (plain_start, plain_end),
+            "tiered rebuild: restore command": (tiered_start, rebuilt_at),
+            "tiered rebuild: broker start": (rebuilt_at, tiered_up),
+            "tiered rebuild: catch-up": (tiered_up, tiered_end),
+            "**tiered rebuild, whole**": (tiered_start, tiered_end),
+            "normal (after)": after,
+        }
+        base_p99 = pct(probe.window(*normal), 0.99)
+        print(f"## Broker rebuild: {args.gib:g} GiB in {args.partitions} partitions ({args.segment_mib} MiB "
+              "segments), RF 3, 3 brokers\n")
+        print("| rebuild | time to full ISR | rebuild command | broker start to registered | "
+              "registered to full ISR | .log bytes fetched from leaders |")
+        print("|---|---|---|---|---|---|")
+        print(f"| plain replication, full local retention | {plain_s:.1f} s | - | {plain_up - plain_start:.1f} s | "
+              f"{plain_end - plain_up:.1f} s | {plain_bytes / 2**20:.0f} MiB |")
+        print(f"| tierkeeper rebuild, {args.window:.0%} local window | {tiered_s:.1f} s | "
+              f"{rebuilt_at - tiered_start:.1f} s ({summary['downloaded_bytes'] / 2**20:.0f} MiB restored) | "
+              f"{tiered_up - rebuilt_at:.1f} s | {tiered_end - tiered_up:.1f} s | {tail_bytes / 2**20:.0f} MiB |")
+        ratio = plain_s / tiered_s
+        catch_up_ratio = (plain_end - plain_up) / max(1e-3, tiered_end - tiered_up)
+        print(f"\nSpeed-up to full ISR: **{ratio:.1f}x** (target >= 10x); catch-up phase alone: "
+              f"{catch_up_ratio:.0f}x\n")
+        print("| probe window (acks=all, 1 KiB) | seconds | records | p50 ms | p99 ms | worst 1-s p99 ms | "
+              "p99 vs normal | other load (cores) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, (start, end) in windows.items():
+            lat = probe.window(start, end)
+            print(f"| {name} | {end - start:.1f} | {len(lat)} | {pct(lat, 0.5):.1f} | {pct(lat, 0.99):.1f} | "
+                  f"{worst_second_p99(probe.samples, start, end):.1f} | {pct(lat, 0.99) / base_p99:.2f}x | "
+                  f"{cpu.foreign(start, end):.2f} |")
+        tiered_p99 = pct(probe.window(tiered_start, tiered_end), 0.99)
+        print(f"\nprobe errors: {probe.errors}; mean latency overall "
+              f"{statistics.fmean(lat * 1000 for _, lat in probe.samples):.1f} ms")
+        ok = ratio >= 10 and tiered_p99 <= 1.5 * base_p99
+        print(f"\ntargets: speed-up {'met' if ratio >= 10 else 'MISSED'}; tiered p99 within 1.5x of normal "
+              f"{'met' if tiered_p99 <= 1.5 * base_p99 else 'MISSED'}")
+        return 0 if ok else 1
+    finally:
+        cpu.stop()
+        if probe is not None:
+            probe.stop()
+        cluster.stop()
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

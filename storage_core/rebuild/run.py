@@ -1,0 +1,162 @@
+"""One rebuild run: find where the log dir stands, plan, restore into staging, install.
+
+What Kafka says (assignment, offsets, topic configs) comes in as plain data from the entry point, so
+this module never talks to Kafka itself; the remote tier is read through the ObjectStore protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storage_core.formats.segment_files import TopicPartition
+from storage_core.rebuild.plan import (
+    PartitionObservation,
+    PartitionPlan,
+    RebuildPlan,
+    RebuildRefused,
+    plan_rebuild,
+    resolve_policy,
+)
+from storage_core.rebuild.restore import Progress, RestoreResult, restore
+from storage_core.rebuild.state import (
+    PartitionSummary,
+    RebuildDir,
+    Situation,
+    classify,
+    now_ms,
+)
+from storage_core.remote.catalog import PartitionCatalog, list_topics
+from storage_core.remote.layout import RemoteLayout, TopicPartitionId
+from storage_core.remote.store_api import ObjectStore
+
+
+@dataclass(frozen=True)
+class AssignedPartition:
+    """A partition as Kafka describes it, with the leader's offsets and the topic's config."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    leader: int | None
+    replicas: tuple[int, ...]
+    log_start_offset: int
+    high_watermark: int
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RebuildOptions:
+    broker_id: int
+    parallelism: int = 4
+    dry_run: bool = False
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
+
+
+@dataclass
+class RebuildOutcome:
+    action: str
+    """``rebuilt``, ``resumed``, ``installed`` (a crash after the restore was finished), ``already-rebuilt``,
+    ``nothing-to-restore`` or ``dry-run``."""
+    log_dir: str
+    partitions: list[PartitionSummary]
+    restore: RestoreResult = field(default_factory=RestoreResult)
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions)
+
+
+ClusterView = Callable[[], Sequence[AssignedPartition]]
+
+
+def observe(store: ObjectStore, assigned: Sequence[AssignedPartition],
+            options: RebuildOptions) -> list[PartitionObservation]:
+    """Join Kafka's view with the remote tier's manifests (listed in parallel: one LIST per partition)."""
+    layout = RemoteLayout(store.root)
+    ids: dict[str, list[str]] = {}
+    for topic, topic_id in list_topics(store, layout):
+        ids.setdefault(topic, []).append(topic_id)
+    mine = [a for a in assigned if options.broker_id in a.replicas]
+
+    def one(a: AssignedPartition) -> PartitionObservation:
+        manifest = None
+        if a.topic_id in ids.get(a.topic, []):
+            catalog = PartitionCatalog(store, layout, TopicPartitionId(a.topic, a.topic_id, a.partition))
+            # Derived from the markers, never trusted stale, and not written back: a dry run writes nothing.
+            manifest = catalog.rebuild_manifest(write=False)
+        policy = resolve_policy(a.topic_config, retention_ms=options.local_retention_ms,
+                                retention_bytes=options.local_retention_bytes)
+        return PartitionObservation(a.topic, a.partition, a.topic_id, a.leader, a.replicas, a.log_start_offset,
+                                    a.high_watermark, policy, tuple(ids.get(a.topic, [])), manifest)
+
+    with ThreadPoolExecutor(max_workers=max(1, options.parallelism)) as pool:
+        return list(pool.map(one, mine))
+
+
+def summarize(plan: PartitionPlan) -> PartitionSummary:
+    return PartitionSummary(topic=plan.topic, partition=plan.partition, topic_id=plan.topic_id,
+                            segments=len(plan.segments), bytes=plan.bytes, restored_start=plan.restored_start,
+                            restored_end=plan.restored_end, leader_end=plan.leader_end,
+                            expected_tail=plan.expected_tail, note=plan.note)
+
+
+def make_plan(store: ObjectStore, cluster: ClusterView, options: RebuildOptions) -> RebuildPlan:
+    plan = plan_rebuild(options.broker_id, observe(store, cluster(), options), RemoteLayout(store.root), now_ms())
+    if plan.refusals:
+        more = f" (and {len(plan.refusals) - 1} more)" if len(plan.refusals) > 1 else ""
+        raise RebuildRefused(plan.refusals[0] + more)
+    return plan
+
+
+def rebuild_log_dir(log_dir: str | Path, store: ObjectStore, cluster: ClusterView, options: RebuildOptions,
+                    progress: Progress | None = None, on_start: Progress | None = None) -> RebuildOutcome:
+    """Run (or resume, or confirm) the rebuild of one log dir; raises TierkeeperError on refusal/failure."""
+    rdir = RebuildDir(log_dir)
+    situation = classify(rdir.observe(), rdir.path)
+    rdir.check_identity(options.broker_id)
+    if situation is Situation.FRESH:
+        rdir.check_fresh(set())  # the cheap refusals first, before anything is touched
+    if situation is Situation.COMPLETE:
+        marker = rdir.read_marker()
+        return RebuildOutcome("already-rebuilt", str(rdir.path), marker.partitions if marker else [])
+    if options.dry_run:
+        if rdir.is_locked_by_other():
+            raise RebuildRefused(f"{rdir.path} is locked: a broker is using this log dir")
+        if situation is Situation.INSTALLING:
+            marker = rdir.read_marker()
+            return RebuildOutcome("dry-run", str(rdir.path), marker.partitions if marker else [])
+        plan = make_plan(store, cluster, options)
+        if situation is Situation.FRESH:
+            rdir.check_fresh(_tps(plan))
+        return RebuildOutcome("dry-run", str(rdir.path), [summarize(p) for p in plan.partitions])
+
+    with rdir.locked():
+        # Re-read under the lock: another run may have moved the dir on meanwhile.
+        situation = classify(rdir.observe(), rdir.path)
+        marker = rdir.read_marker()
+        if situation is Situation.COMPLETE:
+            return RebuildOutcome("already-rebuilt", str(rdir.path), marker.partitions if marker else [])
+        if situation is Situation.INSTALLING and marker is not None:
+            done = rdir.install(marker)
+            return RebuildOutcome("installed", str(rdir.path), done.partitions)
+        plan = make_plan(store, cluster, options)
+        if situation is Situation.FRESH:
+            rdir.check_fresh(_tps(plan))
+            if not plan.restoring:
+                return RebuildOutcome("nothing-to-restore", str(rdir.path), [summarize(p) for p in plan.partitions])
+        rdir.arm_guards(options.broker_id)
+        rdir.prune_staging({p.dir_name for p in plan.restoring})
+        result = restore(plan.restoring, rdir.partition_dir, store, parallelism=options.parallelism,
+                         progress=progress, on_start=on_start)
+        summaries = [summarize(p) for p in plan.partitions]
+        done = rdir.install(rdir.mark_installing(summaries))
+        action = "rebuilt" if situation is Situation.FRESH else "resumed"
+        return RebuildOutcome(action, str(rdir.path), done.partitions, result)
+
+
+def _tps(plan: RebuildPlan) -> set[TopicPartition]:
+    return {TopicPartition(p.topic, p.partition) for p in plan.restoring}

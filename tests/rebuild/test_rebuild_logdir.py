@@ -1,0 +1,256 @@
+"""The rebuild's log-dir side on a real filesystem and a real file:// remote tier: what lands where, how
+a failed run is detected and completed, and what it refuses. (The broker's side: the real-cluster tests.)"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from storage_core.errors import CorruptDataError, RemoteObjectNotFound
+from storage_core.formats.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata, topic_id_to_string
+from storage_core.rebuild.plan import RebuildRefused
+from storage_core.rebuild.restore import CHUNK, TMP_SUFFIX
+from storage_core.rebuild.run import RebuildOptions, RebuildOutcome, rebuild_log_dir
+from storage_core.rebuild.state import (
+    CLEAN_SHUTDOWN,
+    MARKER,
+    META,
+    META_ASIDE,
+    STAGING_DIR,
+    Phase,
+    RebuildDir,
+    Situation,
+    classify,
+)
+from storage_core.remote.layout import SegmentObject
+
+from .synthetic import BROKER, TOPIC, TOPIC_ID, SyntheticTier, format_log_dir, tree, write_tier
+
+OPTIONS = RebuildOptions(broker_id=BROKER, parallelism=3)
+
+
+def rebuild(log_dir: Path, tier: SyntheticTier, options: RebuildOptions = OPTIONS) -> RebuildOutcome:
+    return rebuild_log_dir(log_dir, tier.store, tier.cluster, options)
+
+
+def partition_files(log_dir: Path, partition: int) -> dict[str, bytes]:
+    return tree(log_dir / f"{TOPIC}-{partition}")
+
+
+def test_fresh_rebuild_restores_exactly_the_plan(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote")
+    log_dir = tmp_path / "data"
+    meta = format_log_dir(log_dir)
+    (log_dir / CLEAN_SHUTDOWN).write_text("{}")
+    outcome = rebuild(log_dir, tier)
+    assert outcome.action == "rebuilt"
+    for p in range(tier.partitions):
+        files = partition_files(log_dir, p)
+        metadata = files.pop("partition.metadata")
+        epochs = files.pop("leader-epoch-checkpoint")
+        assert files == tier.expected_files(p)
+        assert metadata == f"version: 0\ntopic_id: {TOPIC_ID}".encode()
+        assert topic_id_to_string(read_partition_metadata(log_dir / f"{TOPIC}-{p}" / "partition.metadata")) == TOPIC_ID
+        last = tier.segments[p][-1]
+        assert [(e.epoch, e.start_offset) for e in read_leader_epoch_checkpoint(
+            log_dir / f"{TOPIC}-{p}" / "leader-epoch-checkpoint")] == [tuple(e) for e in last.leader_epochs]
+        assert epochs.startswith(b"0\n2\n")
+    assert (log_dir / META).read_bytes() == meta
+    assert not (log_dir / META_ASIDE).exists() and not (log_dir / STAGING_DIR).exists()
+    assert not (log_dir / CLEAN_SHUTDOWN).exists(), "a clean-shutdown marker would skip Kafka's recovery"
+    assert outcome.restore.downloaded_bytes == sum(len(b) for p in range(tier.partitions)
+                                                   for b in tier.expected_files(p).values())
+    summary = {s.partition: s for s in outcome.partitions}
+    assert summary[0].restored_end == tier.segments[0][-1].next_offset
+    assert summary[0].expected_tail == tier.tail
+
+
+def test_rerun_on_a_rebuilt_dir_changes_nothing(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote")
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    rebuild(log_dir, tier)
+    before = {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in log_dir.rglob("*") if f.is_file()}
+    outcome = rebuild(log_dir, tier)
+    assert outcome.action == "already-rebuilt"
+    assert {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in log_dir.rglob("*") if f.is_file()} == before
+
+
+def test_a_failed_restore_leaves_a_guarded_dir_that_the_next_run_completes(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote", segments=8)
+    reference = tmp_path / "reference"
+    format_log_dir(reference)
+    rebuild(reference, tier)
+
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    victim = tier.key(tier.segments[1][5], SegmentObject.LOG)
+    Path(victim).rename(victim + ".away")
+    with pytest.raises(RemoteObjectNotFound):
+        rebuild(log_dir, tier, RebuildOptions(broker_id=BROKER, parallelism=1))
+    rdir = RebuildDir(log_dir)
+    assert classify(rdir.observe(), log_dir) is Situation.INTERRUPTED
+    assert (log_dir / STAGING_DIR).is_dir() and (log_dir / META_ASIDE).is_file() and not (log_dir / META).exists()
+    assert not any((log_dir / f"{TOPIC}-{p}").exists() for p in range(tier.partitions))
+    staged = [f for f in (log_dir / STAGING_DIR).rglob("*.log")]
+    assert staged, "downloads before the failure stay for the next run"
+
+    Path(victim + ".away").rename(victim)
+    outcome = rebuild(log_dir, tier)
+    assert outcome.action == "resumed"
+    assert outcome.restore.kept_files >= len(staged)
+    assert _without_marker(tree(log_dir)) == _without_marker(tree(reference))
+    marker = rdir.read_marker()
+    assert marker is not None and marker.phase is Phase.COMPLETE
+
+
+def _without_marker(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The marker holds timestamps; everything else must be byte-identical."""
+    return {k: v for k, v in files.items() if k != MARKER}
+
+
+def test_leftovers_and_damaged_files_in_staging_are_replaced(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote", partitions=1)
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    rdir = RebuildDir(log_dir)
+    rdir.arm_guards(BROKER)
+    pdir = rdir.partition_dir(f"{TOPIC}-0")
+    first = tier.segments[0][0]
+    (pdir / f"{first.base_offset:020d}.log").write_bytes(b"short")
+    (pdir / f"{first.base_offset:020d}.log{TMP_SUFFIX}").write_bytes(b"half a download")
+    (pdir / "99999999999999999999.log").write_bytes(b"not in the plan")
+    rdir.partition_dir("gone-7")
+    outcome = rebuild(log_dir, tier)
+    assert outcome.action == "resumed"
+    files = partition_files(log_dir, 0)
+    files.pop("partition.metadata"), files.pop("leader-epoch-checkpoint")
+    assert files == tier.expected_files(0)
+    assert not (log_dir / "gone-7").exists()
+
+
+def test_a_corrupted_remote_object_is_never_installed(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote", partitions=1)
+    key = tier.key(tier.segments[0][2], SegmentObject.LOG)
+    data = bytearray(Path(key).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    Path(key).write_bytes(bytes(data))
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    with pytest.raises(CorruptDataError, match="CRC-32C"):
+        rebuild(log_dir, tier)
+    name = f"{tier.segments[0][2].base_offset:020d}.log"
+    assert not list((log_dir / STAGING_DIR).rglob(name)), "a file with its real name must be whole and verified"
+    assert not (log_dir / META).exists(), "Kafka must not be able to start on this dir"
+
+
+def test_objects_larger_than_a_chunk_stream_intact(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote", partitions=1, segments=3, big_segment=2 * CHUNK + 12345)
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    rebuild(log_dir, tier, RebuildOptions(broker_id=BROKER, parallelism=2))
+    files = partition_files(log_dir, 0)
+    assert files[f"{tier.segments[0][-1].base_offset:020d}.log"] == tier.blobs[
+        tier.key(tier.segments[0][-1], SegmentObject.LOG)]
+
+
+def test_a_crash_after_the_restore_is_finished_by_installing(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote", partitions=2)
+    log_dir = tmp_path / "data"
+    meta = format_log_dir(log_dir)
+    hidden = tier.key(tier.segments[1][0], SegmentObject.LOG)
+    Path(hidden).rename(hidden + ".away")
+    with pytest.raises(RemoteObjectNotFound):
+        rebuild(log_dir, tier, RebuildOptions(broker_id=BROKER, parallelism=1))
+    Path(hidden + ".away").rename(hidden)
+    # Walk the remaining steps by hand up to the install, as a crash right after mark_installing leaves it.
+    from storage_core.rebuild.restore import restore
+    from storage_core.rebuild.run import make_plan, summarize
+
+    rdir = RebuildDir(log_dir)
+    plan = make_plan(tier.store, tier.cluster, OPTIONS)
+    restore(plan.restoring, rdir.partition_dir, tier.store, parallelism=2)
+    rdir.mark_installing([summarize(p) for p in plan.partitions])
+    os.rename(log_dir / STAGING_DIR / f"{TOPIC}-0", log_dir / f"{TOPIC}-0")  # one partition moved already
+    assert classify(rdir.observe(), log_dir) is Situation.INSTALLING
+    outcome = rebuild(log_dir, tier)
+    assert outcome.action == "installed"
+    assert (log_dir / META).read_bytes() == meta
+    for p in range(2):
+        files = partition_files(log_dir, p)
+        files.pop("partition.metadata"), files.pop("leader-epoch-checkpoint")
+        assert files == tier.expected_files(p)
+
+
+def test_dry_run_changes_nothing(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote")
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    before = tree(log_dir)
+    outcome = rebuild(log_dir, tier, RebuildOptions(broker_id=BROKER, dry_run=True))
+    assert outcome.action == "dry-run" and outcome.planned_bytes > 0
+    assert tree(log_dir) == before and sorted(os.listdir(log_dir)) == [META]
+
+
+def test_refusals(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote", partitions=1)
+    not_empty = tmp_path / "not-empty"
+    format_log_dir(not_empty)
+    (not_empty / "orders-0").mkdir()
+    with pytest.raises(RebuildRefused, match="not empty"):
+        rebuild(not_empty, tier)
+    assert sorted(os.listdir(not_empty)) == [META, "orders-0"]
+
+    other_node = tmp_path / "other-node"
+    format_log_dir(other_node, node_id=2)
+    with pytest.raises(RebuildRefused, match="node.id 2"):
+        rebuild(other_node, tier)
+
+    both = tmp_path / "both"
+    format_log_dir(both)
+    (both / META_ASIDE).write_text("node.id=3\n")
+    with pytest.raises(RebuildRefused, match="both"):
+        rebuild(both, tier)
+
+    unformatted = tmp_path / "unformatted"
+    unformatted.mkdir()
+    with pytest.raises(RebuildRefused, match="format"):
+        rebuild(unformatted, tier)
+
+
+def test_a_held_lock_means_a_running_broker(tmp_path: Path) -> None:
+    tier = write_tier(tmp_path / "remote", partitions=1)
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(log_dir / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RebuildRefused, match="locked"):
+            rebuild(log_dir, tier)
+        assert sorted(os.listdir(log_dir)) == [".lock", META]
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 10
+    fd = os.open(log_dir / ".lock", os.O_RDWR)
+    try:
+        while True:  # the lock goes with the process
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
+    assert rebuild(log_dir, tier).action == "rebuilt"
