@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -185,26 +186,42 @@ def _modified_ms(entry: dict[str, Any]) -> int | None:
 
 
 def _write_overlapped(out: Any, chunks: Iterable[bytes]) -> int:
-    """Write ``chunks`` to ``out`` in order, each write on a helper thread while the caller makes the next
-    chunk, so producing a chunk (a segment read and CRC-checked) overlaps the previous upload instead of
-    alternating with it. One write is in flight at a time: memory stays at two chunks and order is kept.
-    A single chunk (the small objects) is written directly."""
+    """Write ``chunks`` to ``out`` in order on one helper thread while the caller makes the next ones.
+
+    Producing a chunk (a segment read and CRC-checked) then overlaps the previous writes, and an object-store
+    part upload, instead of alternating with them. Up to one upload block may wait in the queue, so memory
+    stays bounded. A single chunk (the small objects) is written directly.
+    """
     if isinstance(chunks, (list, tuple)) and len(chunks) <= 1:
         for chunk in chunks:
             out.write(chunk)
         return sum(len(chunk) for chunk in chunks)
-    written = 0
-    # The pool exits before ``out`` closes, so a chunk source that fails never races a write in flight.
+    written = queued = 0
+    pending: deque[tuple[Future[Any], int]] = deque()
+    # The pool exits before ``out`` closes, so no write is running when the file is closed; if the chunk
+    # source fails, the writes queued before the failure still finish, as in a plain loop.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tierkeeper-upload") as writer:
-        pending: Future[Any] | None = None
         for chunk in chunks:
-            if pending is not None:
-                pending.result()
-            pending = writer.submit(out.write, chunk)
+            pending.append((writer.submit(out.write, chunk), len(chunk)))
             written += len(chunk)
-        if pending is not None:
-            pending.result()
+            queued += len(chunk)
+            while queued > UPLOAD_BLOCK:
+                queued -= _settle(pending)
+        while pending:
+            _settle(pending)
     return written
+
+
+def _settle(pending: deque[tuple[Future[Any], int]]) -> int:
+    """Wait for the oldest queued write; if it failed, cancel the later ones and raise its error."""
+    done, size = pending.popleft()
+    try:
+        done.result()
+    except BaseException:
+        for waiting, _ in pending:
+            waiting.cancel()
+        raise
+    return size
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
