@@ -63,7 +63,16 @@ class RemoteStore:
             if self.is_local:
                 self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             with self.fs.open(key, "wb", block_size=UPLOAD_BLOCK) as out:
-                return _write_overlapped(out, chunks)
+                written = _write_overlapped(out, chunks)
+            if self.is_local:
+                # The COPY_FINISHED marker is fsynced; the data it vouches for must reach the disk
+                # first, or an OS crash could leave a finished marker over incomplete data.
+                fd = os.open(key, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            return written
 
     def put_file(self, local_path: str, key: str) -> None:
         """Upload a local file as-is (the raw baseline the copy path is measured against)."""

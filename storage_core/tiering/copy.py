@@ -29,7 +29,7 @@ from storage_core.remote.metadata import SegmentMetadata, StoredObject
 from storage_core.tiering.plan import SegmentSpan
 
 # Each chunk is read, CRC-checked twice (per batch, per object) and written while it is still in the CPU
-# cache; 8 MiB chunks measured ~20% more CPU per GiB (bench/storage_bench.py, docs/benchmarks-storage.md).
+# cache; 8 MiB chunks measured 10-20% more CPU per GiB (bench/storage_bench.py, docs/benchmarks.md).
 CHUNK = 1 << 20
 Progress = Callable[[int], None]
 
