@@ -46,6 +46,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         futures = admin.create_topics([NewTopic(n, p, rf) for n, (p, rf) in TOPICS.items()])
         for future in futures.values():
             future.result(60)
+        for name, (partitions, _rf) in TOPICS.items():
+            kafka.wait_topic(name, partitions)
         yield kafka
     finally:
         kafka.stop()

@@ -202,6 +202,37 @@ class KafkaCluster:
                 raise HarnessError(f"Kafka brokers {sorted(wanted)} not all registered in {self.start_timeout}s")
             time.sleep(0.5)
 
+    def wait_topic(self, topic: str, partitions: int, timeout: float = 60.0) -> None:
+        """Wait until every running broker's own metadata lists ``topic`` with a leader for each of
+        its ``partitions``. A create or delete returns once the controller committed it; brokers
+        learn of it a moment later, and until then a request routed to one of them fails with
+        UNKNOWN_TOPIC_OR_PART (seen in CI)."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        running = [n for n in self.node_ids if self.is_running(n)]
+        clients = {n: AdminClient({"bootstrap.servers": self.broker_address(n)}) for n in running}
+        pending = set(running)
+        last = ""
+        while pending:
+            for node_id in sorted(pending):
+                try:
+                    md = clients[node_id].list_topics(topic, timeout=5).topics.get(topic)
+                except Exception as exc:  # noqa: BLE001 - retried until the deadline, reported below
+                    last = str(exc)
+                    continue
+                if md is None or md.error is not None or len(md.partitions) != partitions:
+                    last = f"node {node_id}: {md.error if md is not None else 'absent'}"
+                    continue
+                if any(p.leader < 0 for p in md.partitions.values()):
+                    last = f"node {node_id}: a partition has no leader yet"
+                    continue
+                pending.discard(node_id)
+            if pending and time.monotonic() > deadline:
+                raise HarnessError(f"topic {topic} not visible on nodes {sorted(pending)} in {timeout}s: {last}")
+            if pending:
+                time.sleep(0.2)
+
     def _check_alive(self, node: _Node) -> None:
         if node.proc is not None and node.proc.poll() is not None:
             raise HarnessError(f"Kafka node {node.node_id} exited with {node.proc.returncode}:\n"

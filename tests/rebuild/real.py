@@ -48,6 +48,7 @@ def create_topic(cluster: KafkaCluster, topic: str, partitions: int, config: dic
     cfg = {"internal.segment.bytes": str(SEGMENT_BYTES), **(config or {})}
     for fut in admin.create_topics([NewTopic(topic, partitions, 3, config=cfg)]).values():
         fut.result(60)
+    cluster.wait_topic(topic, partitions)
 
 
 def produce(cluster: KafkaCluster, topic: str, partitions: int, bytes_per_partition: int, *, seed: int,

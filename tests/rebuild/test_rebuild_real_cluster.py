@@ -22,6 +22,7 @@ import pytest
 from harness.kafka import KafkaCluster
 from harness.kafka_dist import HarnessError
 from storage_core.adapters.kafka_admin import KafkaAdmin
+from storage_core.errors import KafkaAdminError
 from storage_core.adapters.store import RemoteStore
 from storage_core.formats.segment_files import parse_partition_dir_name
 from storage_core.rebuild.plan import RebuildRefused
@@ -325,8 +326,14 @@ def test_another_incarnation_of_a_topic_is_refused(cluster: KafkaCluster, tiered
         except Exception:  # noqa: BLE001 - the old incarnation is still being deleted
             assert time.monotonic() < deadline
             time.sleep(0.5)
-    while admin.describe(["reborn"])[("reborn", 0)].topic_id == old_id:
-        # Metadata may still show the deleted incarnation for a moment on a busy machine.
+    while True:
+        # Brokers learn of the delete and the create a moment after the controller committed them:
+        # until then a describe may fail or still show the old incarnation.
+        try:
+            if admin.describe(["reborn"])[("reborn", 0)].topic_id != old_id:
+                break
+        except KafkaAdminError:
+            pass
         assert time.monotonic() < deadline, "the recreated topic kept the old topic id"
         time.sleep(0.5)
 
