@@ -17,6 +17,7 @@ from typing import Any
 
 import fsspec
 
+from storage_core.adapters import s3_upload
 from storage_core.errors import RemoteObjectNotFound, RemoteStoreError, TierkeeperError
 
 UPLOAD_BLOCK = 8 << 20
@@ -49,6 +50,7 @@ class RemoteStore:
             self.fs, self.root = fsspec.core.url_to_fs(url, **self.storage_options)
         self.root = self.root.rstrip("/")
         self.is_local = "file" in _protocols(self.fs)
+        self.is_s3 = s3_upload.is_s3(self.fs)
 
     def __reduce__(self) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any]]]:
         return (RemoteStore, (self.url, self.storage_options))
@@ -60,6 +62,8 @@ class RemoteStore:
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
         """Stream ``chunks`` into ``key``; return the bytes written. Not atomic: callers mark completion."""
         with _translated("upload", key):
+            if self.is_s3:
+                return s3_upload.upload_chunks(self.fs, key, chunks)
             if self.is_local:
                 self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             with self.fs.open(key, "wb", block_size=UPLOAD_BLOCK) as out:
@@ -73,6 +77,17 @@ class RemoteStore:
                 finally:
                     os.close(fd)
             return written
+
+    def abort_stale_uploads(self, path: str, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
+        """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return their keys.
+
+        Only S3 has them; on other stores a killed upload leaves a visible object, which the orphan sweep
+        of the segment listing removes.
+        """
+        if not self.is_s3:
+            return []
+        with _translated("abort stale uploads under", path):
+            return s3_upload.abort_stale_uploads(self.fs, path, older_than_ms, dry_run=dry_run)
 
     def put_file(self, local_path: str, key: str) -> None:
         """Upload a local file as-is (the raw baseline the copy path is measured against)."""

@@ -7,6 +7,7 @@ stays readable from one tier or the other.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ class CleanupOptions:
     orphan_grace_ms: int = 6 * 3600 * 1000
     use_log_start: bool = True
     dry_run: bool = False
-    now_ms: int = 0
+    now_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
 
 @dataclass
@@ -80,7 +81,8 @@ def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
         admin = KafkaAdmin(options.bootstrap_servers)
-    report: dict[str, Any] = {"dry_run": options.dry_run, "partitions": [], "errors": [], "bytes_deleted": 0}
+    report: dict[str, Any] = {"dry_run": options.dry_run, "partitions": [], "errors": [], "bytes_deleted": 0,
+                              "stale_uploads_aborted": []}
     views: dict[str, _TopicView] = {}
     for topic, topic_id in list_topics(store, layout):
         if options.topics is not None and topic not in options.topics:
@@ -93,6 +95,13 @@ def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
                 report["partitions"].append(_cleanup_one(store, layout, tp, view, admin, options))
             except TierkeeperError as exc:
                 report["errors"].append(f"{tp}: {exc}")
+        try:
+            # Part of the orphan sweep: a copy killed mid-upload leaves parts no listing shows.
+            report["stale_uploads_aborted"] += store.abort_stale_uploads(
+                layout.topic_dir(topic, topic_id), options.now_ms - options.orphan_grace_ms,
+                dry_run=options.dry_run)
+        except TierkeeperError as exc:
+            report["errors"].append(f"{topic}: {exc}")
     report["bytes_deleted"] = sum(p["bytes_deleted"] for p in report["partitions"])
     return report
 
