@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections import deque
 from collections.abc import Callable
 from typing import BinaryIO
 
@@ -105,26 +106,47 @@ def as_fetcher(source: ByteSource) -> RangeFetcher:
 class ChunkCursor:
     """Serves exact byte ranges out of large sequential fetches, so small records cost no extra calls.
 
-    Memory is about one chunk plus the largest range taken. Ranges must not start before the previous
-    one did (the cursor only moves forward).
+    Fetched chunks are kept as they arrive and a range is cut out of them directly: a range inside one
+    chunk costs one copy of its own bytes, and no chunk is ever re-copied to join it to the next. Memory
+    is about one chunk plus the largest range taken. Ranges must not start before the previous one did
+    (the cursor only moves forward).
     """
 
     def __init__(self, fetch: RangeFetcher, position: int = 0, chunk_size: int = 1 << 20) -> None:
         self._fetch = fetch
         self._chunk_size = chunk_size
-        self._buf = b""
-        self._buf_start = position
+        self._chunks: deque[bytes] = deque()
+        self._start = position  # where the first kept chunk starts
+        self._end = position  # where the last kept chunk ends
+        self._exhausted = False
 
     def take(self, start: int, end: int) -> bytes:
         """Bytes of ``[start, end)``, shorter only at the end of the data."""
-        offset = start - self._buf_start
-        if offset < 0:
-            raise ValueError(f"cursor at {self._buf_start} cannot move back to {start}")
-        if end - self._buf_start > len(self._buf):
-            keep = self._buf[offset:] if offset < len(self._buf) else b""
-            fetch_from = start + len(keep)
-            more = self._fetch(fetch_from, max(end, fetch_from + self._chunk_size))
-            self._buf = keep + more
-            self._buf_start = start
-            offset = 0
-        return self._buf[offset : offset + (end - start)]
+        if start < self._start:
+            raise ValueError(f"cursor at {self._start} cannot move back to {start}")
+        while self._chunks and self._start + len(self._chunks[0]) <= start:
+            self._start += len(self._chunks.popleft())
+        if not self._chunks:
+            self._start = self._end = max(self._end, start)
+        while self._end < end and not self._exhausted:
+            more = self._fetch(self._end, max(end, self._end + self._chunk_size))
+            if not more:
+                self._exhausted = True
+                break
+            self._chunks.append(more)
+            self._end += len(more)
+        end = min(end, self._end)
+        if end <= start:
+            return b""
+        first = self._chunks[0]
+        offset = start - self._start
+        if offset + (end - start) <= len(first):
+            return first[offset: offset + (end - start)]
+        parts = []
+        position = self._start
+        for chunk in self._chunks:
+            if position >= end:
+                break
+            parts.append(chunk[max(start - position, 0): end - position])
+            position += len(chunk)
+        return b"".join(parts)
