@@ -122,6 +122,14 @@ class ChunkCursor:
 
     def take(self, start: int, end: int) -> bytes:
         """Bytes of ``[start, end)``, shorter only at the end of the data."""
+        data = self.view(start, end)
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def view(self, start: int, end: int) -> bytes | memoryview:
+        """Like :meth:`take`, without copying when the range lies inside one fetched chunk.
+
+        The memoryview keeps its whole chunk alive; convert it to bytes before holding it for long.
+        """
         if start < self._start:
             raise ValueError(f"cursor at {self._start} cannot move back to {start}")
         while self._chunks and self._start + len(self._chunks[0]) <= start:
@@ -141,7 +149,7 @@ class ChunkCursor:
         first = self._chunks[0]
         offset = start - self._start
         if offset + (end - start) <= len(first):
-            return first[offset: offset + (end - start)]
+            return memoryview(first)[offset: offset + (end - start)]
         parts = []
         position = self._start
         for chunk in self._chunks:

@@ -167,13 +167,16 @@ class KafkaCluster:
         self.wait_ready(self.node_ids)
         return self
 
-    def _spawn(self, node: _Node) -> None:
+    def _spawn(self, node: _Node, nice: int = 0) -> None:
         env = dict(os.environ)
         env.pop("KAFKA_OPTS", None)
         with open(node.log_file, "ab") as f:
             f.write(f"\n===== harness: starting node {node.node_id} at {time.time():.3f} =====\n".encode())
-        node.proc = process.spawn(self._java("kafka.Kafka", str(node.config_file)),
-                                  log_path=node.log_file, env=env, cwd=node.home)
+        command = self._java("kafka.Kafka", str(node.config_file))
+        if nice:
+            # Every JVM thread inherits the niceness only if the process starts with it.
+            command = ["nice", "-n", str(nice), *command]
+        node.proc = process.spawn(command, log_path=node.log_file, env=env, cwd=node.home)
 
     def wait_ready(self, node_ids: list[int]) -> None:
         """Wait until every node listens and the cluster metadata lists it as a registered broker."""
@@ -244,12 +247,14 @@ class KafkaCluster:
             process.terminate(node.proc, kill=kill, timeout=90)
             node.proc = None
 
-    def start_broker(self, node_id: int, wait: bool = True) -> None:
+    def start_broker(self, node_id: int, wait: bool = True, nice: int = 0) -> None:
+        """Start a stopped node; ``nice`` > 0 runs its JVM at lower CPU priority (benchmarks use it to
+        model a broker on its own machine, whose start does not take CPU from the others)."""
         node = self._nodes[node_id]
         if node.proc is not None and node.proc.poll() is None:
             raise HarnessError(f"Kafka node {node_id} is already running")
         self._write_config(node)
-        self._spawn(node)
+        self._spawn(node, nice)
         if wait:
             self.wait_ready([node_id])
 
