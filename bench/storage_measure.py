@@ -103,8 +103,11 @@ def tiered_segments(partition_dir: Path) -> list[Segment]:
     return out
 
 
-def raw_put(store: RemoteStore, segments: list[Segment], prefix: str) -> int:
-    """The baseline: fsspec's own put_file of each segment file, as a plain backup tool would do it."""
+def raw_put(store: RemoteStore, segments: list[Segment], prefix: str, fsync: bool = False) -> int:
+    """The baseline: fsspec's own put_file of each segment file, as a plain backup tool would do it.
+
+    ``fsync`` (local targets) also flushes each file to disk, as the copy path does for its data objects.
+    """
     root = f"{store.root}/{prefix}"
     if store.is_local:
         store.fs.makedirs(root, exist_ok=True)
@@ -112,6 +115,12 @@ def raw_put(store: RemoteStore, segments: list[Segment], prefix: str) -> int:
     for segment in segments:
         for path in segment.files():
             store.put_file(str(path), f"{root}/{path.name}")
+            if fsync and store.is_local:
+                fd = os.open(f"{root}/{path.name}", os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             sent += path.stat().st_size
     return sent
 
