@@ -73,6 +73,9 @@ def _print(report: dict[str, Any]) -> None:
         if trim:
             print(f"{name}: {'would trim' if report.get('dry_run') else 'trimmed'} local log "
                   f"{trim['from']} -> {trim['to']} (highest tiered offset {trim['tiered_end']})")
+    for topic in report.get("deleted_topics", []):
+        print(f"{verb} the tier of {topic['topic']} (id {topic['topic_id']}): {topic['bytes']} bytes, "
+              f"{len(topic.get('uploads_aborted', []))} unfinished uploads")
     for key in report.get("stale_uploads_aborted", []):
         print(f"{'would abort' if report.get('dry_run') else 'aborted'} unfinished multipart upload of {key}")
     print(f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {len(report.get('partitions', []))} partitions")

@@ -107,7 +107,8 @@ class ChunkCursor:
     """Serves exact byte ranges out of large sequential fetches, so small records cost no extra calls.
 
     Fetched chunks are kept as they arrive and a range is cut out of them directly: a range inside one
-    chunk costs one copy of its own bytes, and no chunk is ever re-copied to join it to the next. Memory
+    chunk is a view of it (:meth:`view`) or a copy of just its bytes (:meth:`take`), and no chunk is ever
+    re-copied to join it to the next. Memory
     is about one chunk plus the largest range taken. Ranges must not start before the previous one did
     (the cursor only moves forward).
     """

@@ -187,8 +187,12 @@ def delete_topic(store: ObjectStore, topic: str, *, topic_id: str | None = None,
                 total += sum(sum(e.objects.values()) for e in catalog.listing().segments.values())
             else:
                 total += delete_partition_tier(catalog)
+        # Uploads still open under the topic would outlive its objects, invisible but billed.
+        aborted = store.abort_stale_uploads(layout.topic_dir(name, tid), int(time.time() * 1000) + 1,
+                                            dry_run=dry_run)
         if not dry_run:
             store.delete_tree(layout.topic_dir(name, tid))
-        report["deleted_topics"].append({"topic": name, "topic_id": tid, "bytes": total})
+        report["deleted_topics"].append({"topic": name, "topic_id": tid, "bytes": total,
+                                         "uploads_aborted": aborted})
         report["bytes_deleted"] += total
     return report

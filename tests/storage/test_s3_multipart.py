@@ -227,3 +227,33 @@ def _uploaded_parts(store: RemoteStore) -> int:
         parts = store.fs.call_s3("list_parts", Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
         total += len(parts.get("Parts", []))
     return total
+
+
+def test_deleting_a_topics_tier_aborts_its_open_uploads(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    import uuid
+
+    from storage_core.jobs.cleanup import delete_topic
+    from storage_core.remote.catalog import PartitionCatalog
+    from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState, TopicPartitionId
+    from storage_core.remote.metadata import SegmentMetadata
+
+    store = _store(s3_bucket)
+    layout = RemoteLayout(store.root)
+    tp = TopicPartitionId("orders", "q0nC4cY1Rk2H9b8hQ1XW3w", 0)
+    meta = SegmentMetadata(topic=tp.topic, topic_id=tp.topic_id, partition=0, segment_id=uuid.uuid4(),
+                           base_offset=0, end_offset=9, next_offset=10, max_timestamp=0, size_bytes=1 << 30,
+                           leader_epochs=[(0, 0)], state=SegmentState.COPY_STARTED)
+    PartitionCatalog(store, layout, tp).write_marker(meta)
+    bucket, key, _ = store.fs.split_path(layout.object_key(tp, 0, meta.segment_id, SegmentObject.LOG))
+    upload = store.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
+    store.fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1,
+                     Body=bytes(5 << 20))
+
+    preview = delete_topic(store, "orders", dry_run=True)
+    assert preview["deleted_topics"][0]["uploads_aborted"] == [f"{bucket}/{key}"]
+    assert len(_pending_uploads(store)) == 1
+
+    report = delete_topic(store, "orders")
+    assert report["deleted_topics"][0]["uploads_aborted"] == [f"{bucket}/{key}"]
+    assert _pending_uploads(store) == []
+    assert store.fs.find(store.root) == []
