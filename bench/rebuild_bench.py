@@ -192,6 +192,29 @@ def wait_full_isr(admin: KafkaAdmin, deadline_s: float = 3600) -> float:
         time.sleep(0.2)
 
 
+def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int,
+                 nice: int) -> tuple[float, float, float, float, dict[str, int], int, int]:
+    """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR. Returns
+    (start, rebuilt, started, full ISR) times, the command's summary, restored and tail .log bytes."""
+    cluster.stop_broker(REBUILT)
+    cluster.wipe_log_dir(REBUILT)
+    start = time.monotonic()
+    out = cli("rebuild", "--log-dir", str(cluster.log_dir(REBUILT)), "--bootstrap-servers",
+              cluster.bootstrap_servers, "--broker-id", str(REBUILT), "--remote", remote,
+              "--local-retention-bytes", str(window), "--parallelism", "4", "--json", nice=nice)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
+    summary = json.loads(out.stdout)
+    rebuilt = time.monotonic()
+    restored = dir_bytes(cluster.log_dir(REBUILT))
+    cluster.start_broker(REBUILT, nice=nice)
+    started = time.monotonic()
+    end = wait_full_isr(admin)
+    tail = dir_bytes(cluster.log_dir(REBUILT)) - restored
+    time.sleep(5)
+    return start, rebuilt, started, end, summary, restored, tail
+
+
 def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.log") if f.is_file())
 
@@ -215,6 +238,8 @@ def main() -> int:
     parser.add_argument("--rebuilt-nice", type=int, default=0,
                         help="niceness of broker 3's JVM (both rebuilds) and of the rebuild command: models "
                              "the replaced broker on its own machine, whose start does not take the leaders' CPU")
+    parser.add_argument("--tiered-rounds", type=int, default=1,
+                        help="repeat the tiered rebuild; the p99 target is judged on the pooled samples")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -260,24 +285,11 @@ def main() -> int:
         plain_bytes = dir_bytes(cluster.log_dir(REBUILT))
         time.sleep(10)
 
-        # Rebuild from the remote tier with a 5% local window.
+        # Rebuild from the remote tier with a 5% local window; extra rounds only add probe samples.
         window = int(args.window * total / args.partitions)
-        cluster.stop_broker(REBUILT)
-        cluster.wipe_log_dir(REBUILT)
-        tiered_start = time.monotonic()
-        out = cli("rebuild", "--log-dir", str(cluster.log_dir(REBUILT)), "--bootstrap-servers",
-                  cluster.bootstrap_servers, "--broker-id", str(REBUILT), "--remote", remote,
-                  "--local-retention-bytes", str(window), "--parallelism", "4", "--json", nice=args.rebuilt_nice)
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr)
-        summary = json.loads(out.stdout)
-        rebuilt_at = time.monotonic()
-        restored_bytes = dir_bytes(cluster.log_dir(REBUILT))
-        cluster.start_broker(REBUILT, nice=args.rebuilt_nice)
-        tiered_up = time.monotonic()
-        tiered_end = wait_full_isr(admin)
-        tail_bytes = dir_bytes(cluster.log_dir(REBUILT)) - restored_bytes
-        time.sleep(5)
+        rounds = [tiered_round(cluster, admin, remote, window, args.rebuilt_nice)
+                  for _ in range(args.tiered_rounds)]
+        tiered_start, rebuilt_at, tiered_up, tiered_end, summary, restored_bytes, tail_bytes = rounds[0]
         after = (time.monotonic(), time.monotonic() + args.quiet_seconds)
         time.sleep(args.quiet_seconds)
         probe.stop()
@@ -317,7 +329,14 @@ def main() -> int:
             print(f"| {name} | {end - start:.1f} | {len(lat)} | {pct(lat, 0.5):.1f} | {pct(lat, 0.99):.1f} | "
                   f"{worst_second_p99(probe.samples, start, end):.1f} | {pct(lat, 0.99) / base_p99:.2f}x | "
                   f"{cpu.foreign(start, end):.2f} |")
-        tiered_p99 = pct(probe.window(tiered_start, tiered_end), 0.99)
+        pooled = [lat for r in rounds for lat in probe.window(r[0], r[3])]
+        tiered_p99 = pct(pooled, 0.99)
+        if len(rounds) > 1:
+            print(f"\ntiered rebuild repeated {len(rounds)} times: time to full ISR "
+                  + ", ".join(f"{r[3] - r[0]:.1f}" for r in rounds) + " s; p99 per round "
+                  + ", ".join(f"{pct(probe.window(r[0], r[3]), 0.99):.1f}" for r in rounds)
+                  + f" ms; pooled ({len(pooled)} records): p50 {pct(pooled, 0.5):.1f} ms, p99 {tiered_p99:.1f} ms "
+                  f"= {tiered_p99 / base_p99:.2f}x normal")
         print(f"\nprobe errors: {probe.errors}; mean latency overall "
               f"{statistics.fmean(lat * 1000 for _, lat in probe.samples):.1f} ms")
         ok = ratio >= 10 and tiered_p99 <= 1.5 * base_p99
