@@ -15,6 +15,10 @@ Admin API lists broker 3 in the ISR of every partition. Meanwhile a probe produc
 records at ``--probe-rate``/s on its own RF-3 topic) records per-record latency; its p99 in each
 window is compared with a quiet window of the healthy cluster before. Prints markdown; exits 1 when a
 target is missed (>= 10x faster, p99 during the tiered rebuild within 1.5x of normal).
+
+``--tiered-rounds N`` repeats the tiered rebuild and judges the p99 on the pooled samples (one 7-s window
+holds too few records for a stable p99). ``--rebuilt-nice N`` starts broker 3 and the rebuild command at
+a lower CPU priority, modelling the replaced broker on its own machine; results with it say so.
 """
 
 from __future__ import annotations
