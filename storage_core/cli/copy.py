@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from storage_core.cli.common import add_remote_args, emit_json, open_store, progress_bar, storage_options
+from storage_core.errors import ConfigError
 
 
 def register(subparsers: Any) -> None:
@@ -21,6 +22,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
     p.add_argument("--broker-id", type=int, help="recorded in the segment metadata")
     p.add_argument("--parallelism", type=int, default=4, help="partitions copied at once (default 4)")
+    p.add_argument("--max-bytes-per-second", type=int, metavar="B",
+                   help="cap the segment bytes read and shipped per second, over all partitions (default: "
+                        "no cap), so tiering leaves the broker's disk to the broker")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     add_remote_args(p)
     p.set_defaults(handler=run)
@@ -31,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
     from storage_core.tiering.partition_copy import copy_partition
     from storage_core.tiering.plan import CopyTask
 
+    from storage_core.throttle import RateLimiter, limited
+
+    if args.max_bytes_per_second is not None and args.max_bytes_per_second <= 0:
+        raise ConfigError(f"--max-bytes-per-second must be > 0, got {args.max_bytes_per_second}")
+    limiter = RateLimiter(args.max_bytes_per_second) if args.max_bytes_per_second else None
     store = open_store(args)
     log_dir = LogDir(args.log_dir)
     partitions = log_dir.partitions(set(args.topic) if args.topic else None)
@@ -53,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
             with lock:
                 bar.update(n)
 
+        report = limited(advance, limiter)
         with ThreadPoolExecutor(max_workers=max(1, args.parallelism)) as pool:
-            results = list(pool.map(lambda t: copy_partition(t, store, advance), tasks))
+            results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
     failed = [r for r in results if r.error]
     if args.json:
         emit_json({"partitions": [r.__dict__ for r in results],

@@ -29,6 +29,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--exclude-topic", action="append", default=[], metavar="T",
                    help="leave this topic to plain replication (repeatable)")
     p.add_argument("--parallelism", type=int, default=4, help="downloads at once (default 4)")
+    p.add_argument("--max-bytes-per-second", type=int, metavar="B",
+                   help="cap the bytes restored per second, over all downloads (default: no cap)")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout, no progress bar")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     add_remote_args(p)
@@ -45,6 +47,11 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= -1 (-1: unlimited), got {value}")
     if args.parallelism < 1:
         raise ConfigError(f"--parallelism must be >= 1, got {args.parallelism}")
+    if args.max_bytes_per_second is not None and args.max_bytes_per_second <= 0:
+        raise ConfigError(f"--max-bytes-per-second must be > 0, got {args.max_bytes_per_second}")
+    from storage_core.throttle import RateLimiter, limited
+
+    limiter = RateLimiter(args.max_bytes_per_second) if args.max_bytes_per_second else None
     options = RebuildOptions(broker_id=args.broker_id, parallelism=args.parallelism, dry_run=args.dry_run,
                              local_retention_ms=args.local_retention_ms,
                              local_retention_bytes=args.local_retention_bytes)
@@ -67,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
             bar.reset(total=total)
 
         try:
-            outcome = rebuild_log_dir(args.log_dir, open_store(args), cluster, options, progress=bar.update,
-                                      on_start=start)
+            outcome = rebuild_log_dir(args.log_dir, open_store(args), cluster, options,
+                                      progress=limited(bar.update, limiter), on_start=start)
         except OSError as exc:
             # The log dir is left as it was or resumable; say which file failed, in one line.
             raise TierkeeperError(f"{exc.filename or args.log_dir}: {exc.strerror or exc}") from exc

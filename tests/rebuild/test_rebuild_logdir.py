@@ -254,3 +254,41 @@ def test_a_held_lock_means_a_running_broker(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert rebuild(log_dir, tier).action == "rebuilt"
+
+
+def test_a_rate_limited_rebuild_waits_for_its_rate_and_restores_the_same(tmp_path: Path) -> None:
+    import threading
+
+    from storage_core.throttle import RateLimiter, limited
+
+    tier = write_tier(tmp_path / "remote")
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    lock = threading.Lock()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the clock stands still, so the debt of every download adds up
+        with lock:
+            slept.append(seconds)
+
+    total = sum(len(b) for p in range(tier.partitions) for b in tier.expected_files(p).values())
+    rate = total // 4
+    seen: list[int] = []
+    outcome = rebuild_log_dir(log_dir, tier.store, tier.cluster, OPTIONS,
+                              progress=limited(seen.append, RateLimiter(rate, clock=lambda: 0.0, sleep=sleep)))
+    assert outcome.action == "rebuilt" and outcome.restore.downloaded_bytes == total == sum(seen)
+    assert max(slept) == pytest.approx((total - rate) / rate)
+    for p in range(tier.partitions):
+        files = partition_files(log_dir, p)
+        assert {k: v for k, v in files.items() if k in tier.expected_files(p)} == tier.expected_files(p)
+
+
+def test_rebuild_refuses_a_non_positive_rate(tmp_path: Path) -> None:
+    from harness.tierkeeper_cli import run_cli
+
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    proc = run_cli("rebuild", "--log-dir", str(log_dir), "--bootstrap-servers", "127.0.0.1:9", "--broker-id", "3",
+                   "--remote", f"file://{tmp_path / 'remote'}", "--max-bytes-per-second", "-1")
+    assert proc.returncode != 0 and "--max-bytes-per-second must be > 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
