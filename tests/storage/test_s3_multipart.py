@@ -177,7 +177,7 @@ store.put_chunks(layout.object_key(tp, 0, meta.segment_id, SegmentObject.LOG), e
 
 
 def test_upload_of_a_killed_copy_is_aborted_by_cleanup_after_the_grace_period(
-        s3_bucket: tuple[str, dict[str, Any]], tmp_path: Any) -> None:
+        s3_bucket: tuple[str, dict[str, Any]]) -> None:
     import json
     import signal
     import subprocess
