@@ -32,8 +32,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.logdir import LogDir
-    from storage_core.tiering.partition_copy import copy_partition
     from storage_core.throttle import RateLimiter, limited
+    from storage_core.tiering.partition_copy import copy_partition
     from storage_core.tiering.plan import CopyTask
 
     if args.max_bytes_per_second is not None and args.max_bytes_per_second <= 0:
