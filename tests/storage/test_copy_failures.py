@@ -20,58 +20,24 @@ from harness.kafka import KafkaCluster
 from harness.ports import free_ports
 from storage_core.adapters.store import RemoteStore
 from storage_core.formats.record_batch import HEADER_SIZE, iter_batch_headers
-from storage_core.logdir import LogDir
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
-from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState
-from storage_core.remote.reader import RemoteReader
+from storage_core.remote.layout import RemoteLayout
 
 from .conftest import run_cli
 from .dataset import Dataset
 from .private_logdir import copy_partitions
+from .tier_checks import finished_segments_complete, read_offsets, rolled_segments
 
 
-def _rolled_segments(log_dir: Path, topic: str, partition: int) -> list[int]:
-    return [s.base_offset for s in LogDir(log_dir).partitions({topic})[partition].segments()][:-1]
-
-
-def _assert_finished_segments_complete(remote_dir: Path, log_dir: Path) -> dict[tuple[str, int], list[int]]:
-    """Every COPY_FINISHED segment has all its objects at the recorded sizes and its .log equals the local
-    file; returns the finished base offsets per partition."""
-    store = RemoteStore(f"file://{remote_dir}")
-    layout = RemoteLayout(store.root)
-    finished: dict[tuple[str, int], list[int]] = {}
-    for topic, topic_id in list_topics(store, layout):
-        for tp in list_partitions(store, layout, topic, topic_id):
-            catalog = PartitionCatalog(store, layout, tp)
-            bases = []
-            for entry in catalog.listing().segments.values():
-                if entry.state is not SegmentState.COPY_FINISHED:
-                    continue
-                meta = catalog.read_marker(entry.base_offset, entry.segment_id, SegmentState.COPY_FINISHED)
-                for obj, stored in meta.objects.items():
-                    assert entry.objects.get(obj.value) == stored.size, f"{tp} {meta.base_offset} {obj}"
-                local = log_dir / f"{topic}-{tp.partition}" / f"{meta.base_offset:020d}.log"
-                remote = layout.object_key(tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
-                assert store.get(remote) == local.read_bytes()
-                bases.append(meta.base_offset)
-            finished[(topic, tp.partition)] = sorted(bases)
-    return finished
-
-
-def _read_offsets(remote_dir: Path, topic: str, partition: int) -> list[int]:
-    with RemoteReader(RemoteStore(f"file://{remote_dir}")) as reader:
-        tp = reader.resolve(topic, partition)
-        manifest = reader.manifest(tp, refresh=True)
-        if manifest.start_offset is None:
-            return []
-        return [r.offset for r in reader.read_from_offset(tp, manifest.start_offset)]
+def _file_store(path: Path) -> RemoteStore:
+    return RemoteStore(f"file://{path}")
 
 
 def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
         dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
     topic = dataset.codec_topics[0]  # uncompressed
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
-    bases = _rolled_segments(log_dir, topic, 0)
+    bases = rolled_segments(log_dir, topic, 0)
     victim = log_dir / f"{topic}-0" / f"{bases[2]:020d}.log"
     data = bytearray(victim.read_bytes())
     batches = list(iter_batch_headers(io.BytesIO(bytes(data))))
@@ -88,9 +54,9 @@ def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
     assert f"offset={hit[1].base_offset}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
-    finished = _assert_finished_segments_complete(remote, log_dir)
+    finished = finished_segments_complete(_file_store(remote), log_dir)
     assert finished[(topic, 0)] == bases[:2], "only the segments before the damage may be tiered"
-    assert finished[(topic, 1)] == _rolled_segments(log_dir, topic, 1), "the healthy partition must tier fully"
+    assert finished[(topic, 1)] == rolled_segments(log_dir, topic, 1), "the healthy partition must tier fully"
     store = RemoteStore(f"file://{remote}")
     layout = RemoteLayout(store.root)
     tp = next(t for t in list_partitions(store, layout, *list_topics(store, layout)[0]) if t.partition == 0)
@@ -138,14 +104,14 @@ def test_sigkill_never_leaves_readable_partial_data(dataset: Dataset, kafka_brok
                                                     tmp_path: Path) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
-    expected = {p: _rolled_segments(log_dir, topic, p) for p in (0, 1)}
+    expected = {p: rolled_segments(log_dir, topic, p) for p in (0, 1)}
     full_offsets = {}
     calibration = _copy_process(log_dir, tmp_path / "calibrate")
     started = _wait_for_first_object(tmp_path / "calibrate", calibration)
     assert calibration.wait(120) == 0
     duration = time.monotonic() - started
     for p in (0, 1):
-        full_offsets[p] = _read_offsets(tmp_path / "calibrate", topic, p)
+        full_offsets[p] = read_offsets(_file_store(tmp_path / "calibrate"), topic, p)
         assert full_offsets[p] == list(range(len(full_offsets[p])))
 
     rng = random.Random(20)
@@ -158,19 +124,19 @@ def test_sigkill_never_leaves_readable_partial_data(dataset: Dataset, kafka_brok
         time.sleep(rng.uniform(0.0, 1.0) * duration)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-        finished = _assert_finished_segments_complete(remote, log_dir) if remote.exists() else {}
+        finished = finished_segments_complete(_file_store(remote), log_dir) if remote.exists() else {}
         for p in (0, 1):
             bases = finished.get((topic, p), [])
             if 0 < len(bases) < len(expected[p]):
                 killed_mid_copy += 1
             assert bases == expected[p][:len(bases)], "finished segments must be a gap-free prefix"
-            offsets = _read_offsets(remote, topic, p) if bases else []
+            offsets = read_offsets(_file_store(remote), topic, p) if bases else []
             assert offsets == full_offsets[p][:len(offsets)], "every readable offset once, in order"
         rerun = _copy_process(log_dir, remote)
         assert rerun.wait(120) == 0
         for p in (0, 1):
-            assert _read_offsets(remote, topic, p) == full_offsets[p]
-        _assert_finished_segments_complete(remote, log_dir)
+            assert read_offsets(_file_store(remote), topic, p) == full_offsets[p]
+        finished_segments_complete(_file_store(remote), log_dir)
     assert killed_mid_copy >= 5, "the kills should land in the middle of copies"
     os.sync()
 
@@ -185,6 +151,6 @@ def test_transactional_data_needs_the_last_stable_offset(dataset: Dataset, kafka
     proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
     assert proc.returncode == 1
     assert f"{dataset.txn_topic}-0" in proc.stderr and "--bootstrap-servers" in proc.stderr
-    finished = _assert_finished_segments_complete(remote, log_dir)
+    finished = finished_segments_complete(_file_store(remote), log_dir)
     assert finished.get((dataset.txn_topic, 0), []) == []
-    assert finished[(plain, 0)] == _rolled_segments(log_dir, plain, 0)
+    assert finished[(plain, 0)] == rolled_segments(log_dir, plain, 0)

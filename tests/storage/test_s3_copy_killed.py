@@ -23,12 +23,10 @@ from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
 from storage_core.adapters.store import RemoteStore
 from storage_core.logdir import LogDir
-from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
-from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState
-from storage_core.remote.reader import RemoteReader
 
 from .conftest import run_cli, s3_remote
 from .private_logdir import copy_partitions
+from .tier_checks import finished_segments_complete, open_uploads, read_offsets
 
 SEGMENT_BYTES = 12 << 20  # one segment = two 8 MiB upload parts
 
@@ -48,41 +46,6 @@ def _produce_big_topic(kafka: KafkaCluster) -> str:
             producer.poll(0)
     assert producer.flush(60) == 0
     return topic
-
-
-def _finished(store: RemoteStore, log_dir: Path, topic: str) -> list[int]:
-    """Base offsets of the COPY_FINISHED segments, each checked complete and byte-identical."""
-    layout = RemoteLayout(store.root)
-    bases = []
-    for name, topic_id in list_topics(store, layout):
-        for tp in list_partitions(store, layout, name, topic_id):
-            catalog = PartitionCatalog(store, layout, tp)
-            for entry in catalog.listing().segments.values():
-                if entry.state is not SegmentState.COPY_FINISHED:
-                    continue
-                meta = catalog.read_marker(entry.base_offset, entry.segment_id, SegmentState.COPY_FINISHED)
-                for obj, stored in meta.objects.items():
-                    assert store.size(layout.object_key(tp, meta.base_offset, meta.segment_id, obj)) == stored.size
-                local = log_dir / f"{topic}-0" / f"{meta.base_offset:020d}.log"
-                key = layout.object_key(tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
-                assert store.get(key) == local.read_bytes()
-                bases.append(meta.base_offset)
-    return sorted(bases)
-
-
-def _offsets(store: RemoteStore, topic: str) -> list[int]:
-    with RemoteReader(store) as reader:
-        tp = reader.resolve(topic, 0)
-        manifest = reader.manifest(tp, refresh=True)
-        if manifest.start_offset is None:
-            return []
-        return [r.offset for r in reader.read_from_offset(tp, manifest.start_offset)]
-
-
-def _pending_uploads(store: RemoteStore, under: str) -> list[dict[str, Any]]:
-    bucket, prefix = under.split("/", 1)
-    listing = store.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix + "/")
-    return list(listing.get("Uploads", []))
 
 
 def _wait_for_first_object(store: RemoteStore, proc: subprocess.Popen[bytes]) -> float:
@@ -129,27 +92,28 @@ def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_ab
         if trial % 2:
             time.sleep(rng.uniform(0.0, 1.0) * duration)
         else:  # aimed: kill as soon as a multipart upload is open
-            while not _pending_uploads(store, store.root) and copier.poll() is None:
+            while not open_uploads(store, store.root) and copier.poll() is None:
                 time.sleep(0.005)
         copier.kill()
         copier.wait(30)
         store.invalidate()
-        if _pending_uploads(store, store.root):
+        if open_uploads(store, store.root):
             killed_inside_uploads += 1
-        finished = _finished(store, log_dir, topic) if store.exists(store.root) else []
+        finished = finished_segments_complete(store, log_dir).get((topic, 0), []) if store.exists(store.root) else []
         assert finished == rolled[:len(finished)], "finished segments must be a gap-free prefix"
         if finished:
-            offsets = _offsets(store, topic)
+            offsets = read_offsets(store, topic, 0)
             assert offsets == list(range(len(offsets))), "every readable offset once, in order"
 
         rerun = run_cli("copy", "--log-dir", str(log_dir), *kafka, *remote.flags, env=remote.env)
         assert rerun.returncode == 0, rerun.stderr
         store.invalidate()
-        assert _finished(store, log_dir, topic) == rolled
-        assert _offsets(store, topic) == list(range(active_base))
+        assert finished_segments_complete(store, log_dir)[(topic, 0)] == rolled
+        assert read_offsets(store, topic, 0) == list(range(active_base))
 
         swept = run_cli("cleanup", *remote.flags, "--orphan-grace-ms", "0", "--json", env=remote.env)
         assert swept.returncode == 0, swept.stderr
-        assert _pending_uploads(store, store.root) == [], "the sweep aborts what the kill left open"
-        assert _finished(store, log_dir, topic) == rolled, "the sweep never touches finished segments"
+        assert open_uploads(store, store.root) == [], "the sweep aborts what the kill left open"
+        assert finished_segments_complete(store, log_dir)[(topic, 0)] == rolled, \
+            "the sweep never touches finished segments"
     assert killed_inside_uploads >= 3, f"only {killed_inside_uploads} of 8 kills landed inside multipart uploads"

@@ -19,6 +19,8 @@ from storage_core.adapters import s3_upload
 from storage_core.adapters.store import RemoteStore
 from storage_core.errors import CorruptDataError, RemoteStoreError
 
+from .tier_checks import open_uploads
+
 MiB = 1 << 20
 
 
@@ -63,12 +65,6 @@ def _store(s3_bucket: tuple[str, dict[str, Any]]) -> RemoteStore:
     return store
 
 
-def _pending_uploads(store: RemoteStore) -> list[dict[str, Any]]:
-    bucket = store.root.split("/")[0]
-    listing = store.fs.call_s3("list_multipart_uploads", Bucket=bucket)
-    return list(listing.get("Uploads", []))
-
-
 def test_large_object_is_a_concurrent_multipart_upload(s3_bucket: tuple[str, dict[str, Any]],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     store = _store(s3_bucket)
@@ -85,7 +81,7 @@ def test_large_object_is_a_concurrent_multipart_upload(s3_bucket: tuple[str, dic
     assert watch.calls["upload_part"] == 4
     assert watch.calls["create_multipart_upload"] == 1 and watch.calls["complete_multipart_upload"] == 1
     assert 1 < watch.max_in_flight <= s3_upload.MAX_IN_FLIGHT
-    assert _pending_uploads(store) == []
+    assert open_uploads(store) == []
 
 
 def test_object_below_one_part_is_a_single_put(s3_bucket: tuple[str, dict[str, Any]],
@@ -126,7 +122,7 @@ def test_corrupt_source_aborts_the_upload_and_leaves_nothing(s3_bucket: tuple[st
 
     assert watch.calls["upload_part"] == 2 and watch.calls["abort_multipart_upload"] == 1
     assert watch.calls["complete_multipart_upload"] == 0
-    assert _pending_uploads(store) == []
+    assert open_uploads(store) == []
     assert not store.exists(key)
 
 
@@ -141,7 +137,7 @@ def test_failed_part_aborts_the_upload_with_the_key_in_the_error(s3_bucket: tupl
 
     assert watch.calls["abort_multipart_upload"] == 1
     assert watch.calls["complete_multipart_upload"] == 0
-    assert _pending_uploads(store) == []
+    assert open_uploads(store) == []
     assert not store.exists(key)
 
 
@@ -200,30 +196,30 @@ def test_upload_of_a_killed_copy_is_aborted_by_cleanup_after_the_grace_period(
     finally:
         copier.send_signal(signal.SIGKILL)
         copier.wait()
-    assert len(_pending_uploads(store)) == 1
+    assert len(open_uploads(store)) == 1
 
     # moto stamps every upload "Initiated 2010-11-10T20:48:33Z" (real S3 gives the real time), so the
     # grace period is exercised by placing "now" relative to that stamp.
-    initiated = int(_pending_uploads(store)[0]["Initiated"].timestamp() * 1000)
+    initiated = int(open_uploads(store)[0]["Initiated"].timestamp() * 1000)
     young = run_cleanup(store, CleanupOptions(orphan_grace_ms=3600_000, now_ms=initiated + 1800_000))
-    assert young["stale_uploads_aborted"] == [] and len(_pending_uploads(store)) == 1, "a running copy's upload"
+    assert young["stale_uploads_aborted"] == [] and len(open_uploads(store)) == 1, "a running copy's upload"
 
     later = max(int(time.time() * 1000), initiated) + 2 * 3600_000
     preview = run_cleanup(store, CleanupOptions(orphan_grace_ms=3600_000, now_ms=later, dry_run=True))
-    assert len(preview["stale_uploads_aborted"]) == 1 and len(_pending_uploads(store)) == 1
+    assert len(preview["stale_uploads_aborted"]) == 1 and len(open_uploads(store)) == 1
 
     swept = run_cleanup(store, CleanupOptions(orphan_grace_ms=3600_000, now_ms=later))
     assert swept["stale_uploads_aborted"] == preview["stale_uploads_aborted"]
     assert swept["stale_uploads_aborted"][0].endswith(".log")
     assert swept["partitions"][0]["orphans_removed"] == 1  # its COPY_STARTED marker
-    assert _pending_uploads(store) == []
+    assert open_uploads(store) == []
     assert swept["errors"] == []
 
 
 def _uploaded_parts(store: RemoteStore) -> int:
     bucket = store.root.split("/")[0]
     total = 0
-    for upload in _pending_uploads(store):
+    for upload in open_uploads(store):
         parts = store.fs.call_s3("list_parts", Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
         total += len(parts.get("Parts", []))
     return total
@@ -251,9 +247,9 @@ def test_deleting_a_topics_tier_aborts_its_open_uploads(s3_bucket: tuple[str, di
 
     preview = delete_topic(store, "orders", dry_run=True)
     assert preview["deleted_topics"][0]["uploads_aborted"] == [f"{bucket}/{key}"]
-    assert len(_pending_uploads(store)) == 1
+    assert len(open_uploads(store)) == 1
 
     report = delete_topic(store, "orders")
     assert report["deleted_topics"][0]["uploads_aborted"] == [f"{bucket}/{key}"]
-    assert _pending_uploads(store) == []
+    assert open_uploads(store) == []
     assert store.fs.find(store.root) == []
