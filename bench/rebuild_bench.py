@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -196,10 +197,18 @@ def wait_full_isr(admin: KafkaAdmin, deadline_s: float = 3600) -> float:
         time.sleep(0.2)
 
 
-def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int,
-                 nice: int) -> tuple[float, float, float, float, dict[str, int], int, int]:
-    """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR. Returns
-    (start, rebuilt, started, full ISR) times, the command's summary, restored and tail .log bytes."""
+class TieredRound(NamedTuple):
+    start: float
+    rebuilt: float
+    started: float
+    end: float  # full ISR
+    summary: dict[str, Any]
+    restored_bytes: int
+    tail_bytes: int
+
+
+def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int, nice: int) -> TieredRound:
+    """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR."""
     cluster.stop_broker(REBUILT)
     cluster.wipe_log_dir(REBUILT)
     start = time.monotonic()
@@ -216,7 +225,7 @@ def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: 
     end = wait_full_isr(admin)
     tail = dir_bytes(cluster.log_dir(REBUILT)) - restored
     time.sleep(5)
-    return start, rebuilt, started, end, summary, restored, tail
+    return TieredRound(start, rebuilt, started, end, summary, restored, tail)
 
 
 def dir_bytes(path: Path) -> int:
@@ -333,12 +342,12 @@ def main() -> int:
             print(f"| {name} | {end - start:.1f} | {len(lat)} | {pct(lat, 0.5):.1f} | {pct(lat, 0.99):.1f} | "
                   f"{worst_second_p99(probe.samples, start, end):.1f} | {pct(lat, 0.99) / base_p99:.2f}x | "
                   f"{cpu.foreign(start, end):.2f} |")
-        pooled = [lat for r in rounds for lat in probe.window(r[0], r[3])]
+        pooled = [lat for r in rounds for lat in probe.window(r.start, r.end)]
         tiered_p99 = pct(pooled, 0.99)
         if len(rounds) > 1:
             print(f"\ntiered rebuild repeated {len(rounds)} times: time to full ISR "
-                  + ", ".join(f"{r[3] - r[0]:.1f}" for r in rounds) + " s; p99 per round "
-                  + ", ".join(f"{pct(probe.window(r[0], r[3]), 0.99):.1f}" for r in rounds)
+                  + ", ".join(f"{r.end - r.start:.1f}" for r in rounds) + " s; p99 per round "
+                  + ", ".join(f"{pct(probe.window(r.start, r.end), 0.99):.1f}" for r in rounds)
                   + f" ms; pooled ({len(pooled)} records): p50 {pct(pooled, 0.5):.1f} ms, p99 {tiered_p99:.1f} ms "
                   f"= {tiered_p99 / base_p99:.2f}x normal")
         print(f"\nprobe errors: {probe.errors}; mean latency overall "

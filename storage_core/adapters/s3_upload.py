@@ -25,11 +25,9 @@ MAX_IN_FLIGHT = 4
 MAX_PARTS = 10_000  # S3's limit per upload
 
 
-def is_s3(fs: Any) -> bool:
-    """Whether ``fs`` is an s3fs filesystem whose client this module can drive."""
-    protocol = fs.protocol
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
-    return "s3" in protocols and hasattr(fs, "_call_s3") and getattr(fs, "loop", None) is not None
+def can_drive(fs: Any) -> bool:
+    """Whether ``fs`` (an S3 filesystem) is s3fs with a client and event loop this module can use."""
+    return hasattr(fs, "_call_s3") and getattr(fs, "loop", None) is not None
 
 
 def upload_chunks(fs: Any, path: str, chunks: Iterable[bytes], *, part_size: int = PART_SIZE,

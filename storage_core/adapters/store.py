@@ -50,7 +50,7 @@ class RemoteStore:
             self.fs, self.root = fsspec.core.url_to_fs(url, **self.storage_options)
         self.root = self.root.rstrip("/")
         self.is_local = "file" in _protocols(self.fs)
-        self.is_s3 = s3_upload.is_s3(self.fs)
+        self.is_s3 = "s3" in _protocols(self.fs) and s3_upload.can_drive(self.fs)
 
     def __reduce__(self) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any]]]:
         return (RemoteStore, (self.url, self.storage_options))

@@ -318,15 +318,7 @@ def iter_batches(
     """
     # Checking CRCs on a helper thread was tried: the hand-off costs more than the ~0.1 ms CRC of a
     # 1 MB batch it would overlap.
-    for batch in _framed_batches(ChunkCursor(as_fetcher(source), start_position, chunk_size), start_position,
-                                 path):
-        if verify_crc:
-            validate_crc(batch.data, path=path, position=batch.position)
-        yield batch
-
-
-def _framed_batches(cursor: ChunkCursor, start_position: int, path: str | None) -> Iterator[RawBatch]:
-    """The batches of the cursor's data, framed by their headers; no CRC check."""
+    cursor = ChunkCursor(as_fetcher(source), start_position, chunk_size)
     pos = start_position
     while True:
         head = cursor.view(pos, pos + HEADER_SIZE)
@@ -339,6 +331,8 @@ def _framed_batches(cursor: ChunkCursor, start_position: int, path: str | None) 
         data = cursor.view(pos, end)
         if len(data) < header.size_in_bytes:
             raise _truncated(pos, len(data), header.size_in_bytes, header.base_offset, path)
+        if verify_crc:
+            validate_crc(data, path=path, position=pos)
         yield RawBatch(pos, header, data)
         pos = end
 
