@@ -13,14 +13,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 
-from storage_core.adapters import s3_upload
-from storage_core.errors import RemoteObjectNotFound, RemoteStoreError, TierkeeperError
+from storage_core.adapters import local_copy, s3_upload
+from storage_core.errors import CorruptDataError, RemoteObjectNotFound, RemoteStoreError, TierkeeperError
 
 UPLOAD_BLOCK = 8 << 20
+READ_CHUNK = local_copy.RANGE
 
 
 def _describe(exc: BaseException) -> str:
@@ -41,19 +42,25 @@ def _translated(action: str, key: str) -> Iterator[None]:
 
 
 class RemoteStore:
-    """A remote tier rooted at ``url`` (``s3://bucket/prefix``, ``file:///path``, ``memory://x``...)."""
+    """A remote tier rooted at ``url`` (``s3://bucket/prefix``, ``file:///path``, ``memory://x``...).
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    ``fsync`` (local filesystems only): flush every data object and marker to disk before it counts as
+    written, so an OS crash cannot leave a COPY_FINISHED marker over data still in the page cache. Turn it
+    off only where the target's durability comes from elsewhere; a process crash is safe either way.
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fsync: bool = True) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
+        self.fsync = fsync
         with _translated("open", url):
             self.fs, self.root = fsspec.core.url_to_fs(url, **self.storage_options)
         self.root = self.root.rstrip("/")
         self.is_local = "file" in _protocols(self.fs)
         self.is_s3 = "s3" in _protocols(self.fs) and s3_upload.can_drive(self.fs)
 
-    def __reduce__(self) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any]]]:
-        return (RemoteStore, (self.url, self.storage_options))
+    def __reduce__(self) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any], bool]]:
+        return (_reopen, (self.url, self.storage_options, self.fsync))
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r})"
@@ -68,7 +75,7 @@ class RemoteStore:
                 self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             with self.fs.open(key, "wb", block_size=UPLOAD_BLOCK) as out:
                 written = _write_overlapped(out, chunks)
-            if self.is_local:
+            if self.is_local and self.fsync:
                 # The COPY_FINISHED marker is fsynced; the data it vouches for must reach the disk
                 # first, or an OS crash could leave a finished marker over incomplete data.
                 fd = os.open(key, os.O_RDONLY)
@@ -77,6 +84,20 @@ class RemoteStore:
                 finally:
                     os.close(fd)
             return written
+
+    def put_from_file(self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> int:
+        """Store the first ``size`` bytes of the local file ``source`` as ``key``; return the bytes written.
+
+        ``inspect`` sees every byte in order, in chunks, before the call returns, and may raise to stop
+        the upload (the partial object is then the caller's to discard). On a local filesystem the copy
+        runs in the kernel and ``inspect`` reads the bytes back from the written object; elsewhere it
+        sees the chunks read from ``source`` on their way up. Not atomic: callers mark completion.
+        """
+        if not self.is_local:
+            return self.put_chunks(key, _inspected_chunks(source, size, inspect))
+        with _translated("upload", key):
+            self.fs.makedirs(os.path.dirname(key), exist_ok=True)
+            return local_copy.copy_inspected(source, size, key, inspect, fsync=self.fsync)
 
     def abort_stale_uploads(self, path: str, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
         """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return their keys.
@@ -107,8 +128,9 @@ class RemoteStore:
                 tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
                 with open(tmp, "wb") as f:
                     f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                    if self.fsync:
+                        f.flush()
+                        os.fsync(f.fileno())
                 os.replace(tmp, key)
             else:
                 self.fs.pipe_file(key, data)
@@ -188,6 +210,21 @@ class RemoteStore:
 
     def _ls_takes_refresh(self) -> bool:
         return "s3" in _protocols(self.fs)
+
+
+def _reopen(url: str, storage_options: dict[str, Any], fsync: bool) -> RemoteStore:
+    return RemoteStore(url, storage_options, fsync=fsync)
+
+
+def _inspected_chunks(source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> Iterator[bytes]:
+    remaining = size
+    while remaining > 0:
+        chunk = source.read(min(READ_CHUNK, remaining))
+        if not chunk:
+            raise CorruptDataError(f"segment ended {remaining} bytes early while reading")
+        remaining -= len(chunk)
+        inspect(memoryview(chunk))
+        yield chunk
 
 
 def _modified_ms(entry: dict[str, Any]) -> int | None:

@@ -39,10 +39,10 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def open_store(args: argparse.Namespace) -> Any:
+def open_store(args: argparse.Namespace, *, fsync: bool = True) -> Any:
     from storage_core.adapters.store import RemoteStore
 
-    return RemoteStore(args.remote, storage_options(args))
+    return RemoteStore(args.remote, storage_options(args), fsync=fsync)
 
 
 def emit_json(payload: Any) -> None:

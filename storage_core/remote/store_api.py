@@ -6,8 +6,8 @@ real adapter.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import BinaryIO, Protocol
 
 
 class ObjectStore(Protocol):
@@ -15,6 +15,9 @@ class ObjectStore(Protocol):
     root: str
 
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int: ...
+
+    def put_from_file(self, key: str, source: BinaryIO, size: int,
+                      inspect: Callable[[memoryview], None]) -> int: ...
 
     def put_atomic(self, key: str, data: bytes) -> None: ...
 

@@ -1,6 +1,6 @@
 """Copy one partition's eligible segments to the remote tier (the RLM leader's job, from outside).
 
-Per segment: COPY_STARTED marker -> the .log streamed through CRC validation (and into the remote index
+Per segment: COPY_STARTED marker -> the .log stored and every byte of it CRC-validated on the way (and into the remote index
 builder) -> indexes, txn index, producer snapshot, leader epochs, remote indexes -> sizes checked ->
 COPY_FINISHED marker -> manifest. Nothing becomes COPY_FINISHED unless every object is complete, and a
 failed attempt removes what it wrote (the orphan sweep catches what a crash leaves).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -28,9 +28,6 @@ from storage_core.remote.layout import SegmentObject, SegmentState, TopicPartiti
 from storage_core.remote.metadata import SegmentMetadata, StoredObject
 from storage_core.tiering.plan import SegmentSpan
 
-# Each chunk is read, CRC-checked twice (per batch, per object) and written while it is still in the CPU
-# cache; 8 MiB chunks measured 10-20% more CPU per GiB (bench/storage_bench.py, docs/benchmarks.md).
-CHUNK = 1 << 20
 Progress = Callable[[int], None]
 
 
@@ -54,16 +51,6 @@ class _Upload:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _read_chunks(f: BinaryIO, size: int) -> Iterator[bytes]:
-    remaining = size
-    while remaining > 0:
-        chunk = f.read(min(CHUNK, remaining))
-        if not chunk:
-            raise CorruptDataError(f"segment ended {remaining} bytes early while reading")
-        remaining -= len(chunk)
-        yield chunk
 
 
 def epochs_for(entries: list[EpochEntry], next_offset: int) -> list[EpochEntry]:
@@ -130,18 +117,16 @@ class SegmentCopier:
         object_name = log_key.rsplit("/", 1)[-1]
         crc = 0
 
-        def validated() -> Iterator[bytes]:
+        def inspect(chunk: memoryview) -> None:
             nonlocal crc
-            for chunk in _read_chunks(log_file, size):
-                for position, header in validator.feed(chunk):
-                    builder.add_batch(object_name, position, header)
-                crc = crc32c(chunk, crc)
-                yield chunk
-                self.progress(len(chunk))
+            for position, header in validator.feed(chunk):
+                builder.add_batch(object_name, position, header)
+            crc = crc32c(chunk, crc)
+            self.progress(len(chunk))
 
         upload.keys.append(log_key)
         try:
-            written = self.catalog.store.put_chunks(log_key, validated())
+            written = self.catalog.store.put_from_file(log_key, log_file, size, inspect)
             summary = validator.finish()
         except CorruptDataError as exc:
             raise _located(exc, tp, meta.base_offset) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.kafka import KafkaCluster
+from storage_core.formats.segment_files import SegmentFileKind
 from storage_core.logdir import LogDir
 from storage_core.throttle import RateLimiter, limited
 
@@ -98,3 +100,26 @@ def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(dataset: Dataset, kafka_
     assert json.loads(proc.stdout)["failed_partitions"] == 0
     # One second's worth goes at once; the other two thirds must take two seconds at least.
     assert elapsed >= (log_bytes - rate) / rate * 0.95, elapsed
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-fsync"]])
+def test_copy_flushes_to_disk_unless_told_not_to(dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch, flag: list[str]) -> None:
+    """`--no-fsync` tiers the same bytes but leaves them to the page cache (in-process, to watch fsync)."""
+    from storage_core.cli.main import main
+
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    remote = tmp_path / "remote"
+    assert main(["copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}", "--json", *flag]) == 0
+    rolled = [s.path(p.path, SegmentFileKind.LOG) for p in LogDir(log_dir).partitions({topic})
+              for s in p.segments()[:-1]]
+    tiered = {(p.parent.name, p.name[:20]): p.read_bytes() for p in remote.rglob("*.log")}
+    assert len(rolled) > 0 and len(tiered) == len(rolled)
+    assert all(tiered[(path.parent.name.rpartition("-")[2], path.name[:20])] == path.read_bytes()
+               for path in rolled)
+    # Durable: each segment's data objects and markers, and each manifest; without: none at all.
+    assert (len(synced) >= 4 * len(rolled)) if not flag else synced == []

@@ -1,0 +1,185 @@
+"""The in-kernel copy into a local remote tier: every stored byte is inspected, read back from the object
+itself; a failed inspection stops the copy; a short source is refused; fsync follows the store's setting."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+
+from storage_core.adapters import local_copy
+from storage_core.adapters.store import RemoteStore
+from storage_core.errors import CorruptDataError
+
+MiB = 1 << 20
+
+
+def _source(tmp_path: Path, size: int, seed: int = 7) -> Path:
+    path = tmp_path / "source.bin"
+    path.write_bytes(os.urandom(size) if seed < 0 else bytes((i * seed + i // 251) % 256 for i in range(size)))
+    return path
+
+
+def _copier_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "tierkeeper-local-copy"]
+
+
+def _small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranges of 1 MiB and slices of 64 KiB, so that small test files span several of each."""
+    monkeypatch.setattr(local_copy, "RANGE", MiB)
+    monkeypatch.setattr(local_copy, "SLICE", 64 << 10)
+
+
+@pytest.mark.parametrize("small_ranges", [False, True])
+@pytest.mark.parametrize("size", [0, 1, MiB - 1, MiB, 3 * MiB + 12_345])
+def test_the_object_equals_the_source_and_inspect_saw_every_byte_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, small_ranges: bool) -> None:
+    if small_ranges:
+        _small_ranges(monkeypatch)
+    src = _source(tmp_path, size, seed=-1)
+    seen = bytearray()
+    with open(src, "rb") as f:
+        written = local_copy.copy_inspected(f, size, str(tmp_path / "out"), seen.extend, fsync=False)
+    assert written == size
+    assert (tmp_path / "out").read_bytes() == src.read_bytes() == bytes(seen)
+    assert _copier_threads() == []
+
+
+def test_inspect_reads_the_stored_object_not_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy that stores something other than the source is caught: the check runs on what was written."""
+    _small_ranges(monkeypatch)
+    src = _source(tmp_path, 2 * MiB + 100)
+    real = local_copy._kernel_copy
+
+    def damaging(s: int, d: int, position: int, length: int) -> int:
+        n = real(s, d, position, length)
+        if position <= MiB + 5 < position + n:
+            os.pwrite(d, bytes([os.pread(s, 1, MiB + 5)[0] ^ 0xFF]), MiB + 5)
+        return n
+
+    monkeypatch.setattr(local_copy, "_kernel_copy", damaging)
+    seen = bytearray()
+    with open(src, "rb") as f:
+        local_copy.copy_inspected(f, src.stat().st_size, str(tmp_path / "out"), seen.extend, fsync=False)
+    original = src.read_bytes()
+    assert seen != original
+    assert [i for i in range(len(original)) if seen[i] != original[i]] == [MiB + 5]
+
+
+def test_a_failing_inspection_stops_the_copy_and_propagates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _small_ranges(monkeypatch)
+    size = 64 * MiB
+    src = _source(tmp_path, size, seed=-1)
+    calls = 0
+
+    def inspect(_view: memoryview) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise CorruptDataError("bad batch", offset=42)
+
+    with open(src, "rb") as f, pytest.raises(CorruptDataError, match="bad batch"):
+        local_copy.copy_inspected(f, size, str(tmp_path / "out"), inspect, fsync=False)
+    assert calls == 2
+    assert _copier_threads() == []
+    # The copier may run a bounded distance ahead of the check, never through the whole file.
+    assert (tmp_path / "out").stat().st_size <= (2 + local_copy._AHEAD + 1) * local_copy.RANGE
+
+
+@pytest.mark.parametrize("small_ranges", [False, True])
+def test_a_source_shorter_than_announced_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   small_ranges: bool) -> None:
+    if small_ranges:
+        _small_ranges(monkeypatch)
+    src = _source(tmp_path, MiB + 10)
+    with open(src, "rb") as f, pytest.raises(CorruptDataError, match="ended 90 bytes early"):
+        local_copy.copy_inspected(f, MiB + 100, str(tmp_path / "out"), lambda _v: None, fsync=False)
+    assert _copier_threads() == []
+
+
+def test_without_kernel_copy_support_it_falls_back_to_reading_and_writing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unsupported(*_args: int) -> int:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(local_copy, "_kernel_copy", unsupported)
+    _small_ranges(monkeypatch)
+    src = _source(tmp_path, 2 * MiB + 3, seed=-1)
+    seen = bytearray()
+    with open(src, "rb") as f:
+        local_copy.copy_inspected(f, src.stat().st_size, str(tmp_path / "out"), seen.extend, fsync=False)
+    assert (tmp_path / "out").read_bytes() == src.read_bytes() == bytes(seen)
+
+
+def test_other_copy_errors_are_not_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(*_args: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(local_copy, "_kernel_copy", full)
+    src = _source(tmp_path, MiB)
+    with open(src, "rb") as f, pytest.raises(OSError, match="No space left"):
+        local_copy.copy_inspected(f, MiB, str(tmp_path / "out"), lambda _v: None, fsync=False)
+    assert _copier_threads() == []
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_the_store_fsyncs_data_and_markers_only_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
+    store = RemoteStore(f"file://{tmp_path}/tier", fsync=fsync)
+    src = _source(tmp_path, 3 * MiB)
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    with open(src, "rb") as f:
+        store.put_from_file(f"{store.root}/t/0/seg.log", f, 3 * MiB, lambda _v: None)
+    store.put_chunks(f"{store.root}/t/0/seg.index", [b"a", b"b"])
+    store.put_atomic(f"{store.root}/t/0/seg.marker", b"{}")
+    assert len(synced) == (3 if fsync else 0)
+    assert Path(f"{store.root}/t/0/seg.log").read_bytes() == src.read_bytes()
+
+
+def test_the_fsync_setting_survives_pickling(tmp_path: Path) -> None:
+    for fsync in (True, False):
+        clone = pickle.loads(pickle.dumps(RemoteStore(f"file://{tmp_path}", fsync=fsync)))
+        assert clone.fsync is fsync and clone.url == f"file://{tmp_path}"
+
+
+def test_other_stores_inspect_the_chunks_on_their_way_up(tmp_path: Path) -> None:
+    store = RemoteStore("memory://tk-local-copy-test")
+    src = _source(tmp_path, 2 * MiB + 7, seed=-1)
+    seen = bytearray()
+    with open(src, "rb") as f:
+        assert store.put_from_file(f"{store.root}/obj", f, 2 * MiB + 7, seen.extend) == 2 * MiB + 7
+    assert store.get(f"{store.root}/obj") == src.read_bytes() == bytes(seen)
+    with open(src, "rb") as f, pytest.raises(CorruptDataError, match="ended 1 bytes early"):
+        store.put_from_file(f"{store.root}/obj2", f, 2 * MiB + 8, lambda _v: None)
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_a_durable_copy_starts_each_ranges_disk_write_as_it_goes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
+    _small_ranges(monkeypatch)
+    started: list[tuple[int, int]] = []
+    monkeypatch.setattr(local_copy, "_writeback_starter", lambda: lambda _fd, o, n: started.append((o, n)))
+    src = _source(tmp_path, 3 * MiB + 5)
+    with open(src, "rb") as f:
+        local_copy.copy_inspected(f, 3 * MiB + 5, str(tmp_path / "out"), lambda _v: None, fsync=fsync)
+    assert started == ([(0, MiB), (MiB, MiB), (2 * MiB, MiB), (3 * MiB, 5)] if fsync else [])
+
+
+def test_the_c_librarys_writeback_call_is_found_and_accepts_a_real_file(tmp_path: Path) -> None:
+    start = local_copy._writeback_starter()
+    assert start is not None  # glibc on Linux has sync_file_range; without it durability rests on fsync
+    path = tmp_path / "dirty"
+    with open(path, "wb") as f:
+        f.write(b"x" * MiB)
+        start(f.fileno(), 0, MiB)
