@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tracemalloc
 
 import pytest
 
@@ -41,6 +42,35 @@ def test_a_range_inside_one_chunk_is_a_view_of_it_and_a_straddling_one_is_joined
     straddling = cursor.view(1000, 1100)
     assert isinstance(straddling, bytes) and straddling == data[1000:1100]
     assert fetch.calls == [(0, 1024), (1024, 2048)]  # contiguous fetches, nothing fetched twice
+
+
+def test_a_range_spanning_chunks_is_copied_once() -> None:
+    # Slicing each chunk to bytes before joining doubled the bytes copied (and the fresh pages touched)
+    # for every batch that straddles two prefetched blocks, about one per block.
+    chunk = 1 << 20
+    data = os.urandom(8 * chunk)
+    cursor = ChunkCursor(Recorder(data), 0, chunk)
+    start, end = chunk // 2, chunk // 2 + 3 * chunk
+    cursor.view(0, 1)
+    for k in range(2, 5):  # one chunk per fetch, outside the measurement
+        cursor.view(start, k * chunk)
+    assert [len(c) for c in cursor._chunks] == [chunk] * 4  # so the range cuts into the first and last
+    tracemalloc.start()
+    try:
+        again = cursor.view(start, end)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert again == data[start:end]
+    assert peak < 1.2 * (end - start)
+
+
+def test_chunks_of_any_buffer_type_are_joined() -> None:
+    data = os.urandom(5000)
+    for kind in (bytes, bytearray, memoryview):
+        cursor = ChunkCursor(lambda a, b, k=kind: k(data[a:b]), 0, 700)
+        got = [cursor.take(p, p + 999) for p in range(0, len(data), 999)]
+        assert all(isinstance(g, bytes) for g in got) and b"".join(got) == data, kind
 
 
 def test_consumed_chunks_are_released() -> None:
