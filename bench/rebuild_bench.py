@@ -19,11 +19,15 @@ target is missed (>= 10x faster, p99 during the tiered rebuild within 1.5x of no
 ``--tiered-rounds N`` repeats the tiered rebuild and judges the p99 on the pooled samples (one 7-s window
 holds too few records for a stable p99). ``--rebuilt-nice N`` starts broker 3 and the rebuild command at
 a lower CPU priority, modelling the replaced broker on its own machine; results with it say so.
+``--rebuilt-own-fs`` (root only) gives broker 3's log dir a filesystem of its own, an ext4 image on a loop
+device with direct I/O, as a replaced broker has its own disk: its writes and fsyncs then no longer wait
+in the same ext4 journal as the leaders' appends (the disk itself is still shared).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -34,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -228,6 +232,33 @@ def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: 
     return TieredRound(start, rebuilt, started, end, summary, restored, tail)
 
 
+@contextlib.contextmanager
+def own_filesystem(mount_point: Path, image: Path, size: int) -> Iterator[None]:
+    """Mount a fresh ext4 filesystem of ``size`` bytes (a sparse image on a loop device) at ``mount_point``.
+
+    Direct I/O keeps the image's blocks out of the outer filesystem's page cache and journal; ``discard``
+    returns deleted space to the outer disk, so wiping the log dir between rounds frees it.
+    """
+    def run(*cmd: str) -> str:
+        return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+
+    with open(image, "wb") as f:
+        f.truncate(size)
+    run("mkfs.ext4", "-q", "-F", "-E", "nodiscard", str(image))
+    device = run("losetup", "--find", "--show", "--direct-io=on", str(image))
+    try:
+        mount_point.mkdir(parents=True, exist_ok=True)
+        run("mount", "-o", "discard", device, str(mount_point))
+        try:
+            (mount_point / "lost+found").rmdir()  # Kafka refuses a log dir entry that is not a partition
+            yield
+        finally:
+            subprocess.run(["umount", str(mount_point)], check=False)
+    finally:
+        subprocess.run(["losetup", "-d", device], check=False)
+        image.unlink(missing_ok=True)
+
+
 def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.log") if f.is_file())
 
@@ -251,6 +282,8 @@ def main() -> int:
     parser.add_argument("--rebuilt-nice", type=int, default=0,
                         help="niceness of broker 3's JVM (both rebuilds) and of the rebuild command: models "
                              "the replaced broker on its own machine, whose start does not take the leaders' CPU")
+    parser.add_argument("--rebuilt-own-fs", action="store_true",
+                        help="broker 3's log dir on a filesystem of its own (loop-mounted ext4 image; root only)")
     parser.add_argument("--tiered-rounds", type=int, default=1,
                         help="repeat the tiered rebuild; the p99 target is judged on the pooled samples")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -260,8 +293,20 @@ def main() -> int:
     total = int(args.gib * (1 << 30))
     cluster = KafkaCluster(workdir / "kafka", brokers=3, heap="1g")
     remote = f"file://{workdir / 'remote'}"
+    try:
+        with contextlib.ExitStack() as mounts:
+            if args.rebuilt_own_fs:
+                mounts.enter_context(own_filesystem(cluster.log_dir(REBUILT), workdir / "broker3.img",
+                                                    int(total * 1.5) + (4 << 30)))
+            return run_benchmark(args, total, cluster, remote, CpuSampler())
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, remote: str,
+                  cpu: CpuSampler) -> int:
     probe: Probe | None = None
-    cpu = CpuSampler()
     try:
         cpu.start()
         cluster.start()
@@ -321,7 +366,8 @@ def main() -> int:
         }
         base_p99 = pct(probe.window(*normal), 0.99)
         print(f"## Broker rebuild: {args.gib:g} GiB in {args.partitions} partitions ({args.segment_mib} MiB "
-              f"segments), RF 3, 3 brokers, rebuilt broker at nice {args.rebuilt_nice}\n")
+              f"segments), RF 3, 3 brokers, rebuilt broker at nice {args.rebuilt_nice}"
+              + (", on a filesystem of its own" if args.rebuilt_own_fs else "") + "\n")
         print("| rebuild | time to full ISR | rebuild command | broker start to registered | "
               "registered to full ISR | .log bytes fetched from leaders |")
         print("|---|---|---|---|---|---|")
@@ -361,8 +407,6 @@ def main() -> int:
         if probe is not None:
             probe.stop()
         cluster.stop()
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Copy one partition's eligible segments to the remote tier (the RLM leader's job, from outside).
 
-Per segment: COPY_STARTED marker -> the .log stored and every byte of it CRC-validated on the way (and into the remote index
-builder) -> indexes, txn index, producer snapshot, leader epochs, remote indexes -> sizes checked ->
-COPY_FINISHED marker -> manifest. Nothing becomes COPY_FINISHED unless every object is complete, and a
-failed attempt removes what it wrote (the orphan sweep catches what a crash leaves).
+Per segment: COPY_STARTED marker -> the .log stored, every byte of it CRC-validated on the way (and fed to
+the remote index builder) -> indexes, txn index, producer snapshot, leader epochs, remote indexes -> sizes
+checked -> COPY_FINISHED marker -> manifest. Nothing becomes COPY_FINISHED unless every object is complete,
+and a failed attempt removes what it wrote (the orphan sweep catches what a crash leaves).
 """
 
 from __future__ import annotations

@@ -157,9 +157,16 @@ def test_other_stores_inspect_the_chunks_on_their_way_up(tmp_path: Path) -> None
     store = RemoteStore("memory://tk-local-copy-test")
     src = _source(tmp_path, 2 * MiB + 7, seed=-1)
     seen = bytearray()
+    sizes: list[int] = []
+
+    def inspect(view: memoryview) -> None:
+        sizes.append(len(view))
+        seen.extend(view)
+
     with open(src, "rb") as f:
-        assert store.put_from_file(f"{store.root}/obj", f, 2 * MiB + 7, seen.extend) == 2 * MiB + 7
+        assert store.put_from_file(f"{store.root}/obj", f, 2 * MiB + 7, inspect) == 2 * MiB + 7
     assert store.get(f"{store.root}/obj") == src.read_bytes() == bytes(seen)
+    assert max(sizes) <= MiB  # the file is streamed in small chunks, never held whole
     with open(src, "rb") as f, pytest.raises(CorruptDataError, match="ended 1 bytes early"):
         store.put_from_file(f"{store.root}/obj2", f, 2 * MiB + 8, lambda _v: None)
 
