@@ -19,6 +19,7 @@ target is missed (>= 10x faster, p99 during the tiered rebuild within 1.5x of no
 ``--tiered-rounds N`` repeats the tiered rebuild and judges the p99 on the pooled samples (one 7-s window
 holds too few records for a stable p99). ``--rebuilt-nice N`` starts broker 3 and the rebuild command at
 a lower CPU priority, modelling the replaced broker on its own machine; results with it say so.
+``--rebuilt-own-cpu`` confines broker 3 and the rebuild command to CPU 1 and everything else to CPU 0.
 ``--rebuilt-own-fs`` (root only) gives broker 3's log dir a filesystem of its own, an ext4 image on a loop
 device with direct I/O, as a replaced broker has its own disk: its writes and fsyncs then no longer wait
 in the same ext4 journal as the leaders' appends (the disk itself is still shared).
@@ -211,14 +212,15 @@ class TieredRound(NamedTuple):
     tail_bytes: int
 
 
-def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int, nice: int) -> TieredRound:
+def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int, nice: int,
+                 cpus: str | None) -> TieredRound:
     """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR."""
     cluster.stop_broker(REBUILT)
     cluster.wipe_log_dir(REBUILT)
     start = time.monotonic()
     out = cli("rebuild", "--log-dir", str(cluster.log_dir(REBUILT)), "--bootstrap-servers",
               cluster.bootstrap_servers, "--broker-id", str(REBUILT), "--remote", remote,
-              "--local-retention-bytes", str(window), "--parallelism", "4", "--json", nice=nice)
+              "--local-retention-bytes", str(window), "--parallelism", "4", "--json", nice=nice, cpus=cpus)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
     summary = json.loads(out.stdout)
@@ -263,8 +265,10 @@ def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.log") if f.is_file())
 
 
-def cli(*args: str, nice: int = 0) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, nice: int = 0, cpus: str | None = None) -> subprocess.CompletedProcess[str]:
     prefix = ["nice", "-n", str(nice)] if nice else []
+    if cpus is not None:
+        prefix = ["taskset", "-c", cpus, *prefix]
     return subprocess.run([*prefix, sys.executable, "-m", "storage_core.cli", *args], capture_output=True,
                           text=True, check=False)
 
@@ -282,16 +286,28 @@ def main() -> int:
     parser.add_argument("--rebuilt-nice", type=int, default=0,
                         help="niceness of broker 3's JVM (both rebuilds) and of the rebuild command: models "
                              "the replaced broker on its own machine, whose start does not take the leaders' CPU")
+    parser.add_argument("--rebuilt-own-cpu", action="store_true",
+                        help="broker 3's JVM and the rebuild command on CPU 1 only, everything else (brokers 1 "
+                             "and 2, this process, the probe) on CPU 0: the replaced broker on a core of its own")
     parser.add_argument("--rebuilt-own-fs", action="store_true",
                         help="broker 3's log dir on a filesystem of its own (loop-mounted ext4 image; root only)")
     parser.add_argument("--tiered-rounds", type=int, default=1,
                         help="repeat the tiered rebuild; the p99 target is judged on the pooled samples")
+    parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra broker setting for all three brokers (repeatable); default: Kafka's defaults")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="write every probe sample and the phase boundaries here (JSON, wall-clock seconds), "
+                             "to line latency spikes up with broker logs and vmstat")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rebuild-bench-"))
     total = int(args.gib * (1 << 30))
-    cluster = KafkaCluster(workdir / "kafka", brokers=3, heap="1g")
+    if args.rebuilt_own_cpu:
+        os.sched_setaffinity(0, {0})  # inherited by the probe's and sampler's threads and by brokers 1-2
+    broker_config = dict(item.split("=", 1) for item in args.broker_config)
+    cluster = KafkaCluster(workdir / "kafka", brokers=3, heap="1g", broker_config=broker_config,
+                           cpus={1: "0", 2: "0", REBUILT: "1"} if args.rebuilt_own_cpu else {})
     remote = f"file://{workdir / 'remote'}"
     try:
         with contextlib.ExitStack() as mounts:
@@ -345,7 +361,7 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
 
         # Rebuild from the remote tier with a 5% local window; extra rounds only add probe samples.
         window = int(args.window * total / args.partitions)
-        rounds = [tiered_round(cluster, admin, remote, window, args.rebuilt_nice)
+        rounds = [tiered_round(cluster, admin, remote, window, args.rebuilt_nice, cluster.cpus.get(REBUILT))
                   for _ in range(args.tiered_rounds)]
         tiered_start, rebuilt_at, tiered_up, tiered_end, summary, restored_bytes, tail_bytes = rounds[0]
         after = (time.monotonic(), time.monotonic() + args.quiet_seconds)
@@ -365,8 +381,18 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
             "normal (after)": after,
         }
         base_p99 = pct(probe.window(*normal), 0.99)
+        if args.trace is not None:
+            wall = time.time() - time.monotonic()  # monotonic -> wall clock, as broker logs and vmstat print it
+            args.trace.write_text(json.dumps({
+                "samples": [(t + wall, lat) for t, lat in probe.samples],
+                "windows": {name: (a + wall, b + wall) for name, (a, b) in windows.items()},
+                "rounds": [{"start": r.start + wall, "rebuilt": r.rebuilt + wall, "started": r.started + wall,
+                            "end": r.end + wall} for r in rounds],
+            }))
         print(f"## Broker rebuild: {args.gib:g} GiB in {args.partitions} partitions ({args.segment_mib} MiB "
               f"segments), RF 3, 3 brokers, rebuilt broker at nice {args.rebuilt_nice}"
+              + (", on a core of its own" if args.rebuilt_own_cpu else "")
+              + "".join(f", {item}" for item in args.broker_config)
               + (", on a filesystem of its own" if args.rebuilt_own_fs else "") + "\n")
         print("| rebuild | time to full ISR | rebuild command | broker start to registered | "
               "registered to full ISR | .log bytes fetched from leaders |")

@@ -74,6 +74,9 @@ class KafkaCluster:
     broker_config: dict[str, str] = field(default_factory=dict)
     heap: str = "512m"
     start_timeout: float = 120.0
+    cpus: dict[int, str] = field(default_factory=dict)
+    """Node id -> CPU list (``taskset -c`` syntax) its JVM is confined to; benchmarks use it to give one
+    broker cores of its own, as on its own machine. Nodes not listed run anywhere."""
     _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
     _cluster_id: str = field(default_factory=_cluster_id, init=False)
 
@@ -176,6 +179,8 @@ class KafkaCluster:
         if nice:
             # Every JVM thread inherits the niceness only if the process starts with it.
             command = ["nice", "-n", str(nice), *command]
+        if node.node_id in self.cpus:
+            command = ["taskset", "-c", self.cpus[node.node_id], *command]  # likewise for the affinity
         node.proc = process.spawn(command, log_path=node.log_file, env=env, cwd=node.home)
 
     def wait_ready(self, node_ids: list[int]) -> None:
