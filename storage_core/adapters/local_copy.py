@@ -38,9 +38,9 @@ Inspect = Callable[[memoryview], None]
 def copy_inspected(src: BinaryIO, size: int, dest: str, inspect: Inspect, *, fsync: bool) -> int:
     """Copy ``size`` bytes of ``src`` (from byte 0) to the file ``dest``; return the bytes copied.
 
-    ``inspect`` sees the copied bytes in order, read back from ``dest``, one range at a time; a view is
-    valid only during the call. ``fsync`` flushes ``dest`` to disk before returning; the
-    disk writes then start range by range during the copy instead of all at the end. Raises
+    ``inspect`` sees the copied bytes in order, mapped from ``dest``, in slices of up to ``SLICE`` bytes;
+    a view is valid only during the call. ``fsync`` flushes ``dest`` to disk before returning; the disk
+    writes then start range by range during the copy instead of all at the end. Raises
     ``CorruptDataError`` when ``src`` holds fewer than ``size`` bytes.
     """
     with open(dest, "wb") as out, open(dest, "rb", buffering=0) as back:
