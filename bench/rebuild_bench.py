@@ -261,6 +261,15 @@ def own_filesystem(mount_point: Path, image: Path, size: int) -> Iterator[None]:
         image.unlink(missing_ok=True)
 
 
+def dump_jfr(cluster: KafkaCluster, into: Path) -> None:
+    for node_id in cluster.node_ids:
+        found = subprocess.run(["pgrep", "-f", f"node-{node_id}/server.properties"], capture_output=True,
+                               text=True, check=False).stdout.split()
+        for pid in found:
+            subprocess.run(["jcmd", pid, "JFR.dump", "name=tk", f"filename={into / f'node-{node_id}.jfr'}"],
+                           capture_output=True, check=False)
+
+
 def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.log") if f.is_file())
 
@@ -295,6 +304,9 @@ def main() -> int:
                         help="repeat the tiered rebuild; the p99 target is judged on the pooled samples")
     parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                         help="extra broker setting for all three brokers (repeatable); default: Kafka's defaults")
+    parser.add_argument("--jfr", type=Path, default=None, metavar="DIR",
+                        help="record every broker JVM with Java Flight Recorder (profile settings) and dump the "
+                             "recordings into DIR before the cluster is stopped")
     parser.add_argument("--trace", type=Path, default=None,
                         help="write every probe sample and the phase boundaries here (JSON, wall-clock seconds), "
                              "to line latency spikes up with broker logs and vmstat")
@@ -305,6 +317,10 @@ def main() -> int:
     total = int(args.gib * (1 << 30))
     if args.rebuilt_own_cpu:
         os.sched_setaffinity(0, {0})  # inherited by the probe's and sampler's threads and by brokers 1-2
+    if args.jfr is not None:
+        args.jfr.mkdir(parents=True, exist_ok=True)
+        # Read by every JVM the harness starts; the brokers are killed at the end, so dump_jfr saves them.
+        os.environ["JAVA_TOOL_OPTIONS"] = "-XX:StartFlightRecording=name=tk,settings=profile"
     broker_config = dict(item.split("=", 1) for item in args.broker_config)
     cluster = KafkaCluster(workdir / "kafka", brokers=3, heap="1g", broker_config=broker_config,
                            cpus={1: "0", 2: "0", REBUILT: "1"} if args.rebuilt_own_cpu else {})
@@ -432,6 +448,8 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
         cpu.stop()
         if probe is not None:
             probe.stop()
+        if args.jfr is not None:
+            dump_jfr(cluster, args.jfr)
         cluster.stop()
 
 
