@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from storage_core.throttle import RateLimiter
 
 
 def add_remote_args(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +40,20 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
         except json.JSONDecodeError:
             options[key] = raw
     return options
+
+
+def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--max-bytes-per-second", type=int, metavar="B", help=help)
+
+
+def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:
+    """The ``RateLimiter`` that ``--max-bytes-per-second`` asks for, or None when there is no limit."""
+    from storage_core.throttle import RateLimiter
+
+    rate = args.max_bytes_per_second
+    if rate is not None and rate <= 0:
+        raise ConfigError(f"--max-bytes-per-second must be > 0, got {rate}")
+    return RateLimiter(rate) if rate else None
 
 
 def open_store(args: argparse.Namespace, *, fsync: bool = True) -> Any:

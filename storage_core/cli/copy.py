@@ -8,8 +8,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, emit_json, open_store, progress_bar, storage_options
-from storage_core.errors import ConfigError
+from storage_core.cli.common import (add_rate_limit_arg, add_remote_args, emit_json, open_store,
+                                     progress_bar, rate_limiter, storage_options)
 
 
 def register(subparsers: Any) -> None:
@@ -22,9 +22,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
     p.add_argument("--broker-id", type=int, help="recorded in the segment metadata")
     p.add_argument("--parallelism", type=int, default=4, help="partitions copied at once (default 4)")
-    p.add_argument("--max-bytes-per-second", type=int, metavar="B",
-                   help="cap the segment bytes read and shipped per second, over all partitions (default: "
-                        "no cap), so tiering leaves the broker's disk to the broker")
+    add_rate_limit_arg(p, "cap the segment bytes read and shipped per second, over all partitions (default: "
+                          "no cap), so tiering leaves the broker's disk to the broker")
     p.add_argument("--no-fsync", action="store_true",
                    help="file:// targets: leave written data in the page cache instead of flushing it before "
                         "COPY_FINISHED (faster; an OS crash may then leave finished segments with lost data, "
@@ -36,13 +35,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.logdir import LogDir
-    from storage_core.throttle import RateLimiter, limited
+    from storage_core.throttle import limited
     from storage_core.tiering.partition_copy import copy_partition
     from storage_core.tiering.plan import CopyTask
 
-    if args.max_bytes_per_second is not None and args.max_bytes_per_second <= 0:
-        raise ConfigError(f"--max-bytes-per-second must be > 0, got {args.max_bytes_per_second}")
-    limiter = RateLimiter(args.max_bytes_per_second) if args.max_bytes_per_second else None
+    limiter = rate_limiter(args)
     store = open_store(args, fsync=not args.no_fsync)
     log_dir = LogDir(args.log_dir)
     partitions = log_dir.partitions(set(args.topic) if args.topic else None)

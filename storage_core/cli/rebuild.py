@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, emit_json, open_store, progress_bar
+from storage_core.cli.common import (add_rate_limit_arg, add_remote_args, emit_json, open_store,
+                                     progress_bar, rate_limiter)
 from storage_core.errors import ConfigError, TierkeeperError
 
 
@@ -29,8 +30,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--exclude-topic", action="append", default=[], metavar="T",
                    help="leave this topic to plain replication (repeatable)")
     p.add_argument("--parallelism", type=int, default=4, help="downloads at once (default 4)")
-    p.add_argument("--max-bytes-per-second", type=int, metavar="B",
-                   help="cap the bytes restored per second, over all downloads (default: no cap)")
+    add_rate_limit_arg(p, "cap the bytes restored per second, over all downloads (default: no cap)")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout, no progress bar")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     add_remote_args(p)
@@ -47,11 +47,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= -1 (-1: unlimited), got {value}")
     if args.parallelism < 1:
         raise ConfigError(f"--parallelism must be >= 1, got {args.parallelism}")
-    if args.max_bytes_per_second is not None and args.max_bytes_per_second <= 0:
-        raise ConfigError(f"--max-bytes-per-second must be > 0, got {args.max_bytes_per_second}")
-    from storage_core.throttle import RateLimiter, limited
+    from storage_core.throttle import limited
 
-    limiter = RateLimiter(args.max_bytes_per_second) if args.max_bytes_per_second else None
+    limiter = rate_limiter(args)
     options = RebuildOptions(broker_id=args.broker_id, parallelism=args.parallelism, dry_run=args.dry_run,
                              local_retention_ms=args.local_retention_ms,
                              local_retention_bytes=args.local_retention_bytes)
