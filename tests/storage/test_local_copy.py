@@ -3,10 +3,12 @@ itself; a failed inspection stops the copy; a short source is refused; fsync fol
 
 from __future__ import annotations
 
-import errno
 import os
 import pickle
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,28 +103,37 @@ def test_a_source_shorter_than_announced_is_refused(tmp_path: Path, monkeypatch:
     assert _copier_threads() == []
 
 
-def test_without_kernel_copy_support_it_falls_back_to_reading_and_writing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def unsupported(*_args: int) -> int:
-        raise OSError(errno.EXDEV, "Invalid cross-device link")
+@pytest.fixture
+def other_filesystem() -> Iterator[Path]:
+    """A directory on tmpfs (/dev/shm), so a copy from it into tmp_path crosses filesystems."""
+    path = Path(tempfile.mkdtemp(prefix="tk-local-copy-", dir="/dev/shm"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
 
-    monkeypatch.setattr(local_copy, "_kernel_copy", unsupported)
+
+def test_across_filesystems_it_falls_back_to_reading_and_writing(
+        tmp_path: Path, other_filesystem: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _small_ranges(monkeypatch)
-    src = _source(tmp_path, 2 * MiB + 3, seed=-1)
+    src = other_filesystem / "source.bin"
+    src.write_bytes(os.urandom(2 * MiB + 3))
+    with open(src, "rb") as f, open(tmp_path / "probe", "wb") as probe, \
+            pytest.raises(OSError) as refused:
+        os.copy_file_range(f.fileno(), probe.fileno(), 1, 0, 0)
+    # The fallback is what is under test: this kernel must refuse the cross-filesystem copy.
+    assert refused.value.errno in local_copy._UNSUPPORTED, refused.value
     seen = bytearray()
     with open(src, "rb") as f:
         local_copy.copy_inspected(f, src.stat().st_size, str(tmp_path / "out"), seen.extend, fsync=False)
     assert (tmp_path / "out").read_bytes() == src.read_bytes() == bytes(seen)
 
 
-def test_other_copy_errors_are_not_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def full(*_args: int) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(local_copy, "_kernel_copy", full)
+def test_a_full_device_is_reported_not_swallowed(tmp_path: Path) -> None:
+    """/dev/full answers every write with ENOSPC (after the kernel copy refuses a character device)."""
     src = _source(tmp_path, MiB)
     with open(src, "rb") as f, pytest.raises(OSError, match="No space left"):
-        local_copy.copy_inspected(f, MiB, str(tmp_path / "out"), lambda _v: None, fsync=False)
+        local_copy.copy_inspected(f, MiB, "/dev/full", lambda _v: None, fsync=False)
     assert _copier_threads() == []
 
 
