@@ -11,8 +11,8 @@ then for each target (file:// in the temp dir, s3:// on a moto server):
    (CRC checks, markers, remote indexes, manifest included), each round to fresh prefixes, order
    alternating, sources read into the page cache first; ratio = raw seconds / ours, median over rounds.
    ``--copy-per-segment`` instead times one pass per rolled segment against that segment's raw put.
-2. read, per tiered segment object: sequential ``cat_file`` ranges vs (a) batch-level streaming through
-   the reader's prefetcher with CRC checks and (b) ``RemoteReader.read_from_offset`` decoding every record,
+2. read, per tiered segment object: sequential ``cat_file`` ranges vs (a) ``RemoteReader.read_batches_from_offset``
+   (CRC-checked batches, records not decoded) and (b) ``RemoteReader.read_from_offset`` decoding every record,
    back to back with the order rotating; ratio = raw seconds / ours, median over all segment reads.
 3. peak RSS of a child process that tiers the partition, and of one that reads it back record by record.
 Everything lives in one temp dir that is removed at the end (``--keep`` keeps it).
@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -214,8 +213,7 @@ def bench_read(target: str, url: str, options: dict[str, Any], read_options: Rea
     cpu: dict[str, float] = dict.fromkeys(names, 0.0)
     server_cpu: dict[str, float] = dict.fromkeys(names, 0.0)
     pairs: dict[str, list[float]] = {"batches": [], "records": []}
-    with RemoteReader(store, read_options) as reader, \
-            ThreadPoolExecutor(max_workers=read_options.readahead_blocks + 1) as pool:
+    with RemoteReader(store, read_options) as reader:
         tp = reader.resolve(TOPIC, 0)
         logs = m.tiered_logs(reader, tp)
         size = sum(log_.size for log_ in logs)
@@ -228,7 +226,7 @@ def bench_read(target: str, url: str, options: dict[str, Any], read_options: Rea
                     m.warm([Path(log_.key)])
                 methods: dict[str, Callable[[], int]] = {
                     "raw": partial(m.raw_read, store, log_, read_options.block_bytes),
-                    "batches": partial(m.stream_batches, store, log_, read_options, pool),
+                    "batches": partial(m.stream_batches, reader, tp, log_),
                     "records": partial(m.read_records, reader, tp, log_),
                 }
                 taken: dict[str, float] = {}
@@ -250,7 +248,7 @@ def bench_read(target: str, url: str, options: dict[str, Any], read_options: Rea
             log(f"{target} read round {r}: " + ", ".join(f"{k} {size / v / MiB:.0f} MiB/s" for k, v in spent.items())
                 + f" (pressure {m.cpu_pressure()})")
     raw_s = m.median(seconds["raw"])
-    labels = {"batches": "read (a) batches + CRC via prefetcher vs raw cat_file",
+    labels = {"batches": "read (a) batches, CRC-checked, vs raw cat_file",
               "records": "read (b) all records decoded vs raw cat_file"}
     for name, label in labels.items():
         round_ratios = [a / b for a, b in zip(seconds["raw"], seconds[name])]

@@ -15,16 +15,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from storage_core.adapters.store import RemoteStore
-from storage_core.formats.record_batch import iter_batches
 from storage_core.formats.segment_files import SegmentFileKind
 from storage_core.remote.layout import SegmentObject, TopicPartitionId
-from storage_core.remote.prefetch import SequentialPrefetcher
 from storage_core.remote.reader import ReadOptions, RemoteReader
 from storage_core.tiering.partition_copy import PartitionCopyResult, copy_partition
 from storage_core.tiering.plan import CopyTask
@@ -181,20 +178,15 @@ def raw_read(store: RemoteStore, log: TieredLog, block: int) -> int:
     return got
 
 
-def stream_batches(store: RemoteStore, log: TieredLog, options: ReadOptions, pool: ThreadPoolExecutor) -> int:
-    """Batch-level read of one object: the reader's fetch pipeline (SequentialPrefetcher with the same
-    block and depth, iter_batches with CRC-32C checks) without decoding records. Returns the records the
-    batches hold."""
-    def get(start: int, end: int) -> bytes:
-        return store.get_range(log.key, start, end)
-
+def stream_batches(reader: RemoteReader, tp: TopicPartitionId, log: TieredLog) -> int:
+    """Batch-level read of one segment: RemoteReader.read_batches_from_offset from its base offset (every
+    batch CRC-checked, records not decoded; on file:// the object is mapped, elsewhere fetched with
+    read-ahead), stopping after its last batch. Returns the records the batches hold."""
     records = 0
-    fetch = SequentialPrefetcher(get, log.size, pool, block=options.block_bytes, depth=options.readahead_blocks)
-    try:
-        for batch in iter_batches(fetch, 0, path=log.key, chunk_size=options.block_bytes):
-            records += batch.header.records_count
-    finally:
-        fetch.close()
+    for batch in reader.read_batches_from_offset(tp, log.base_offset):
+        records += batch.header.records_count
+        if batch.header.last_offset >= log.end_offset:
+            break
     return records
 
 

@@ -171,6 +171,11 @@ class RemoteStore:
             data: bytes = self.fs.cat_file(key, start=start, end=end)
             return data
 
+    def local_path(self, key: str) -> str | None:
+        """Where ``key`` lives on this machine's filesystem (file:// stores), for readers that map objects
+        instead of reading them; None on every other store."""
+        return key if self.is_local else None
+
     def size(self, key: str) -> int:
         with _translated("stat", key):
             return int(self.fs.size(key))

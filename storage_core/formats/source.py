@@ -23,6 +23,10 @@ RangeFetcher = Callable[[int, int], bytes]
 ByteSource = BinaryIO | RangeFetcher
 """What readers accept: a seekable binary file object or a :data:`RangeFetcher`."""
 
+ViewFetcher = Callable[[int, int], bytes | memoryview]
+"""A fetcher that may answer with views instead of copies (e.g. of a mapped file). Only
+:class:`ChunkCursor`, and so :func:`~storage_core.formats.record_batch.iter_batches`, take one."""
+
 
 def bytes_fetcher(data: bytes | bytearray | memoryview) -> RangeFetcher:
     """A fetcher over an in-memory buffer."""
@@ -113,10 +117,10 @@ class ChunkCursor:
     (the cursor only moves forward).
     """
 
-    def __init__(self, fetch: RangeFetcher, position: int = 0, chunk_size: int = 1 << 20) -> None:
+    def __init__(self, fetch: ViewFetcher, position: int = 0, chunk_size: int = 1 << 20) -> None:
         self._fetch = fetch
         self._chunk_size = chunk_size
-        self._chunks: deque[bytes] = deque()
+        self._chunks: deque[bytes | memoryview] = deque()
         self._start = position  # where the first kept chunk starts
         self._end = position  # where the last kept chunk ends
         self._exhausted = False

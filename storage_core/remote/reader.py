@@ -2,7 +2,10 @@
 
 Locating: manifest (one GET) -> segment by binary search -> remoteOffsetIndex / remoteTimeIndex ->
 remoteLogIndex entry -> the byte position in the segment object. Only byte ranges from there on are
-fetched, with read-ahead (see prefetch.py), and only COPY_FINISHED segments are ever read.
+fetched, with read-ahead (see prefetch.py), and only COPY_FINISHED segments are ever read. On a local
+filesystem the segment object is mapped instead (formats/mapped.py): there is no fetch latency to hide,
+and the CRC checks, shared between two threads (formats/checked_batches.py), are the only pass over the
+bytes.
 
 Isolation: read_committed drops batches of aborted transactions (from the segment's txn index, which
 lists every aborted transaction overlapping the segment); control records are never returned.
@@ -18,8 +21,10 @@ from enum import Enum
 from pathlib import Path
 
 from storage_core.errors import ConfigError, OffsetOutOfRangeError
+from storage_core.formats.checked_batches import iter_checked_batches
 from storage_core.formats.indexes import AbortedTxn, iter_txn_index
-from storage_core.formats.record_batch import iter_batches
+from storage_core.formats.mapped import MappedFile
+from storage_core.formats.record_batch import RawBatch, iter_batches
 from storage_core.formats.records import Record, iter_records
 from storage_core.formats.remote_index import (
     RemotePointerIndex,
@@ -34,6 +39,11 @@ from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartiti
 from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.prefetch import DEFAULT_BLOCK, DEFAULT_DEPTH, SequentialPrefetcher
 from storage_core.remote.store_api import ObjectStore
+
+
+KEEP_BEHIND = 32 << 20
+"""Mapped bytes of a local object kept resident behind the batch being yielded (the batches of the group
+being checked lie ahead of it; views the caller holds further back stay valid either way)."""
 
 
 class Isolation(str, Enum):
@@ -108,6 +118,19 @@ class RemoteReader:
 
     # ---- reading --------------------------------------------------------------------------------
     def read_from_offset(self, tp: TopicPartitionId, offset: int) -> Iterator[Record]:
+        for batch in self.read_batches_from_offset(tp, offset):
+            for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
+                if record.offset >= offset:
+                    yield record
+
+    def read_batches_from_offset(self, tp: TopicPartitionId, offset: int) -> Iterator[RawBatch]:
+        """The batches holding ``offset`` and everything after it, CRC-checked, in offset order.
+
+        What a broker's remote fetch serves: whole batches as stored (the first may start before
+        ``offset``), without decoding records. Control batches are left out, and so are aborted
+        transactions' batches under read_committed. ``data`` may be a view of a fetched block or of the
+        mapped object; it stays valid as long as it is held.
+        """
         manifest = self.manifest(tp)
         if manifest.end_offset is None or offset > manifest.end_offset:
             manifest = self.manifest(tp, refresh=True)  # the stored manifest may lag a finished copy
@@ -118,7 +141,10 @@ class RemoteReader:
                 f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, {manifest.end_offset}]")
         index = manifest.segment_for_offset(offset)
         assert index is not None
-        yield from self._scan(manifest, index, offset=offset, timestamp=None)
+        for meta in manifest.segments[index:]:
+            start = self._start_position(meta, max(offset, meta.base_offset), None)
+            if start is not None:
+                yield from self._segment_batches(meta, start)
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
         """From the first record (in offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
@@ -126,24 +152,20 @@ class RemoteReader:
         index = manifest.segment_for_timestamp(timestamp)
         if index is None:
             raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
-        yield from self._scan(manifest, index, offset=None, timestamp=timestamp)
-
-    def _scan(self, manifest: Manifest, index: int, *, offset: int | None, timestamp: int | None) -> Iterator[Record]:
+        found: int | None = None  # once the first match is found, everything from it on, in offset order
         for meta in manifest.segments[index:]:
-            start = self._start_position(meta, offset, timestamp)
+            start = self._start_position(meta, None, timestamp) if found is None else \
+                self._start_position(meta, max(found, meta.base_offset), None)
             if start is None:
                 continue
-            for record in self._segment_records(meta, start):
-                if offset is not None and record.offset < offset:
-                    continue
-                if timestamp is not None:
-                    if record.timestamp < timestamp:
-                        continue
-                    timestamp = None  # found the first match: from here on, everything in offset order
-                    offset = record.offset
-                yield record
-            if offset is not None:
-                offset = max(offset, meta.end_offset + 1)
+            for batch in self._segment_batches(meta, start):
+                for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
+                    if found is None:
+                        if record.timestamp < timestamp:
+                            continue
+                        found = record.offset
+                    if record.offset >= found:
+                        yield record
 
     def _start_position(self, meta: SegmentMetadata, offset: int | None, timestamp: int | None) -> int | None:
         log_index = self._cache.get(meta, SegmentObject.REMOTE_LOG_INDEX)
@@ -158,23 +180,33 @@ class RemoteReader:
         entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
         return entry.data_id.position
 
-    def _segment_records(self, meta: SegmentMetadata, start: int) -> Iterator[Record]:
+    def _segment_batches(self, meta: SegmentMetadata, start: int) -> Iterator[RawBatch]:
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
-        size = meta.objects[SegmentObject.LOG].size
         committed = self.options.isolation is Isolation.READ_COMMITTED
         aborted = _Aborted(list(iter_txn_index(bytes_fetcher(self._cache.get(meta, SegmentObject.TXN_INDEX))))) \
             if committed and meta.has_transactions else None
-        fetch = SequentialPrefetcher(lambda a, b: self.store.get_range(key, a, b), size, self._pool,
-                                     origin=start, block=self.options.block_bytes,
-                                     depth=self.options.readahead_blocks)
+        for batch in self._checked_batches(key, meta.objects[SegmentObject.LOG].size, start):
+            header = batch.header
+            if header.is_control:
+                continue
+            if aborted is not None and header.is_transactional and \
+                    aborted.contains(header.producer_id, header.base_offset):
+                continue
+            yield batch
+
+    def _checked_batches(self, key: str, size: int, start: int) -> Iterator[RawBatch]:
+        local = self.store.local_path(key)
+        if local is not None:
+            with open(local, "rb") as f:
+                mapped = MappedFile(f, size)
+            for batch in iter_checked_batches(mapped, start, self._pool, path=key, chunk_size=size):
+                yield batch
+                mapped.release_before(batch.position - KEEP_BEHIND)  # bounds the resident set
+            return
+        prefetch = SequentialPrefetcher(lambda a, b: self.store.get_range(key, a, b), size, self._pool,
+                                        origin=start, block=self.options.block_bytes,
+                                        depth=self.options.readahead_blocks)
         try:
-            for batch in iter_batches(fetch, start, path=key, chunk_size=self.options.block_bytes):
-                header = batch.header
-                if header.is_control:
-                    continue
-                if aborted is not None and header.is_transactional and \
-                        aborted.contains(header.producer_id, header.base_offset):
-                    continue
-                yield from iter_records(batch, verify_crc=False)
+            yield from iter_batches(prefetch, start, path=key, chunk_size=self.options.block_bytes)
         finally:
-            fetch.close()
+            prefetch.close()
