@@ -171,10 +171,14 @@ class RemoteStore:
             data: bytes = self.fs.cat_file(key, start=start, end=end)
             return data
 
-    def local_path(self, key: str) -> str | None:
-        """Where ``key`` lives on this machine's filesystem (file:// stores), for readers that map objects
-        instead of reading them; None on every other store."""
-        return key if self.is_local else None
+    def open_local(self, key: str) -> BinaryIO | None:
+        """``key`` opened for reading from this machine's filesystem (file:// stores), for readers that map
+        objects instead of fetching them; None on every other store. A missing object raises
+        ``RemoteObjectNotFound``, as ``get`` does."""
+        if not self.is_local:
+            return None
+        with _translated("read", key):
+            return open(key, "rb")
 
     def size(self, key: str) -> int:
         with _translated("stat", key):

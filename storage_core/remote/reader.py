@@ -14,13 +14,14 @@ lists every aborted transaction overlapping the segment); control records are ne
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from storage_core.errors import ConfigError, OffsetOutOfRangeError
+from storage_core.errors import ConfigError, CorruptDataError, OffsetOutOfRangeError
 from storage_core.formats.checked_batches import iter_checked_batches
 from storage_core.formats.indexes import AbortedTxn, iter_txn_index
 from storage_core.formats.mapped import MappedFile
@@ -195,10 +196,20 @@ class RemoteReader:
             yield batch
 
     def _checked_batches(self, key: str, size: int, start: int) -> Iterator[RawBatch]:
-        local = self.store.local_path(key)
+        """Every batch of the object from ``start`` to its recorded ``size``, CRC-checked; an object that
+        ends early (at a batch boundary, which the framing alone cannot notice) is damage too."""
+        end = start
+        for batch in self._stored_batches(key, size, start):
+            end = batch.end_position
+            yield batch
+        if end < size:
+            raise CorruptDataError(f"the object ends at byte {end}, but {size} bytes were tiered", path=key)
+
+    def _stored_batches(self, key: str, size: int, start: int) -> Iterator[RawBatch]:
+        local = self.store.open_local(key)
         if local is not None:
-            with open(local, "rb") as f:
-                mapped = MappedFile(f, size)
+            with local:
+                mapped = MappedFile(local, min(size, os.fstat(local.fileno()).st_size))
             for batch in iter_checked_batches(mapped, start, self._pool, path=key, chunk_size=size):
                 yield batch
                 mapped.release_before(batch.position - KEEP_BEHIND)  # bounds the resident set

@@ -155,17 +155,21 @@ def _local_batches(partition_dir: Path) -> dict[int, bytes]:
     return out
 
 
-def test_a_damaged_remote_object_is_refused_at_the_damaged_batch(tiered: tuple[Remote, dict[str, Any]],
-                                                                  dataset: Dataset, tmp_path: Path) -> None:
-    """A byte flipped in a tiered .log object (on a copy of the remote tier) stops the read with the
-    damaged batch's offset, after every record before it; batch reads stop at the same batch."""
+@pytest.mark.parametrize("damage", ["flipped byte", "cut at a batch boundary"])
+def test_a_damaged_remote_object_is_refused_where_it_is_damaged(tiered: tuple[Remote, dict[str, Any]],
+                                                                 dataset: Dataset, tmp_path: Path,
+                                                                 damage: str) -> None:
+    """A byte flipped in a tiered .log object (on a copy of the remote tier) stops the read at the damaged
+    batch, naming its offset; an object cut short at a batch boundary (which framing alone cannot see)
+    stops it where the data ends. Every record before the damage is returned first; batch reads stop at
+    the same place."""
     remote, _ = tiered
     source = remote.store()
     if source.is_local:
         damaged = file_remote(tmp_path / "damaged")
         shutil.copytree(source.root, tmp_path / "damaged")
     else:
-        damaged = Remote(remote.url.rstrip("/") + "-damaged", remote.options, [], {})
+        damaged = Remote(remote.url.rstrip("/") + "-" + damage.replace(" ", "-"), remote.options, [], {})
         source.fs.cp(source.root, damaged.store().root, recursive=True)
     topic = dataset.codec_topics[0]
     with damaged.reader(Isolation.READ_UNCOMMITTED) as reader:
@@ -178,7 +182,10 @@ def test_a_damaged_remote_object_is_refused_at_the_damaged_batch(tiered: tuple[R
         data = bytearray(store.get(key))
         batches = list(iter_batches(bytes_fetcher(bytes(data))))
         victim = batches[len(batches) // 2]
-        data[victim.position + 70] ^= 0xFF  # inside the CRC-covered part
+        if damage == "flipped byte":
+            data[victim.position + 70] ^= 0xFF  # inside the CRC-covered part
+        else:
+            del data[victim.position:]
         store.delete([key])
         store.put_atomic(key, bytes(data))
         start = segments[0].base_offset
@@ -186,13 +193,16 @@ def test_a_damaged_remote_object_is_refused_at_the_damaged_batch(tiered: tuple[R
         with pytest.raises(CorruptDataError) as err:
             for record in reader.read_from_offset(tp, start):
                 seen.append(record.offset)
-        assert err.value.offset == victim.header.base_offset
+        if damage == "flipped byte":
+            assert err.value.offset == victim.header.base_offset
+        else:
+            assert f"ends at byte {victim.position}" in str(err.value)
         assert seen and seen[-1] < victim.header.base_offset
         assert max(seen) >= batches[len(batches) // 2 - 1].header.base_offset  # read right up to it
-        with pytest.raises(CorruptDataError) as err:
+        with pytest.raises(CorruptDataError) as again:
             for _ in reader.read_batches_from_offset(tp, start):
                 pass
-        assert err.value.offset == victim.header.base_offset
+        assert str(again.value) == str(err.value)
 
 
 def test_aborted_records_differ_between_isolation_levels(tiered: tuple[Remote, dict[str, Any]],
