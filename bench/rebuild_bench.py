@@ -49,6 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.kafka import KafkaCluster
 from storage_core.adapters.kafka_admin import KafkaAdmin
+from thread_cpu import ThreadCpuSampler
 
 TOPIC, PROBE = "bench", "probe"
 REBUILT = 3
@@ -212,8 +213,38 @@ class TieredRound(NamedTuple):
     tail_bytes: int
 
 
+def _labelled_pids(cluster: KafkaCluster) -> dict[str, int]:
+    """The brokers' JVMs and this process, for the per-thread CPU trace."""
+    pids = {"bench": os.getpid()}
+    for node in cluster.node_ids:
+        pid = cluster.pid(node)
+        if pid is not None:
+            pids[f"broker {node}"] = pid
+    return pids
+
+
+def warm_leader_tails(cluster: KafkaCluster) -> int:
+    """Read into the page cache what broker 3 will fetch from brokers 1 and 2: every file of the probe
+    topic (never tiered, so replicated from offset 0) and the newest two segments of each bench partition.
+    An experiment: it tells whether the rejoin stall comes from the leaders reading that data from disk."""
+    read = 0
+    for broker in (1, 2):
+        for pdir in cluster.log_dir(broker).iterdir():
+            if pdir.name.startswith(f"{PROBE}-"):
+                files = [f for f in pdir.iterdir() if f.is_file()]
+            elif pdir.name.startswith(f"{TOPIC}-"):
+                files = sorted(pdir.glob("*.log"))[-2:]
+            else:
+                continue
+            for path in files:
+                with path.open("rb", buffering=0) as f:
+                    while chunk := f.read(1 << 20):
+                        read += len(chunk)
+    return read
+
+
 def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int, nice: int,
-                 cpus: str | None) -> TieredRound:
+                 cpus: str | None, warm: bool) -> TieredRound:
     """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR."""
     cluster.stop_broker(REBUILT)
     cluster.wipe_log_dir(REBUILT)
@@ -226,6 +257,11 @@ def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: 
     summary = json.loads(out.stdout)
     rebuilt = time.monotonic()
     restored = dir_bytes(cluster.log_dir(REBUILT))
+    if warm:
+        warm_start = time.monotonic()
+        warmed = warm_leader_tails(cluster)
+        print(f"warmed {warmed / 2**20:.0f} MiB of the leaders' tails in {time.monotonic() - warm_start:.2f} s",
+              file=sys.stderr)
     cluster.start_broker(REBUILT, nice=nice)
     started = time.monotonic()
     end = wait_full_isr(admin)
@@ -310,6 +346,9 @@ def main() -> int:
     parser.add_argument("--trace", type=Path, default=None,
                         help="write every probe sample and the phase boundaries here (JSON, wall-clock seconds), "
                              "to line latency spikes up with broker logs and vmstat")
+    parser.add_argument("--warm-leader-tails", action="store_true",
+                        help="experiment: before each tiered start, read the probe topic and the newest bench "
+                             "segments of brokers 1 and 2 into the page cache")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -339,8 +378,11 @@ def main() -> int:
 def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, remote: str,
                   cpu: CpuSampler) -> int:
     probe: Probe | None = None
+    threads = ThreadCpuSampler(lambda: _labelled_pids(cluster))
     try:
         cpu.start()
+        if args.trace is not None:
+            threads.start()
         cluster.start()
         admin_client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         config = {"segment.bytes": str(args.segment_mib << 20), "retention.ms": "-1", "retention.bytes": "-1"}
@@ -377,7 +419,8 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
 
         # Rebuild from the remote tier with a 5% local window; extra rounds only add probe samples.
         window = int(args.window * total / args.partitions)
-        rounds = [tiered_round(cluster, admin, remote, window, args.rebuilt_nice, cluster.cpus.get(REBUILT))
+        rounds = [tiered_round(cluster, admin, remote, window, args.rebuilt_nice, cluster.cpus.get(REBUILT),
+                               args.warm_leader_tails)
                   for _ in range(args.tiered_rounds)]
         tiered_start, rebuilt_at, tiered_up, tiered_end, summary, restored_bytes, tail_bytes = rounds[0]
         after = (time.monotonic(), time.monotonic() + args.quiet_seconds)
@@ -404,12 +447,14 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
                 "windows": {name: (a + wall, b + wall) for name, (a, b) in windows.items()},
                 "rounds": [{"start": r.start + wall, "rebuilt": r.rebuilt + wall, "started": r.started + wall,
                             "end": r.end + wall} for r in rounds],
+                "threads": threads.samples,
             }))
         print(f"## Broker rebuild: {args.gib:g} GiB in {args.partitions} partitions ({args.segment_mib} MiB "
               f"segments), RF 3, 3 brokers, rebuilt broker at nice {args.rebuilt_nice}"
               + (", on a core of its own" if args.rebuilt_own_cpu else "")
               + "".join(f", {item}" for item in args.broker_config)
-              + (", on a filesystem of its own" if args.rebuilt_own_fs else "") + "\n")
+              + (", on a filesystem of its own" if args.rebuilt_own_fs else "")
+              + (", leaders' tails warmed before each tiered start" if args.warm_leader_tails else "") + "\n")
         print("| rebuild | time to full ISR | rebuild command | broker start to registered | "
               "registered to full ISR | .log bytes fetched from leaders |")
         print("|---|---|---|---|---|---|")
@@ -446,6 +491,7 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
         return 0 if ok else 1
     finally:
         cpu.stop()
+        threads.stop()
         if probe is not None:
             probe.stop()
         if args.jfr is not None:

@@ -56,6 +56,24 @@ def vmstat_lines(path: Path) -> tuple[str, dict[int, str]]:
     return header, lines
 
 
+def _busiest(samples: list[tuple[float, dict[str, dict[str, float]]]], second: int, top: int = 4) -> str:
+    """The busiest thread groups per process in ``second`` (mean cores over the samples inside it)."""
+    inside = [groups for t, groups in samples if second <= t < second + 1]
+    if not inside:
+        return ""
+    summed: dict[tuple[str, str], float] = {}
+    for sample in inside:
+        for label, groups in sample.items():
+            for group, cores in groups.items():
+                summed[(label, group)] = summed.get((label, group), 0.0) + cores / len(inside)
+    parts = []
+    for label in sorted({label for label, _ in summed}):
+        mine = sorted(((c, g) for (lab, g), c in summed.items() if lab == label), reverse=True)[:top]
+        parts.append(f"{label} {sum(c for (lab, _), c in summed.items() if lab == label):.2f} ("
+                     + ", ".join(f"{g} {c:.2f}" for c, g in mine) + ")")
+    return "; ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", type=Path, help="the JSON written by rebuild_bench.py --trace")
@@ -77,6 +95,9 @@ def main() -> None:
             p99 = lat[int(0.99 * (len(lat) - 1))] if lat else 0.0
             print(f"+{second - start:6.1f}  n={len(lat):3d}  p99={p99:7.1f}  max={lat[-1] if lat else 0:7.1f} ms"
                   f"  | {vm.get(second, '-')}")
+            busy = _busiest(trace.get("threads", []), second)
+            if busy:
+                print(f"        cpu: {busy}")
             for node, found in sorted(events.items()):
                 for t, message in found:
                     if second <= t < second + 1:

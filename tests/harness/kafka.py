@@ -267,6 +267,11 @@ class KafkaCluster:
         proc = self._nodes[node_id].proc
         return proc is not None and proc.poll() is None
 
+    def pid(self, node_id: int) -> int | None:
+        """The node's JVM process id while it runs (for profiling from outside), else None."""
+        proc = self._nodes[node_id].proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def wipe_log_dir(self, node_id: int, keep_meta: bool = True) -> None:
         """Delete the node's data (it must be stopped); keep meta.properties to simulate a replaced disk."""
         if self.is_running(node_id):
