@@ -23,6 +23,10 @@ a lower CPU priority, modelling the replaced broker on its own machine; results 
 ``--rebuilt-own-fs`` (root only) gives broker 3's log dir a filesystem of its own, an ext4 image on a loop
 device with direct I/O, as a replaced broker has its own disk: its writes and fsyncs then no longer wait
 in the same ext4 journal as the leaders' appends (the disk itself is still shared).
+``--trace FILE`` writes the probe samples, phase boundaries and the per-thread CPU of every broker JVM
+(``bench/thread_cpu.py``) for ``bench/rebuild_trace.py``. Experiments: ``--warm-leader-tails`` reads the
+data broker 3 will fetch into the leaders' page cache first; ``--hold-rejoin S`` keeps broker 3's
+replication throttled to ~0 for S seconds after it registers (Kafka's leader-side replication quota).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from harness.kafka import KafkaCluster
 from storage_core.adapters.kafka_admin import KafkaAdmin
@@ -243,8 +247,25 @@ def warm_leader_tails(cluster: KafkaCluster) -> int:
     return read
 
 
+def hold_replication(bootstrap: str, hold: bool) -> None:
+    """Experiment: throttle (``hold``) or release, on the leaders (brokers 1 and 2), what every out-of-sync
+    follower of the two topics may fetch, with Kafka's own replication quota (1 byte/s; in-sync replicas
+    are never throttled), so that a restarted broker gets next to nothing and stays out of the ISRs."""
+    op = AlterConfigOpType.SET if hold else AlterConfigOpType.DELETE
+    resources = [ConfigResource(ResourceType.BROKER, str(leader), incremental_configs=[
+                     ConfigEntry("leader.replication.throttled.rate", "1" if hold else None,
+                                 incremental_operation=op)]) for leader in (1, 2)]
+    resources += [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+                      ConfigEntry("leader.replication.throttled.replicas", "*" if hold else None,
+                                  incremental_operation=op)]) for topic in (TOPIC, PROBE)]
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    for resource in resources:  # the client takes one broker resource per call
+        for fut in client.incremental_alter_configs([resource]).values():
+            fut.result(30)
+
+
 def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int, nice: int,
-                 cpus: str | None, warm: bool) -> TieredRound:
+                 cpus: str | None, warm: bool, hold_s: float = 0.0) -> TieredRound:
     """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR."""
     cluster.stop_broker(REBUILT)
     cluster.wipe_log_dir(REBUILT)
@@ -262,8 +283,14 @@ def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: 
         warmed = warm_leader_tails(cluster)
         print(f"warmed {warmed / 2**20:.0f} MiB of the leaders' tails in {time.monotonic() - warm_start:.2f} s",
               file=sys.stderr)
+    if hold_s:
+        hold_replication(cluster.bootstrap_servers, True)
     cluster.start_broker(REBUILT, nice=nice)
     started = time.monotonic()
+    if hold_s:
+        time.sleep(hold_s)
+        hold_replication(cluster.bootstrap_servers, False)
+        print(f"released the rebuilt broker's replication {hold_s:.0f} s after it registered", file=sys.stderr)
     end = wait_full_isr(admin)
     tail = dir_bytes(cluster.log_dir(REBUILT)) - restored
     time.sleep(5)
@@ -349,6 +376,10 @@ def main() -> int:
     parser.add_argument("--warm-leader-tails", action="store_true",
                         help="experiment: before each tiered start, read the probe topic and the newest bench "
                              "segments of brokers 1 and 2 into the page cache")
+    parser.add_argument("--hold-rejoin", type=float, default=0.0, metavar="SECONDS",
+                        help="experiment: keep the rebuilt broker's replication throttled to ~0 for SECONDS after it "
+                             "registers (its JVM warms up outside the ISRs), then release it. In the one run made, "
+                             "every acks=all produce waited for the whole hold (docs/benchmarks.md)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -420,7 +451,7 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
         # Rebuild from the remote tier with a 5% local window; extra rounds only add probe samples.
         window = int(args.window * total / args.partitions)
         rounds = [tiered_round(cluster, admin, remote, window, args.rebuilt_nice, cluster.cpus.get(REBUILT),
-                               args.warm_leader_tails)
+                               args.warm_leader_tails, args.hold_rejoin)
                   for _ in range(args.tiered_rounds)]
         tiered_start, rebuilt_at, tiered_up, tiered_end, summary, restored_bytes, tail_bytes = rounds[0]
         after = (time.monotonic(), time.monotonic() + args.quiet_seconds)
@@ -454,7 +485,8 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
               + (", on a core of its own" if args.rebuilt_own_cpu else "")
               + "".join(f", {item}" for item in args.broker_config)
               + (", on a filesystem of its own" if args.rebuilt_own_fs else "")
-              + (", leaders' tails warmed before each tiered start" if args.warm_leader_tails else "") + "\n")
+              + (", leaders' tails warmed before each tiered start" if args.warm_leader_tails else "")
+              + (f", replication held {args.hold_rejoin:g} s after registering" if args.hold_rejoin else "") + "\n")
         print("| rebuild | time to full ISR | rebuild command | broker start to registered | "
               "registered to full ISR | .log bytes fetched from leaders |")
         print("|---|---|---|---|---|---|")
