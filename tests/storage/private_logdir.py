@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 from storage_core.formats.checkpoints import REPLICATION_OFFSET_CHECKPOINT
+from storage_core.logdir import LogDir
 
 
 def copy_partitions(broker_log_dir: Path, topics: list[str], target: Path) -> Path:
-    """Copy the named topics' partition dirs and the high-watermark checkpoint into ``target``."""
+    """Copy the named topics' partition dirs and the high-watermark checkpoint into ``target``.
+
+    Waits first until the broker's checkpointed high watermark covers every rolled segment of them: a
+    copy without --bootstrap-servers trusts that checkpoint, which the broker writes every 5 s, and tests
+    expect every rolled segment to be eligible.
+    """
+    wait_for_checkpoint(broker_log_dir, topics)
     target.mkdir(parents=True, exist_ok=True)
     for entry in broker_log_dir.iterdir():
         topic = entry.name.rpartition("-")[0]
@@ -17,3 +25,26 @@ def copy_partitions(broker_log_dir: Path, topics: list[str], target: Path) -> Pa
             shutil.copytree(entry, target / entry.name)
     shutil.copy2(broker_log_dir / REPLICATION_OFFSET_CHECKPOINT, target / REPLICATION_OFFSET_CHECKPOINT)
     return target
+
+
+def rolled_log_bytes(log_dir: Path, topics: list[str]) -> int:
+    """.log bytes of every rolled (not active) segment of ``topics``."""
+    return sum(s.log_size for p in LogDir(log_dir).partitions(set(topics)) for s in p.segments()[:-1])
+
+
+def eligible_log_bytes(log_dir: Path, topics: list[str]) -> int:
+    """.log bytes of the rolled segments that end below the checkpointed high watermark."""
+    logs = LogDir(log_dir)
+    watermarks = logs.checkpoints().high_watermarks
+    return sum(s.log_size for p in logs.partitions(set(topics))
+               for s, following in zip(p.segments(), p.segments()[1:])
+               if following.base_offset <= watermarks.get(p.tp, 0))
+
+
+def wait_for_checkpoint(broker_log_dir: Path, topics: list[str], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while eligible_log_bytes(broker_log_dir, topics) < rolled_log_bytes(broker_log_dir, topics):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the broker's high-watermark checkpoint never covered the rolled segments of "
+                                 f"{topics} within {timeout:.0f} s")
+        time.sleep(0.5)

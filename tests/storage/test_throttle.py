@@ -17,7 +17,7 @@ from storage_core.throttle import RateLimiter, limited
 
 from .conftest import run_cli
 from .dataset import Dataset
-from .private_logdir import copy_partitions
+from .private_logdir import copy_partitions, eligible_log_bytes, rolled_log_bytes
 
 
 class FakeTime:
@@ -81,11 +81,10 @@ def test_bad_rates_are_refused_and_no_limit_leaves_progress_alone() -> None:
 def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(dataset: Dataset, kafka_broker: KafkaCluster,
                                                         tmp_path: Path) -> None:
     topic = dataset.codec_topics[0]
-    _wait_for_checkpoint(kafka_broker.log_dir(1), topic)
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     # The limit counts the .log bytes of the segments copied (rolled, below the checkpointed high watermark).
-    log_bytes = _eligible_log_bytes(log_dir, topic)
-    assert log_bytes == _rolled_log_bytes(log_dir, topic) > 0
+    log_bytes = eligible_log_bytes(log_dir, [topic])
+    assert log_bytes == rolled_log_bytes(log_dir, [topic]) > 0
     rate = log_bytes // 3
 
     bad = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{tmp_path / 'bad'}",
@@ -103,28 +102,6 @@ def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(dataset: Dataset, kafka_
     assert elapsed >= (log_bytes - rate) / rate * 0.95, elapsed
 
 
-def _wait_for_checkpoint(broker_log_dir: Path, topic: str) -> None:
-    """Without --bootstrap-servers a copy trusts the checkpointed high watermark, which the broker writes
-    every 5 s: wait until it covers every rolled segment, so what a copy tiers is known in advance."""
-    deadline = time.monotonic() + 30
-    while _eligible_log_bytes(broker_log_dir, topic) < _rolled_log_bytes(broker_log_dir, topic):
-        assert time.monotonic() < deadline, "the broker's high-watermark checkpoint never covered its rolled segments"
-        time.sleep(0.5)
-
-
-def _rolled_log_bytes(log_dir: Path, topic: str) -> int:
-    return sum(s.log_size for p in LogDir(log_dir).partitions({topic}) for s in p.segments()[:-1])
-
-
-def _eligible_log_bytes(log_dir: Path, topic: str) -> int:
-    """.log bytes of the rolled segments that end below the checkpointed high watermark."""
-    logs = LogDir(log_dir)
-    watermarks = logs.checkpoints().high_watermarks
-    return sum(s.log_size for p in logs.partitions({topic})
-               for s, following in zip(p.segments(), p.segments()[1:])
-               if following.base_offset <= watermarks.get(p.tp, 0))
-
-
 @pytest.mark.parametrize("flag", [[], ["--no-fsync"]])
 def test_copy_flushes_to_disk_unless_told_not_to(dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch, flag: list[str]) -> None:
@@ -132,7 +109,6 @@ def test_copy_flushes_to_disk_unless_told_not_to(dataset: Dataset, kafka_broker:
     from storage_core.cli.main import main
 
     topic = dataset.codec_topics[0]
-    _wait_for_checkpoint(kafka_broker.log_dir(1), topic)
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     synced: list[int] = []
     real_fsync = os.fsync
