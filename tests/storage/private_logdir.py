@@ -8,6 +8,7 @@ from pathlib import Path
 
 from storage_core.formats.checkpoints import REPLICATION_OFFSET_CHECKPOINT
 from storage_core.logdir import LogDir
+from storage_core.tiering.plan import plan_copies
 
 
 def copy_partitions(broker_log_dir: Path, topics: list[str], target: Path) -> Path:
@@ -33,12 +34,17 @@ def rolled_log_bytes(log_dir: Path, topics: list[str]) -> int:
 
 
 def eligible_log_bytes(log_dir: Path, topics: list[str]) -> int:
-    """.log bytes of the rolled segments that end below the checkpointed high watermark."""
+    """.log bytes of the segments a copy without --bootstrap-servers would tier: the copy planner's own
+    decision against the checkpointed high watermark, with nothing tiered yet."""
     logs = LogDir(log_dir)
     watermarks = logs.checkpoints().high_watermarks
-    return sum(s.log_size for p in logs.partitions(set(topics))
-               for s, following in zip(p.segments(), p.segments()[1:])
-               if following.base_offset <= watermarks.get(p.tp, 0))
+    total = 0
+    for p in logs.partitions(set(topics)):
+        segments = p.segments()
+        decision = plan_copies([s.base_offset for s in segments], watermarks.get(p.tp, 0), None)
+        eligible = {span.base_offset for span in decision.eligible}
+        total += sum(s.log_size for s in segments if s.base_offset in eligible)
+    return total
 
 
 def wait_for_checkpoint(broker_log_dir: Path, topics: list[str], timeout: float = 30.0) -> None:
