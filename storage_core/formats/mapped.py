@@ -26,12 +26,14 @@ RELEASE_STEP = 32 << 20
 class MappedFile:
     """``[start, end)`` of a file as views of one read-only mapping; a :data:`~.source.ViewFetcher`.
 
-    ``size`` bounds the mapping (default: the file's length now). The file object may be closed once
-    this is built; the mapping lives as long as this object or any view it handed out.
+    ``size`` bounds the mapping (default, and at most: the file's length now), so a file shorter than
+    expected reads short instead of failing to map. The file object may be closed once this is built; the
+    mapping lives as long as this object or any view it handed out.
     """
 
     def __init__(self, fileobj: BinaryIO, size: int | None = None) -> None:
-        self.size = os.fstat(fileobj.fileno()).st_size if size is None else size
+        length = os.fstat(fileobj.fileno()).st_size
+        self.size = length if size is None else min(size, length)
         self._mapped = mmap.mmap(fileobj.fileno(), self.size, prot=mmap.PROT_READ) if self.size else None
         self._view = memoryview(self._mapped) if self._mapped is not None else memoryview(b"")
         self._advice: int | None = getattr(mmap, "MADV_DONTNEED", None)  # not on every platform

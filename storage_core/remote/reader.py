@@ -14,7 +14,6 @@ lists every aborted transaction overlapping the segment); control records are ne
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -209,7 +208,7 @@ class RemoteReader:
         local = self.store.open_local(key)
         if local is not None:
             with local:
-                mapped = MappedFile(local, min(size, os.fstat(local.fileno()).st_size))
+                mapped = MappedFile(local, size)
             for batch in iter_checked_batches(mapped, start, self._pool, path=key, chunk_size=size):
                 yield batch
                 mapped.release_before(batch.position - KEEP_BEHIND)  # bounds the resident set

@@ -34,6 +34,7 @@ def test_size_bounds_the_mapping_and_an_empty_file_reads_nothing(tmp_path: Path)
     path.write_bytes(b"0123456789")
     with path.open("rb") as f:
         assert bytes(MappedFile(f, 4)(0, 100)) == b"0123"
+        assert bytes(MappedFile(f, 100)(0, 100)) == b"0123456789"  # no more than the file holds
     (tmp_path / "empty").write_bytes(b"")
     with (tmp_path / "empty").open("rb") as f:
         empty = MappedFile(f)
