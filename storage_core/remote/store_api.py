@@ -13,6 +13,9 @@ from typing import BinaryIO, Protocol
 class ObjectStore(Protocol):
     url: str
     root: str
+    write_concurrency: int
+    """How many small objects are worth writing at once: 1 where a write is a local system call, more
+    where each is a network round trip."""
 
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int: ...
 

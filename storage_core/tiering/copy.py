@@ -1,8 +1,8 @@
 """Copy one partition's eligible segments to the remote tier (the RLM leader's job, from outside).
 
 Per segment: COPY_STARTED marker -> the .log stored, every byte of it CRC-validated on the way (and fed to
-the remote index builder) -> indexes, txn index, producer snapshot, leader epochs, remote indexes -> sizes
-checked -> COPY_FINISHED marker -> manifest. Nothing becomes COPY_FINISHED unless every object is complete,
+the remote index builder), while the indexes, txn index, producer snapshot and leader epochs go up beside
+it -> remote indexes -> every object's stored size checked -> COPY_FINISHED marker -> manifest. Nothing becomes COPY_FINISHED unless every object is complete,
 and a failed attempt removes what it wrote (the orphan sweep catches what a crash leaves).
 """
 
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import BinaryIO
 
 from storage_core.errors import CorruptDataError, TierkeeperError
@@ -119,44 +121,45 @@ class SegmentCopier:
 
         def inspect(chunk: memoryview) -> None:
             nonlocal crc
+            side.run_deferred()
             for position, header in validator.feed(chunk):
                 builder.add_batch(object_name, position, header)
             crc = crc32c(chunk, crc)
             self.progress(len(chunk))
 
-        upload.keys.append(log_key)
-        try:
-            written = self.catalog.store.put_from_file(log_key, log_file, size, inspect)
-            summary = validator.finish()
-        except CorruptDataError as exc:
-            raise _located(exc, tp, meta.base_offset) from exc
-        upload.objects[SegmentObject.LOG] = StoredObject(size=written, crc32c=crc)
-        if summary.has_transactional and not self.lso_known:
-            raise TransactionsNeedLsoError(
-                f"{tp}: segment {meta.base_offset} holds transactional batches; the last stable offset "
-                "is needed to copy it safely (pass --bootstrap-servers)")
-        if summary.last_offset is not None and summary.last_offset >= meta.next_offset:
-            raise CorruptDataError(f"segment holds offset {summary.last_offset}, beyond its successor's base",
-                                   topic=tp.topic, partition=tp.partition, offset=meta.base_offset)
+        def key_of(obj: SegmentObject) -> str:
+            return layout.object_key(tp, meta.base_offset, meta.segment_id, obj)
 
-        for kind, obj in ((SegmentFileKind.INDEX, SegmentObject.OFFSET_INDEX),
-                          (SegmentFileKind.TIME_INDEX, SegmentObject.TIME_INDEX)):
-            path = self.pdir.path / _file(meta.base_offset, kind)
-            self._put(upload, meta, obj, path.read_bytes() if path.exists() else b"")
-        aborted = aborted_for(self.aborted, meta.base_offset, meta.next_offset)
-        if aborted:
-            self._put(upload, meta, SegmentObject.TXN_INDEX, encode_txn_index(aborted))
-        snapshot = self.pdir.producer_snapshot(meta.next_offset)
-        if snapshot is not None:
-            self._put(upload, meta, SegmentObject.PRODUCER_SNAPSHOT, snapshot.read_bytes())
+        def put(obj: SegmentObject, data: bytes) -> None:
+            self._put(upload, meta, obj, data)
+
         epochs = epochs_for(self.leader_epochs, meta.next_offset)
-        self._put(upload, meta, SegmentObject.LEADER_EPOCHS, format_leader_epoch_checkpoint(epochs).encode())
-        files = builder.finish()
-        self._put(upload, meta, SegmentObject.REMOTE_LOG_INDEX, files.log_index)
-        self._put(upload, meta, SegmentObject.REMOTE_OFFSET_INDEX, files.offset_index)
-        self._put(upload, meta, SegmentObject.REMOTE_TIME_INDEX, files.time_index)
+        # On an object store the small objects go up on helper threads while the .log is copied: each costs
+        # a few requests whose latency would otherwise add up after every segment. None of them counts
+        # until the COPY_FINISHED marker, which is written only after all have been stored and checked.
+        with _Uploads(put, key_of, upload.keys, self.catalog.store.write_concurrency) as side:
+            for obj, data in self._companions(meta, epochs):
+                side.put(obj, data)
+            upload.keys.append(log_key)
+            try:
+                written = self.catalog.store.put_from_file(log_key, log_file, size, inspect)
+                summary = validator.finish()
+            except CorruptDataError as exc:
+                raise _located(exc, tp, meta.base_offset) from exc
+            upload.objects[SegmentObject.LOG] = StoredObject(size=written, crc32c=crc)
+            self._verify_size(meta, SegmentObject.LOG, written)
+            if summary.has_transactional and not self.lso_known:
+                raise TransactionsNeedLsoError(
+                    f"{tp}: segment {meta.base_offset} holds transactional batches; the last stable offset "
+                    "is needed to copy it safely (pass --bootstrap-servers)")
+            if summary.last_offset is not None and summary.last_offset >= meta.next_offset:
+                raise CorruptDataError(f"segment holds offset {summary.last_offset}, beyond its successor's base",
+                                       topic=tp.topic, partition=tp.partition, offset=meta.base_offset)
+            files = builder.finish()
+            side.put(SegmentObject.REMOTE_LOG_INDEX, files.log_index)
+            side.put(SegmentObject.REMOTE_OFFSET_INDEX, files.offset_index)
+            side.put(SegmentObject.REMOTE_TIME_INDEX, files.time_index)
 
-        self._verify_sizes(meta, upload)
         first_ts = builder.entries[0][1].first_timestamp if builder.entries else -1
         return meta.with_state(
             SegmentState.COPY_FINISHED, _now_ms(),
@@ -165,22 +168,36 @@ class SegmentCopier:
             first_timestamp=first_ts, record_count=summary.records,
             has_transactions=summary.has_transactional,
             leader_epochs=[(e.epoch, e.start_offset) for e in epochs],
-            objects=dict(upload.objects),
+            objects={obj: upload.objects[obj] for obj in SegmentObject if obj in upload.objects},
         )
+
+    def _companions(self, meta: SegmentMetadata, epochs: list[EpochEntry]) -> Iterator[tuple[SegmentObject, bytes]]:
+        """The objects shipped beside the .log that do not depend on its contents."""
+        for kind, obj in ((SegmentFileKind.INDEX, SegmentObject.OFFSET_INDEX),
+                          (SegmentFileKind.TIME_INDEX, SegmentObject.TIME_INDEX)):
+            path = self.pdir.path / _file(meta.base_offset, kind)
+            yield obj, path.read_bytes() if path.exists() else b""
+        aborted = aborted_for(self.aborted, meta.base_offset, meta.next_offset)
+        if aborted:
+            yield SegmentObject.TXN_INDEX, encode_txn_index(aborted)
+        snapshot = self.pdir.producer_snapshot(meta.next_offset)
+        if snapshot is not None:
+            yield SegmentObject.PRODUCER_SNAPSHOT, snapshot.read_bytes()
+        yield SegmentObject.LEADER_EPOCHS, format_leader_epoch_checkpoint(epochs).encode()
 
     def _put(self, upload: _Upload, meta: SegmentMetadata, obj: SegmentObject, data: bytes) -> None:
         key = self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
-        upload.keys.append(key)
         self.catalog.store.put_chunks(key, [data] if data else [])
+        self._verify_size(meta, obj, len(data))
         upload.objects[obj] = StoredObject(size=len(data), crc32c=crc32c(data))
 
-    def _verify_sizes(self, meta: SegmentMetadata, upload: _Upload) -> None:
-        for obj, stored in upload.objects.items():
-            key = self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
-            actual = self.catalog.store.size(key)
-            if actual != stored.size:
-                raise TierkeeperError(f"{self.tp}: remote {obj.value} of segment {meta.base_offset} has "
-                                      f"{actual} bytes, expected {stored.size}")
+    def _verify_size(self, meta: SegmentMetadata, obj: SegmentObject, expected: int) -> None:
+        """Read the stored size back: a store that accepted fewer bytes than sent must fail the copy."""
+        key = self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
+        actual = self.catalog.store.size(key)
+        if actual != expected:
+            raise TierkeeperError(f"{self.tp}: remote {obj.value} of segment {meta.base_offset} has "
+                                  f"{actual} bytes, expected {expected}")
 
     def _discard(self, meta: SegmentMetadata, upload: _Upload) -> None:
         """Best effort: remove a failed attempt now; the orphan sweep removes whatever this misses."""
@@ -190,6 +207,52 @@ class SegmentCopier:
             self.catalog.store.delete([*upload.keys, marker])
         except Exception:  # noqa: BLE001 - the original error matters more than the cleanup's
             pass
+
+
+class _Uploads:
+    """Small objects of one segment, stored on up to ``workers`` helper threads; leaving the block waits
+    for all of them.
+
+    With one worker there are no helper threads: writes wait until ``run_deferred`` (which the .log's
+    inspection calls once the copy is under way, so they fill the checking thread's wait for the first
+    copied range) or the end of the block. ``put(obj, data)`` stores one object; ``key_of(obj)`` names it.
+    Each key is recorded in ``keys`` before its write can start, so a failed attempt's cleanup finds every
+    object that may exist. The block never exits while a write is still running (cleanup cannot race a
+    late write); when the block itself failed it drops the writes not yet started, and otherwise it
+    re-raises the first failed write.
+    """
+
+    def __init__(self, put: Callable[[SegmentObject, bytes], None], key_of: Callable[[SegmentObject], str],
+                 keys: list[str], workers: int) -> None:
+        self._put, self._key_of, self._keys = put, key_of, keys
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tierkeeper-companion") if workers > 1 else None
+        self._pending: list[Future[None]] = []
+        self._deferred: list[tuple[SegmentObject, bytes]] = []
+
+    def __enter__(self) -> _Uploads:
+        return self
+
+    def put(self, obj: SegmentObject, data: bytes) -> None:
+        self._keys.append(self._key_of(obj))
+        if self._pool is None:
+            self._deferred.append((obj, data))
+        else:
+            self._pending.append(self._pool.submit(self._put, obj, data))
+
+    def run_deferred(self) -> None:
+        while self._deferred:
+            self._put(*self._deferred.pop(0))
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._pool is None:
+            if exc is None:
+                self.run_deferred()
+            return
+        self._pool.shutdown(wait=True, cancel_futures=exc is not None)
+        if exc is None:
+            for future in self._pending:
+                future.result()
 
 
 def _file(base_offset: int, kind: SegmentFileKind) -> str:

@@ -11,17 +11,25 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
 from harness.kafka import KafkaCluster
 from harness.ports import free_ports
 from storage_core.adapters.store import RemoteStore
+from storage_core.errors import RemoteStoreError
+from storage_core.logdir import LogDir
 from storage_core.formats.record_batch import HEADER_SIZE, iter_batch_headers
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout
+from storage_core.tiering.partition_copy import copy_partition
+from storage_core.tiering.plan import CopyTask
 
 from .conftest import run_cli
 from .dataset import Dataset
@@ -154,3 +162,90 @@ def test_transactional_data_needs_the_last_stable_offset(dataset: Dataset, kafka
     finished = finished_segments_complete(_file_store(remote), log_dir)
     assert finished.get((dataset.txn_topic, 0), []) == []
     assert finished[(plain, 0)] == rolled_segments(log_dir, plain, 0)
+
+
+class _SlowSmallWrites(RemoteStore):
+    """An object store (memory://) whose small-object writes take 50 ms each, recording how they overlap one
+    another and the .log upload; the write of a key ``fails`` picks raises."""
+
+    def __init__(self, url: str, fails: Callable[[str], bool] = lambda _key: False) -> None:
+        super().__init__(url)
+        self.fails = fails
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.during_log = 0
+        self.log_running = False
+
+    def put_from_file(self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> int:
+        self.log_running = True
+        try:
+            return super().put_from_file(key, source, size, inspect)
+        finally:
+            self.log_running = False
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.during_log += self.log_running
+        try:
+            time.sleep(0.05)
+            if self.fails(key):
+                raise RemoteStoreError(f"upload {key}: injected failure")
+            return super().put_chunks(key, chunks)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def _memory_url() -> str:
+    return f"memory://tk-companions-{uuid.uuid4().hex}"
+
+
+def _copy_task(log_dir: Path, topic: str, store: RemoteStore) -> CopyTask:
+    """Partition 0 of ``topic``, every rolled segment eligible (a plain topic: its end is stable)."""
+    active = LogDir(log_dir).partitions({topic})[0].segments()[-1].base_offset
+    return CopyTask(log_dir=str(log_dir), topic=topic, partition=0, remote_url=store.url,
+                    storage_options={}, last_stable_offset=active, high_watermark=None)
+
+
+def test_small_objects_go_up_beside_the_log_on_an_object_store(dataset: Dataset, kafka_broker: KafkaCluster,
+                                                               tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = rolled_segments(log_dir, topic, 0)
+    store = _SlowSmallWrites(_memory_url())
+    assert store.write_concurrency > 1 and RemoteStore(f"file://{tmp_path}").write_concurrency == 1
+    result = copy_partition(_copy_task(log_dir, topic, store), store)
+    assert result.error is None and result.copied_bases == bases and len(bases) >= 3
+    assert store.most_in_flight >= 2, "the small objects of a segment should be written side by side"
+    assert store.during_log >= len(bases), "and while the .log goes up"
+    assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases
+    active = LogDir(log_dir).partitions({topic})[0].segments()[-1].base_offset
+    assert read_offsets(store, topic, 0) == list(range(active))
+
+
+def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
+        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = rolled_segments(log_dir, topic, 0)
+    victim = f"/{bases[1]:020d}-"
+
+    def fails(key: str) -> bool:  # the second segment's time index; its other small objects are in flight
+        return victim in key and key.endswith(".timeindex")
+
+    store = _SlowSmallWrites(_memory_url(), fails)
+    result = copy_partition(_copy_task(log_dir, topic, store), store)
+    assert result.error is not None and "injected failure" in result.error
+    assert result.copied_bases == bases[:1]
+    time.sleep(0.3)  # a write still running after the copy returned would land by now
+    assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
+    layout = RemoteLayout(store.root)
+    tp = list_partitions(store, layout, *list_topics(store, layout)[0])[0]
+    left = [e for e in PartitionCatalog(store, layout, tp).listing().segments.values() if e.base_offset == bases[1]]
+    assert left == [], "the failed attempt's objects and marker are removed"
+    again = RemoteStore(store.url)
+    rerun = copy_partition(_copy_task(log_dir, topic, again), again)
+    assert rerun.error is None and rerun.copied_bases == bases[1:]

@@ -31,9 +31,31 @@ def _copier_threads() -> list[threading.Thread]:
 
 
 def _small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ranges of 1 MiB and slices of 64 KiB, so that small test files span several of each."""
+    """Ranges from 256 KiB up to 1 MiB and slices of 64 KiB, so that small test files span several of each."""
     monkeypatch.setattr(local_copy, "RANGE", MiB)
+    monkeypatch.setattr(local_copy, "FIRST_RANGE", 256 << 10)
     monkeypatch.setattr(local_copy, "SLICE", 64 << 10)
+
+
+@pytest.mark.parametrize("first,largest", [(MiB, 32 * MiB), (256 << 10, MiB), (4096, 4096)])
+def test_ranges_cover_the_file_in_order_small_at_both_ends(first: int, largest: int) -> None:
+    sizes = [0, 1, first - 1, first, first + 1, 2 * first, 3 * first + 5, largest, 4 * largest + 12_345,
+             128 * MiB, 128 * MiB + 4095, 1000 * MiB + 3]
+    for size in sizes:
+        ranges = local_copy.plan_ranges(size, largest, first)
+        assert sum(length for _, length in ranges) == size
+        position = 0
+        for start, length in ranges:
+            assert start == position and start % 4096 == 0 and 0 < length
+            position += length
+        # Every range but the last is a whole number of ``first``s no larger than ``largest``; the last
+        # also carries the bytes past the final multiple of ``first``.
+        assert all(length % first == 0 and length <= largest for _, length in ranges[:-1])
+        if size >= 2 * first:
+            assert ranges[0][1] == first and ranges[-1][1] < 2 * first
+        if size >= 4 * largest:
+            assert max(length for _, length in ranges[:-1]) == largest
+            assert len(ranges) <= size // largest + 2 * (largest // first).bit_length() + 1
 
 
 @pytest.mark.parametrize("small_ranges", [False, True])
@@ -191,7 +213,10 @@ def test_a_durable_copy_starts_each_ranges_disk_write_as_it_goes(
     src = _source(tmp_path, 3 * MiB + 5)
     with open(src, "rb") as f:
         local_copy.copy_inspected(f, 3 * MiB + 5, str(tmp_path / "out"), lambda _v: None, fsync=fsync)
-    assert started == ([(0, MiB), (MiB, MiB), (2 * MiB, MiB), (3 * MiB, 5)] if fsync else [])
+    # 256 KiB doubling to 512 KiB, 1 MiB in the middle, halving again; the 5 odd bytes end the last range.
+    expected = [(0, 256 << 10), (256 << 10, 512 << 10), (768 << 10, MiB), (1792 << 10, 512 << 10),
+                (2304 << 10, 512 << 10), (2816 << 10, (256 << 10) + 5)]
+    assert started == (expected if fsync else [])
 
 
 def test_the_c_librarys_writeback_call_is_found_and_accepts_a_real_file(tmp_path: Path) -> None:
