@@ -27,10 +27,11 @@ from storage_core.formats.records import Record
 from storage_core.recovery.incarnations import Incarnation, PartitionHistory, choose_source, find_incarnations
 from storage_core.recovery.mapping import OffsetRun, concat_runs, is_shifted
 from storage_core.recovery.plan import LiveTopic, PlanOptions, TopicPlan, check_target_configs, plan_topic
-from storage_core.recovery.restore import ChunkLimits, PartitionStart, Throttle, restore_partition
+from storage_core.recovery.restore import ChunkLimits, PartitionStart, restore_partition
 from storage_core.recovery.state import Claim, Progress, RecoveryState, read_claim, restore_group
 from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
 from storage_core.remote.store_api import ObjectStore
+from storage_core.throttle import RateLimiter
 
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default, below the broker's 1048588
 DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's default batch.size
@@ -208,7 +209,7 @@ def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, sou
     configs = admin.topic_configs(topic)
     summary.warnings.extend(check_target_configs(configs, source.timestamp_range, int(time.time() * 1000)))
     max_bytes = max(DEFAULT_MESSAGE_MAX_BYTES, _int(configs, "max.message.bytes") + 4096)
-    throttle = Throttle(request.bytes_per_second)
+    limiter = RateLimiter(request.bytes_per_second) if request.bytes_per_second else None
     group = restore_group(topic, state.target_topic_id)
     # The sink's init_transactions fences a crashed predecessor before the progress is read.
     with TransactionalSink(request.bootstrap_servers, topic, group, message_max_bytes=max_bytes,
@@ -228,7 +229,7 @@ def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, sou
                                    ps.restored_before)
             reporter.partition_started(ps.partition, max(0, history.end_offset + 1 - start.next_old))
             outcome = restore_partition(start, source.topic_id, _reader_of(reader, history), sink, state.write_chunk,
-                                        request.limits, throttle, reporter.advance)
+                                        request.limits, limiter, reporter.advance)
             reporter.partition_done()
             ps.restored_now = outcome.restored_now
             ps.next_old = outcome.next_old

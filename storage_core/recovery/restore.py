@@ -11,7 +11,6 @@ Side effects go through :class:`RestoreSink` (Kafka) and a chunk writer (remote 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -20,6 +19,7 @@ from storage_core.errors import KafkaAdminError
 from storage_core.formats.records import Record
 from storage_core.recovery.mapping import OffsetRun, runs_from_pairs
 from storage_core.recovery.state import ChunkMapping, Progress
+from storage_core.throttle import RateLimiter
 
 CHUNK_ATTEMPTS = 3
 
@@ -69,26 +69,6 @@ class PartitionOutcome:
     """Runs of the chunks committed in this run."""
 
 
-class Throttle:
-    """Keeps the average rate at or below ``bytes_per_second`` (None: unlimited)."""
-
-    def __init__(self, bytes_per_second: int | None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.rate = bytes_per_second
-        self._clock = clock
-        self._sleep = sleep
-        self._start = clock()
-        self._sent = 0
-
-    def admit(self, nbytes: int) -> None:
-        if not self.rate:
-            return
-        self._sent += nbytes
-        ahead = self._sent / self.rate - (self._clock() - self._start)
-        if ahead > 0:
-            self._sleep(ahead)
-
-
 def record_size(record: Record) -> int:
     return (len(record.key or b"") + len(record.value or b"")
             + sum(len(k) + len(v or b"") for k, v in record.headers))
@@ -111,8 +91,12 @@ def chunks(records: Iterator[Record], limits: ChunkLimits) -> Iterator[tuple[lis
 
 def restore_partition(start: PartitionStart, source: str, read_from: Callable[[int], Iterator[Record]],
                       sink: RestoreSink, write_chunk: Callable[[ChunkMapping], None], limits: ChunkLimits,
-                      throttle: Throttle, advance: Callable[[int], None]) -> PartitionOutcome:
-    """Restore ``[start.next_old, start.end_old]`` of one partition; ``advance`` gets old offsets covered."""
+                      limiter: RateLimiter | None, advance: Callable[[int], None]) -> PartitionOutcome:
+    """Restore ``[start.next_old, start.end_old]`` of one partition; ``advance`` gets old offsets covered.
+
+    ``limiter`` (the command's ``--max-bytes-per-second``) is charged each chunk's record bytes before
+    the chunk is produced.
+    """
     out = PartitionOutcome(start.partition, start.next_old, start.restored)
     while out.next_old <= start.end_old:
         produced_any = False
@@ -120,7 +104,8 @@ def restore_partition(start: PartitionStart, source: str, read_from: Callable[[i
         # picks up segments a stale stored manifest did not list, and yields nothing at the true end.
         for chunk, nbytes in chunks(read_from(out.next_old), limits):
             produced_any = True
-            throttle.admit(nbytes)
+            if limiter is not None:
+                limiter.acquire(nbytes)
             runs = _commit_chunk(start.partition, source, chunk, out, sink, write_chunk)
             before = out.next_old
             out.next_old = chunk[-1].offset + 1

@@ -18,8 +18,9 @@ from storage_core.adapters.store import RemoteStore
 from storage_core.formats.record_batch import TimestampType
 from storage_core.formats.records import Record
 from storage_core.recovery.mapping import concat_runs
-from storage_core.recovery.restore import ChunkLimits, PartitionStart, Throttle, chunks, restore_partition
+from storage_core.recovery.restore import ChunkLimits, PartitionStart, chunks, record_size, restore_partition
 from storage_core.recovery.state import Progress, RecoveryState
+from storage_core.throttle import RateLimiter
 
 SOURCE = "S" * 22
 TARGET = "T" * 22
@@ -104,13 +105,14 @@ def _reader(records: list[Record]) -> Callable[[int], Iterator[Record]]:
     return read_from
 
 
-def _run(log: PartitionLog, state: RecoveryState, records: list[Record], sink: FakeSink) -> None:
+def _run(log: PartitionLog, state: RecoveryState, records: list[Record], sink: FakeSink,
+         limiter: RateLimiter | None = None) -> None:
     start_old, end_old = records[0].offset, records[-1].offset
     progress = log.committed[1] if log.committed else None
     start = PartitionStart(0, progress.next_old if progress else start_old, end_old,
                            progress.restored if progress else 0)
     restore_partition(start, SOURCE, _reader(records), sink, state.write_chunk, ChunkLimits(records=40),
-                      Throttle(None), lambda n: None)
+                      limiter, lambda n: None)
 
 
 STEPS = [(step, n) for step in ("produce", "before_commit", "after_commit") for n in (1, 3, 6)]
@@ -151,18 +153,29 @@ def test_chunks_respect_both_limits_and_keep_order() -> None:
     assert all(size <= 40 for _, size in by_bytes) and len(by_bytes) > 1
 
 
-def test_throttle_sleeps_what_the_rate_requires() -> None:
+def test_the_restore_is_held_to_the_rate_limit() -> None:
+    """The command's --max-bytes-per-second limiter is charged every chunk before it is produced: after the
+    first second's worth (the limiter's burst), the restore sleeps for the rest at the rate."""
+    records = _source()
+    total = sum(record_size(r) for r in records)
+    rate = total // 5
     now = [0.0]
     slept: list[float] = []
+    produced_at: list[float] = []
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
         now[0] += seconds
 
-    throttle = Throttle(1000, clock=lambda: now[0], sleep=sleep)
-    throttle.admit(500)
-    throttle.admit(1500)
-    assert slept == pytest.approx([0.5, 1.5])
-    now[0] += 10  # the limit is an average since the start, so time spent reading counts: no wait
-    throttle.admit(100)
-    assert len(slept) == 2
+    class TimedSink(FakeSink):
+        def produce_chunk(self, partition: int, chunk: Sequence[Record]) -> list[tuple[int, int]]:
+            produced_at.append(now[0])
+            return super().produce_chunk(partition, chunk)
+
+    store = RemoteStore(f"memory://recover-{uuid.uuid4().hex}")
+    log = PartitionLog()
+    _run(log, RecoveryState(store, "t", SOURCE, TARGET), records, TimedSink(log),
+         RateLimiter(rate, clock=lambda: now[0], sleep=sleep))
+    assert [r for _, r in log.read_committed()] == records
+    assert sum(slept) == pytest.approx((total - rate) / rate)  # 4 seconds: 5 seconds' worth, 1 of burst
+    assert produced_at[-1] == pytest.approx(sum(slept)), "the last chunk waited its turn before it was produced"
