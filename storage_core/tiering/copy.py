@@ -2,8 +2,9 @@
 
 Per segment: COPY_STARTED marker -> the .log stored, every byte of it CRC-validated on the way (and fed to
 the remote index builder), while the indexes, txn index, producer snapshot and leader epochs go up beside
-it -> remote indexes -> every object's stored size checked -> COPY_FINISHED marker -> manifest. Nothing becomes COPY_FINISHED unless every object is complete,
-and a failed attempt removes what it wrote (the orphan sweep catches what a crash leaves).
+it -> remote indexes -> every object's stored size checked -> COPY_FINISHED marker -> manifest. Nothing
+becomes COPY_FINISHED unless every object is complete, and a failed attempt removes what it wrote (the
+orphan sweep catches what a crash leaves).
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ class SegmentCopier:
 
         epochs = epochs_for(self.leader_epochs, meta.next_offset)
         # On an object store the small objects go up on helper threads while the .log is copied: each costs
-        # a few requests whose latency would otherwise add up after every segment. None of them counts
-        # until the COPY_FINISHED marker, which is written only after all have been stored and checked.
+        # a few requests whose latency would otherwise add up after every segment (on a local filesystem
+        # they are written inline, from the first inspection). None of them counts until the COPY_FINISHED
+        # marker, which is written only after all have been stored and checked.
         with _Uploads(put, key_of, upload.keys, self.catalog.store.write_concurrency) as side:
             for obj, data in self._companions(meta, epochs):
                 side.put(obj, data)
