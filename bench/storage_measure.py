@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -54,6 +54,29 @@ def cpu_pressure() -> float | None:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def balanced_order(names: Sequence[str], turn: int) -> list[str]:
+    """Row ``turn`` of a Williams design over ``names``: over ``len(names)`` turns (twice that for an odd
+    count) every method runs in every position and right after every other method equally often.
+
+    A plain rotation keeps the same neighbours in every turn, so one method always ran right after the
+    same other one. On this VM a copy that follows a durable 1 GiB copy runs ~15% slower (the host
+    is still writing the previous method's data back), which then lands on one side of a comparison.
+    """
+    n = len(names)
+    first = [0]
+    low, high = 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    row = [(i + turn) % n for i in first]
+    if n % 2 and (turn // n) % 2:
+        row.reverse()
+    return [names[i] for i in row]
 
 
 def warm(paths: list[Path]) -> None:
