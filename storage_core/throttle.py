@@ -1,7 +1,7 @@
-"""A byte-rate limit shared by the threads of one copy or rebuild, like Kafka's remote-copy quota.
+"""A byte-rate limit shared by the threads of one copy, rebuild or recover, like Kafka's remote-copy quota.
 
-Tiering reads the broker's own disk and a rebuild writes the new broker's; on a busy node either can take
-the I/O the broker needs to serve producers. The limit is a token bucket one second deep: a burst of up
+Tiering reads the broker's own disk, a rebuild writes the new broker's and a recovery produces into the
+cluster; on a busy node each can take the I/O the brokers need to serve producers. The limit is a token bucket one second deep: a burst of up
 to one second's worth goes at once, after that callers sleep so the average stays at the rate.
 """
 
