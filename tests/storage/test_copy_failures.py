@@ -13,10 +13,9 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -165,11 +164,11 @@ def test_transactional_data_needs_the_last_stable_offset(dataset: Dataset, kafka
 
 
 class _SlowSmallWrites(RemoteStore):
-    """An object store (memory://) whose small-object writes take 50 ms each; it records when each small
-    write and each .log upload ran, and fails the small writes ``fails`` picks."""
+    """The S3 store (moto) with small-object writes that take 50 ms longer, as over a real network; it
+    records when each small write and each .log upload ran, and fails the small writes ``fails`` picks."""
 
-    def __init__(self, url: str, fails: Callable[[str], bool] = lambda _key: False) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, options: dict[str, Any], fails: Callable[[str], bool] = lambda _key: False) -> None:
+        super().__init__(url, options)
         self.fails = fails
         self._lock = threading.Lock()
         self.in_flight = 0
@@ -206,35 +205,35 @@ class _SlowSmallWrites(RemoteStore):
                    for log_start, log_end in self.log_spans)
 
 
-def _memory_url() -> str:
-    return f"memory://tk-companions-{uuid.uuid4().hex}"
+def _active_base(log_dir: Path, topic: str) -> int:
+    """Base offset of partition 0's active segment: the end of what can be tiered (a plain topic)."""
+    return LogDir(log_dir).partitions({topic})[0].segments()[-1].base_offset
 
 
 def _copy_task(log_dir: Path, topic: str, store: RemoteStore) -> CopyTask:
-    """Partition 0 of ``topic``, every rolled segment eligible (a plain topic: its end is stable)."""
-    active = LogDir(log_dir).partitions({topic})[0].segments()[-1].base_offset
+    """Partition 0 of ``topic``, every rolled segment eligible."""
     return CopyTask(log_dir=str(log_dir), topic=topic, partition=0, remote_url=store.url,
-                    storage_options={}, last_stable_offset=active, high_watermark=None)
+                    storage_options=store.storage_options, last_stable_offset=_active_base(log_dir, topic),
+                    high_watermark=None)
 
 
-def test_small_objects_go_up_beside_the_log_on_an_object_store(dataset: Dataset, kafka_broker: KafkaCluster,
-                                                               tmp_path: Path) -> None:
+def test_small_objects_go_up_beside_the_log_on_an_object_store(
+        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
-    store = _SlowSmallWrites(_memory_url())
+    store = _SlowSmallWrites(*s3_bucket)
     assert store.write_concurrency > 1 and RemoteStore(f"file://{tmp_path}").write_concurrency == 1
     result = copy_partition(_copy_task(log_dir, topic, store), store)
     assert result.error is None and result.copied_bases == bases and len(bases) >= 3
     assert store.most_in_flight >= 2, "the small objects of a segment should be written side by side"
     assert store.logs_overlapped_by_small_writes() == len(bases), "and while each .log goes up"
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases
-    active = LogDir(log_dir).partitions({topic})[0].segments()[-1].base_offset
-    assert read_offsets(store, topic, 0) == list(range(active))
+    assert read_offsets(store, topic, 0) == list(range(_active_base(log_dir, topic)))
 
 
 def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
-        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -243,7 +242,7 @@ def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
     def fails(key: str) -> bool:  # the second segment's time index; its other small objects are in flight
         return victim in key and key.endswith(".timeindex")
 
-    store = _SlowSmallWrites(_memory_url(), fails)
+    store = _SlowSmallWrites(*s3_bucket, fails)
     result = copy_partition(_copy_task(log_dir, topic, store), store)
     assert result.error is not None and "injected failure" in result.error
     assert result.copied_bases == bases[:1]
@@ -253,6 +252,6 @@ def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
     tp = list_partitions(store, layout, *list_topics(store, layout)[0])[0]
     left = [e for e in PartitionCatalog(store, layout, tp).listing().segments.values() if e.base_offset == bases[1]]
     assert left == [], "the failed attempt's objects and marker are removed"
-    again = RemoteStore(store.url)
+    again = RemoteStore(store.url, store.storage_options)
     rerun = copy_partition(_copy_task(log_dir, topic, again), again)
     assert rerun.error is None and rerun.copied_bases == bases[1:]
