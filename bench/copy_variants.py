@@ -14,7 +14,8 @@ the same code otherwise. Usage (from the repository root):
 Methods: raw, raw+fsync (fsspec put_file of each segment's .log/.index/.timeindex, then fsync),
 tierkeeper (durable copy), tierkeeper-nofsync, and these variants of tierkeeper-nofsync: equal-ranges
 (no ramp: every range 32 MiB), max-range-16m, first-range-256k, slice-256k, small-objects-first (written
-before the .log starts instead of during its check).
+before the .log starts instead of during its check), whole-object-crc (a second CRC pass over the data, as
+before the batch chain), no-overlap (each segment finished before the next starts).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,10 @@ import storage_measure as m
 
 from storage_core.adapters import local_copy
 from storage_core.adapters.store import RemoteStore
+from storage_core.formats.batch_stream import BatchStreamValidator
+from storage_core.formats.crc import crc32c
 from storage_core.tiering import copy as tiering_copy
+from storage_core.tiering import partition_copy
 
 TOPIC = "storage-bench"
 MiB = 1 << 20
@@ -45,6 +50,40 @@ class _SmallObjectsFirst(tiering_copy._Uploads):
     def put(self, obj: Any, data: bytes) -> None:
         self._keys.append(self._key_of(obj))
         self._put(obj, data)
+
+
+class _WholeObjectCrc(BatchStreamValidator):
+    """The validator plus a CRC-32C pass over every chunk: the whole-object checksum the copy computed
+    until the batch chain replaced it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.whole = 0
+
+    def feed(self, data: Any) -> Any:
+        self.whole = crc32c(data, self.whole)
+        return super().feed(data)
+
+
+class _InlineExecutor:
+    """Runs each submitted call at once: segments are finished one after another, as before the overlap."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _InlineExecutor:
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        pass
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed over like a pool would
+            done.set_exception(exc)
+        return done
 
 
 @contextmanager
@@ -66,6 +105,8 @@ VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
     "first-range-256k": (local_copy, {"FIRST_RANGE": 256 << 10}),
     "slice-256k": (local_copy, {"SLICE": 256 << 10}),
     "small-objects-first": (tiering_copy, {"_Uploads": _SmallObjectsFirst}),
+    "whole-object-crc": (tiering_copy, {"BatchStreamValidator": _WholeObjectCrc}),
+    "no-overlap": (partition_copy, {"ThreadPoolExecutor": _InlineExecutor}),
 }
 
 

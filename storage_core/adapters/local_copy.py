@@ -27,7 +27,7 @@ from storage_core.errors import CorruptDataError
 
 # Copy ranges large enough that the hand-off between the threads costs nothing (1 MiB ranges throughout
 # measured ~20% slower), except at both ends of a file, where they ramp from FIRST_RANGE (plan_ranges);
-# inspected in slices small enough for the CRC passes over each to run in the CPU cache.
+# inspected in slices small enough for the CRC pass over each to run in the CPU cache.
 RANGE = 32 << 20
 FIRST_RANGE = 1 << 20
 SLICE = 1 << 20

@@ -66,6 +66,8 @@ class RestoreFile:
     key: str
     size: int
     crc32c: int | None
+    batch_chain_crc32c: int | None = None
+    """For ``.log`` objects tiered since the batch chain replaced the whole-object CRC (see StoredObject)."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
             if stored is not None:
                 files.append(RestoreFile(segment_file_name(seg.base_offset, kind),
                                          layout.object_key(seg.tp, seg.base_offset, seg.segment_id, obj),
-                                         stored.size, stored.crc32c))
+                                         stored.size, stored.crc32c, stored.batch_chain_crc32c))
     first = chosen[0].base_offset
     before = next((s for s in manifest.segments if s.next_offset == first), None)
     note = ""

@@ -1,8 +1,8 @@
 """Download planned partitions into the staging area: parallel, streamed in bounded chunks, verified.
 
-Each file is written under a temporary name, checked against the size and CRC-32C recorded when it
-was tiered, fsynced and only then renamed to its real name, so a file with a real name is always
-whole. A resumed run therefore keeps every correctly named file of the right size, deletes the rest
+Each file is written under a temporary name, checked against the size and checksum recorded when it
+was tiered (a ``.log``'s batches are CRC-checked on the way), fsynced and only then renamed to its real
+name, so a file with a real name is always whole. A resumed run therefore keeps every correctly named file of the right size, deletes the rest
 (temporaries, files a newer plan no longer wants) and downloads only what is missing.
 
 Memory is bounded by ``parallelism x CHUNK`` whatever the segment sizes.
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage_core.errors import CorruptDataError, TierkeeperError
+from storage_core.formats.batch_stream import BatchStreamValidator
 from storage_core.formats.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
@@ -67,25 +68,54 @@ def reconcile_dir(pdir: Path, plan: PartitionPlan) -> tuple[list[RestoreFile], i
 def download(store: ObjectStore, item: RestoreFile, target: Path, progress: Progress) -> int:
     """Stream one remote object to ``target`` (via a temporary name); returns its size."""
     tmp = target.with_name(target.name + TMP_SUFFIX)
-    crc = 0
+    check = _Check(item)
     position = 0
-    with open(tmp, "wb") as out:
-        while position < item.size:
-            chunk = store.get_range(item.key, position, min(position + CHUNK, item.size))
-            if not chunk:
-                raise CorruptDataError(f"remote object ended after {position} of {item.size} bytes", path=item.key)
-            out.write(chunk)
-            crc = crc32c(chunk, crc)
-            position += len(chunk)
-            progress(len(chunk))
-        out.flush()
-        os.fsync(out.fileno())
-    if item.crc32c is not None and crc != item.crc32c:
+    try:
+        with open(tmp, "wb") as out:
+            while position < item.size:
+                chunk = store.get_range(item.key, position, min(position + CHUNK, item.size))
+                if not chunk:
+                    raise CorruptDataError(f"remote object ended after {position} of {item.size} bytes",
+                                           path=item.key)
+                out.write(chunk)
+                check.feed(chunk)
+                position += len(chunk)
+                progress(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())
+        check.finish()
+    except CorruptDataError:
         tmp.unlink(missing_ok=True)
-        raise CorruptDataError(f"CRC-32C {crc:#010x} of the download differs from the {item.crc32c:#010x} recorded "
-                               "when it was tiered", path=item.key)
+        raise
     os.replace(tmp, target)
     return item.size
+
+
+class _Check:
+    """Checks a download against what was recorded when it was tiered: the whole object's CRC-32C, or for
+    a ``.log`` the batch chain (every batch's CRC, then the chain of their headers; see StoredObject)."""
+
+    def __init__(self, item: RestoreFile) -> None:
+        self._item = item
+        self._crc = 0
+        self._batches = BatchStreamValidator(path=item.key) if item.batch_chain_crc32c is not None else None
+
+    def feed(self, chunk: bytes) -> None:
+        if self._batches is not None:
+            self._batches.feed(chunk)
+        if self._item.crc32c is not None:
+            self._crc = crc32c(chunk, self._crc)
+
+    def finish(self) -> None:
+        item = self._item
+        if self._batches is not None:
+            chain = self._batches.finish().chain_crc32c
+            if chain != item.batch_chain_crc32c:
+                raise CorruptDataError(f"batch chain CRC-32C {chain:#010x} of the download differs from the "
+                                       f"{item.batch_chain_crc32c:#010x} recorded when it was tiered", path=item.key)
+        if item.crc32c is not None and self._crc != item.crc32c:
+            raise CorruptDataError(f"CRC-32C {self._crc:#010x} of the download differs from the {item.crc32c:#010x} "
+                                   "recorded when it was tiered", path=item.key)
 
 
 def restore(plans: Sequence[PartitionPlan], staging_dir: Callable[[str], Path], store: ObjectStore, *,

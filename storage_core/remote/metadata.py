@@ -26,7 +26,11 @@ class StoredObject(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     size: int = Field(ge=0)
-    crc32c: int | None = Field(default=None, description="CRC-32C of the whole object, when computed")
+    crc32c: int | None = Field(default=None, description="CRC-32C of the whole object (small objects)")
+    batch_chain_crc32c: int | None = Field(
+        default=None,
+        description="`.log` objects: CRC-32C over the first 21 bytes of every record batch in order, which "
+                    "include each batch's own CRC-32C of the rest (storage_core.formats.batch_stream)")
 
 
 class SegmentMetadata(BaseModel):

@@ -1,8 +1,16 @@
 """Copy everything eligible of one partition: plan from the log dir and the remote manifest, then copy
-oldest first, publishing each finished segment in the manifest before starting the next."""
+oldest first.
+
+Segments overlap by one: while segment N's ``.log`` is stored, a finisher thread completes segment N-1
+(remote indexes, size checks, COPY_FINISHED) and publishes it in the manifest. Segment N is finished only
+after N-1 finished, so the finished segments always form a prefix of the plan: when N-1 fails, N is
+removed instead of finished, and the first failure in offset order is the one reported.
+"""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from storage_core.errors import ConfigError, TierkeeperError
@@ -10,9 +18,9 @@ from storage_core.formats.segment_files import TopicPartition
 from storage_core.logdir import LogDir
 from storage_core.remote.catalog import PartitionCatalog
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
-from storage_core.remote.metadata import readable_segments
+from storage_core.remote.metadata import Manifest, SegmentMetadata, readable_segments
 from storage_core.remote.store_api import ObjectStore
-from storage_core.tiering.copy import Progress, SegmentCopier
+from storage_core.tiering.copy import Progress, SegmentCopier, SegmentCopy, StoredSegment
 from storage_core.tiering.plan import CopyTask, plan_copies
 
 
@@ -62,13 +70,74 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
         aborted=pdir.aborted_transactions(), broker_id=task.broker_id,
         index_entry_bytes=task.index_entry_bytes, progress=progress,
     )
-    finished = list(manifest.segments)
-    for span in decision.eligible:
-        done = copier.copy(span)
-        finished.append(done.metadata)
-        manifest = manifest.model_copy(update={"segments": readable_segments(finished)})
-        store.put_atomic(catalog.layout.manifest_key(tp), manifest.model_dump_json().encode())
-        result.copied_segments += 1
-        result.copied_bytes += done.bytes_copied
-        result.copied_bases.append(span.base_offset)
-    result.remote_end_offset = manifest.end_offset
+    publisher = _Publisher(catalog, manifest, result)
+    with ThreadPoolExecutor(1, thread_name_prefix="tierkeeper-finish") as finisher:
+        previous: Future[None] | None = None
+        try:
+            for span in decision.eligible:
+                stored = copier.start(span)
+                if previous is not None:
+                    try:
+                        previous.result()
+                    except BaseException:
+                        copier.abandon(stored)
+                        raise
+                previous = finisher.submit(_finish, copier, stored, publisher)
+            if previous is not None:
+                previous.result()
+        except BaseException as exc:
+            earlier = previous.exception() if previous is not None else None
+            publisher.flush(quietly=True)
+            if earlier is not None and earlier is not exc:
+                raise earlier  # the segment before failed as well: report the first failure in offset order
+            raise
+    publisher.flush()
+    result.remote_end_offset = publisher.manifest.end_offset
+
+
+def _finish(copier: SegmentCopier, stored: StoredSegment, publisher: _Publisher) -> None:
+    publisher.add(copier.finish(stored))
+
+
+class _Publisher:
+    """Lists finished segments in the stored manifest, in order, and counts them in the result.
+
+    The manifest is derived data (every reader and job can rebuild it from the markers), so it is rewritten
+    at most every ``MANIFEST_INTERVAL`` seconds, or twenty times as long as the last rewrite took, and once
+    at the end: rewriting it after every segment would make a long backlog quadratic in its length.
+    """
+
+    MANIFEST_INTERVAL = 1.0
+
+    def __init__(self, catalog: PartitionCatalog, manifest: Manifest, result: PartitionCopyResult) -> None:
+        self._catalog, self.manifest, self._result = catalog, manifest, result
+        self._finished: list[SegmentMetadata] = list(manifest.segments)
+        self._unwritten = 0
+        self._next_write = 0.0
+
+    def add(self, done: SegmentCopy) -> None:
+        self._finished.append(done.metadata)
+        self._result.copied_segments += 1
+        self._result.copied_bytes += done.bytes_copied
+        self._result.copied_bases.append(done.metadata.base_offset)
+        self._unwritten += 1
+        if time.monotonic() >= self._next_write:
+            self.flush()
+
+    def flush(self, *, quietly: bool = False) -> None:
+        """Write the manifest if segments were added since the last write. ``quietly``: after another
+        failure, whose error matters more (the next copy or read rebuilds the manifest anyway)."""
+        if not self._unwritten:
+            return
+        started = time.monotonic()
+        self.manifest = self.manifest.model_copy(update={"segments": readable_segments(self._finished)})
+        try:
+            self._catalog.store.put_atomic(self._catalog.layout.manifest_key(self._catalog.tp),
+                                           self.manifest.model_dump_json().encode())
+        except TierkeeperError:
+            if quietly:
+                return
+            raise
+        self._unwritten = 0
+        took = time.monotonic() - started
+        self._next_write = started + max(self.MANIFEST_INTERVAL, 20 * took)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from storage_core.errors import CorruptDataError
 from storage_core.formats.batch_stream import BatchStreamValidator
-from storage_core.formats.record_batch import HEADER_SIZE, TruncatedTailError, iter_batch_headers
+from storage_core.formats.crc import crc32c
+from storage_core.formats.record_batch import CRC_START, HEADER_SIZE, TruncatedTailError, iter_batch_headers
 from storage_core.formats.source import bytes_fetcher
 
 SEGMENT, LAYOUT = make_segment(40)
@@ -39,6 +40,7 @@ def test_any_chunking_finds_every_batch(cuts: list[int]) -> None:
     assert summary.records == sum(count for _, _, count in LAYOUT)
     assert summary.first_offset == LAYOUT[0][1]
     assert summary.end_position == len(SEGMENT)
+    assert summary.chain_crc32c == crc32c(b"".join(SEGMENT[pos : pos + CRC_START] for pos, _, _ in LAYOUT))
 
 
 def test_byte_at_a_time() -> None:
@@ -116,3 +118,25 @@ def test_header_struct_sanity() -> None:
     struct.pack_into(">i", damaged, 8, 20)
     with pytest.raises(CorruptDataError, match="length"):
         BatchStreamValidator().feed(bytes(damaged))
+
+
+def test_the_chain_covers_what_the_batch_crcs_do_not() -> None:
+    # The leader epoch lies before the CRC's range: a flipped epoch passes every batch check, so the
+    # stored object's checksum (the chain) must be what catches it.
+    changed = bytearray(SEGMENT)
+    changed[LAYOUT[7][0] + 12] ^= 0x40
+    summaries = []
+    for data in (SEGMENT, bytes(changed)):
+        validator = BatchStreamValidator()
+        validator.feed(data)
+        summaries.append(validator.finish())
+    assert summaries[0].batches == summaries[1].batches == len(LAYOUT)
+    assert summaries[0].chain_crc32c != summaries[1].chain_crc32c
+
+
+def test_the_chain_does_not_depend_on_chunking() -> None:
+    whole = BatchStreamValidator()
+    whole.feed(SEGMENT)
+    pieces = BatchStreamValidator()
+    _feed_in_chunks(SEGMENT, list(range(0, len(SEGMENT), 7)), pieces)
+    assert whole.finish().chain_crc32c == pieces.finish().chain_crc32c

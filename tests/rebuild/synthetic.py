@@ -1,8 +1,9 @@
-"""A remote tier written through the real store and catalog, with random bytes as segment contents.
+"""A remote tier written through the real store and catalog, with generated record batches as segments.
 
-The restore path copies objects byte for byte and checks them against the CRC-32C recorded at copy
-time; it never parses them, so random bytes exercise it fully without a broker. Real Kafka segments
-are covered by the real-cluster tests.
+The restore path copies objects byte for byte and checks them against what was recorded at copy time: a
+``.log``'s batch CRCs and batch chain, the whole-object CRC-32C of everything else. Random bytes serve for
+the other objects, and for ``.log`` objects in the older metadata that recorded a whole-object CRC
+(``legacy_log_crc``). Real Kafka segments are covered by the real-cluster tests.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from formats.formats_builders import Rec, build_batch
+
 from storage_core.adapters.store import RemoteStore
 from storage_core.formats.crc import crc32c
+from storage_core.formats.record_batch import CRC_START
 from storage_core.rebuild.run import AssignedPartition
 from storage_core.remote.catalog import PartitionCatalog
 from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState, TopicPartitionId
@@ -50,8 +54,19 @@ class SyntheticTier:
         return out
 
 
+def log_object(rng: random.Random, size: int, first_offset: int) -> tuple[bytes, int, int]:
+    """Single-record batches of random values filling at least ``size`` bytes, from ``first_offset`` on:
+    returns the bytes, the record count and the batch chain CRC-32C (computed here from the batch bounds)."""
+    batches: list[bytes] = []
+    while sum(map(len, batches)) < size:
+        value = rng.randbytes(rng.randint(100, 64 << 10))
+        batches.append(build_batch([Rec(0, 1_000 + len(batches), b"k", value)],
+                                   base_offset=first_offset + len(batches), leader_epoch=1))
+    return b"".join(batches), len(batches), crc32c(b"".join(b[:CRC_START] for b in batches))
+
+
 def write_tier(root: Path, *, partitions: int = 2, segments: int = 6, seed: int = 405,
-               big_segment: int | None = None) -> SyntheticTier:
+               big_segment: int | None = None, legacy_log_crc: bool = False) -> SyntheticTier:
     """COPY_FINISHED segments with markers, as the copier leaves them; ``big_segment`` bytes for the last
     log of partition 0 (to cross the download chunk size)."""
     rng = random.Random(seed)
@@ -63,20 +78,26 @@ def write_tier(root: Path, *, partitions: int = 2, segments: int = 6, seed: int 
         offset = 0
         metas = []
         for i in range(segments):
-            records = rng.randint(5, 40)
             size = big_segment if big_segment and p == 0 and i == segments - 1 else rng.randint(200, 6000)
+            if legacy_log_crc:
+                log, records = rng.randbytes(size), rng.randint(5, 40)
+                stored_log = StoredObject(size=size, crc32c=crc32c(log))
+            else:
+                log, records, chain = log_object(rng, size, offset)
+                stored_log = StoredObject(size=len(log), batch_chain_crc32c=chain)
             meta = SegmentMetadata(topic=TOPIC, topic_id=TOPIC_ID, partition=p,
                                    segment_id=uuid.UUID(int=rng.getrandbits(128)),
                                    base_offset=offset, end_offset=offset + records - 1, next_offset=offset + records,
-                                   max_timestamp=1_000 * i, size_bytes=size, leader_epochs=[(0, 0), (1, offset)],
+                                   max_timestamp=1_000 * i, size_bytes=len(log), leader_epochs=[(0, 0), (1, offset)],
                                    state=SegmentState.COPY_FINISHED)
             objects = {}
             for obj, _ in _FILES:
-                data = rng.randbytes(size if obj is SegmentObject.LOG else rng.randint(0, 300))
+                data = log if obj is SegmentObject.LOG else rng.randbytes(rng.randint(0, 300))
                 key = tier.key(meta, obj)
                 tier.store.put_chunks(key, [data])
                 tier.blobs[key] = data
-                objects[obj] = StoredObject(size=len(data), crc32c=crc32c(data))
+                objects[obj] = stored_log if obj is SegmentObject.LOG else StoredObject(size=len(data),
+                                                                                         crc32c=crc32c(data))
             meta = meta.model_copy(update={"objects": objects})
             catalog.write_marker(meta.with_state(SegmentState.COPY_STARTED, 1))
             catalog.write_marker(meta)

@@ -135,16 +135,25 @@ def test_leftovers_and_damaged_files_in_staging_are_replaced(tmp_path: Path) -> 
     assert not (log_dir / "gone-7").exists()
 
 
-def test_a_corrupted_remote_object_is_never_installed(tmp_path: Path) -> None:
-    tier = write_tier(tmp_path / "remote", partitions=1)
+# Where the damage is -> what catches it: a record's bytes fail their batch's CRC; a batch's leader epoch
+# (before the CRC's range) fails the batch chain; in older metadata, the whole-object CRC-32C.
+@pytest.mark.parametrize(("where", "legacy", "caught_by"), [
+    (100, False, "record batch CRC mismatch"),
+    (12, False, "batch chain CRC-32C"),
+    (None, True, "CRC-32C 0x"),
+])
+def test_a_corrupted_remote_object_is_never_installed(tmp_path: Path, where: int | None, legacy: bool,
+                                                      caught_by: str) -> None:
+    tier = write_tier(tmp_path / "remote", partitions=1, legacy_log_crc=legacy)
     key = tier.key(tier.segments[0][2], SegmentObject.LOG)
     data = bytearray(Path(key).read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[len(data) // 2 if where is None else where] ^= 0x40
     Path(key).write_bytes(bytes(data))
     log_dir = tmp_path / "data"
     format_log_dir(log_dir)
-    with pytest.raises(CorruptDataError, match="CRC-32C"):
+    with pytest.raises(CorruptDataError, match=caught_by) as err:
         rebuild(log_dir, tier)
+    assert key in str(err.value)
     name = f"{tier.segments[0][2].base_offset:020d}.log"
     assert not list((log_dir / STAGING_DIR).rglob(name)), "a file with its real name must be whole and verified"
     assert not (log_dir / META).exists(), "Kafka must not be able to start on this dir"

@@ -27,6 +27,7 @@ from storage_core.logdir import LogDir
 from storage_core.formats.record_batch import HEADER_SIZE, iter_batch_headers
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout
+from storage_core.tiering import partition_copy
 from storage_core.tiering.partition_copy import copy_partition
 from storage_core.tiering.plan import CopyTask
 
@@ -167,14 +168,17 @@ class _SlowSmallWrites(RemoteStore):
     """The S3 store (moto) with small-object writes that take 50 ms longer, as over a real network; it
     records when each small write and each .log upload ran, and fails the small writes ``fails`` picks."""
 
-    def __init__(self, url: str, options: dict[str, Any], fails: Callable[[str], bool] = lambda _key: False) -> None:
+    def __init__(self, url: str, options: dict[str, Any], fails: Callable[[str], bool] = lambda _key: False,
+                 delay: float = 0.05) -> None:
         super().__init__(url, options)
         self.fails = fails
+        self.delay = delay
         self._lock = threading.Lock()
         self.in_flight = 0
         self.most_in_flight = 0
         self.small_spans: list[tuple[float, float]] = []
         self.log_spans: list[tuple[float, float]] = []
+        self.spans_by_key: dict[str, tuple[float, float]] = {}
 
     def put_from_file(self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> int:
         started = time.monotonic()
@@ -182,6 +186,12 @@ class _SlowSmallWrites(RemoteStore):
             return super().put_from_file(key, source, size, inspect)
         finally:
             self.log_spans.append((started, time.monotonic()))
+            self.spans_by_key[key] = self.log_spans[-1]
+
+    def put_atomic(self, key: str, data: bytes) -> None:
+        started = time.monotonic()
+        super().put_atomic(key, data)
+        self.spans_by_key[key] = (started, time.monotonic())
 
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
         if key.endswith(".log"):  # the segment itself (put_from_file streams it through here)
@@ -191,7 +201,7 @@ class _SlowSmallWrites(RemoteStore):
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         started = time.monotonic()
         try:
-            time.sleep(0.05)
+            time.sleep(self.delay)
             if self.fails(key):
                 raise RemoteStoreError(f"upload {key}: injected failure")
             return super().put_chunks(key, chunks)
@@ -199,6 +209,7 @@ class _SlowSmallWrites(RemoteStore):
             with self._lock:
                 self.in_flight -= 1
                 self.small_spans.append((started, time.monotonic()))
+                self.spans_by_key[key] = self.small_spans[-1]
 
     def logs_overlapped_by_small_writes(self) -> int:
         return sum(any(s < log_end and e > log_start for s, e in self.small_spans)
@@ -255,3 +266,89 @@ def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
     again = RemoteStore(store.url, store.storage_options)
     rerun = copy_partition(_copy_task(log_dir, topic, again), again)
     assert rerun.error is None and rerun.copied_bases == bases[1:]
+
+
+def _span(store: _SlowSmallWrites, base: int, ext: str) -> tuple[float, float]:
+    return next(span for key, span in store.spans_by_key.items() if f"/{base:020d}-" in key and key.endswith(ext))
+
+
+def test_a_segment_is_finished_while_the_next_one_goes_up(
+        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = rolled_segments(log_dir, topic, 0)
+    store = _SlowSmallWrites(*s3_bucket, delay=0.2)
+    result = copy_partition(_copy_task(log_dir, topic, store), store)
+    assert result.error is None and result.copied_bases == bases and len(bases) >= 3
+    for before, after in zip(bases, bases[1:]):
+        # Finishing a segment takes at least one slow small write (its remote indexes), so the next
+        # segment's .log must have started going up before the COPY_FINISHED marker was written.
+        assert _span(store, after, ".log")[0] < _span(store, before, "COPY_FINISHED.json")[0], \
+            f"segment {after}'s .log should go up while segment {before} is finished"
+    assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases
+    assert read_offsets(store, topic, 0) == list(range(_active_base(log_dir, topic)))
+
+
+def _segment_entries(store: RemoteStore, base: int) -> list[Any]:
+    layout = RemoteLayout(store.root)
+    tp = list_partitions(store, layout, *list_topics(store, layout)[0])[0]
+    return [e for e in PartitionCatalog(store, layout, tp).listing().segments.values() if e.base_offset == base]
+
+
+@pytest.mark.parametrize("next_one_corrupt", [False, True])
+def test_when_finishing_a_segment_fails_the_next_one_is_removed_too(
+        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path,
+        next_one_corrupt: bool) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = rolled_segments(log_dir, topic, 0)
+    if next_one_corrupt:  # the next segment fails too, in its own half: the earlier failure is reported
+        victim = log_dir / f"{topic}-0" / f"{bases[2]:020d}.log"
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        victim.write_bytes(bytes(data))
+
+    def fails(key: str) -> bool:  # written when segment 1 is finished, while segment 2 goes up
+        return f"/{bases[1]:020d}-" in key and key.endswith(".remoteOffsetIndex")
+
+    store = _SlowSmallWrites(*s3_bucket, fails)
+    result = copy_partition(_copy_task(log_dir, topic, store), store)
+    assert result.error is not None and "injected failure" in result.error, result.error
+    assert result.copied_bases == bases[:1]
+    time.sleep(0.3)  # a write still running after the copy returned would land by now
+    assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
+    assert _segment_entries(store, bases[1]) == [] and _segment_entries(store, bases[2]) == [], \
+        "both the failed segment and the one started after it are removed"
+    if next_one_corrupt:
+        return
+    again = RemoteStore(store.url, store.storage_options)
+    rerun = copy_partition(_copy_task(log_dir, topic, again), again)
+    assert rerun.error is None and rerun.copied_bases == bases[1:]
+    assert read_offsets(again, topic, 0) == list(range(_active_base(log_dir, topic)))
+
+
+class _CountedManifests(RemoteStore):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.manifest_writes = 0
+
+    def put_atomic(self, key: str, data: bytes) -> None:
+        self.manifest_writes += key.endswith("segments.manifest.json")
+        super().put_atomic(key, data)
+
+
+def test_the_manifest_is_rewritten_at_most_once_per_interval(
+        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(partition_copy._Publisher, "MANIFEST_INTERVAL", 3600.0)
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = rolled_segments(log_dir, topic, 0)
+    store = _CountedManifests(f"file://{tmp_path / 'remote'}")
+    result = copy_partition(_copy_task(log_dir, topic, store), store)
+    assert result.error is None and result.copied_bases == bases and len(bases) >= 4
+    # Once as found (rebuilt from the markers), once after the first segment, once at the end.
+    assert store.manifest_writes == 3
+    layout = RemoteLayout(store.root)
+    tp = list_partitions(store, layout, *list_topics(store, layout)[0])[0]
+    stored = PartitionCatalog(store, layout, tp).read_manifest()
+    assert stored is not None and [m.base_offset for m in stored.segments] == bases

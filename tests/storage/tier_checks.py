@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+import crc32c as reference_crc
+
 from storage_core.adapters.store import RemoteStore
+from storage_core.formats.record_batch import iter_batch_headers
 from storage_core.logdir import LogDir
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState
@@ -35,9 +39,16 @@ def finished_segments_complete(store: RemoteStore, log_dir: Path) -> dict[tuple[
                 local = log_dir / f"{topic}-{tp.partition}" / f"{meta.base_offset:020d}.log"
                 remote = layout.object_key(tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
                 assert store.get(remote) == local.read_bytes()
+                assert meta.objects[SegmentObject.LOG].batch_chain_crc32c == batch_chain(local.read_bytes())
                 bases.append(meta.base_offset)
             finished[(topic, tp.partition)] = sorted(bases)
     return finished
+
+
+def batch_chain(log: bytes) -> int:
+    """The checksum a tiered .log records: CRC-32C over the first 21 bytes of each batch, in order."""
+    starts = [position for position, _ in iter_batch_headers(io.BytesIO(log))]
+    return reference_crc.crc32c(b"".join(log[p : p + 21] for p in starts))
 
 
 def read_offsets(store: RemoteStore, topic: str, partition: int) -> list[int]:
