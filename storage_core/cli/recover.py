@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from storage_core.cli.common import add_remote_args, emit_json, open_store
+from storage_core.cli.common import add_rate_limit_arg, add_remote_args, emit_json, open_store, rate_limiter
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
                    help="records per restore transaction (default 10000)")
     p.add_argument("--transaction-bytes", type=int, default=16 << 20, metavar="B",
                    help="bytes per restore transaction (default 16 MiB)")
-    p.add_argument("--max-bytes-per-second", type=int, metavar="B", help="throttle the restore (default: unlimited)")
+    add_rate_limit_arg(p, "throttle the restore (default: unlimited)")
     p.add_argument("--dry-run", action="store_true", help="report the plan; change nothing")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     add_remote_args(p)
@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from storage_core.recovery.recover import RecoverRequest, recover
     from storage_core.recovery.restore import ChunkLimits
 
-    for name in ("replication_factor", "partitions", "transaction_records", "transaction_bytes",
-                 "max_bytes_per_second"):
+    for name in ("replication_factor", "partitions", "transaction_records", "transaction_bytes"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     request = RecoverRequest(
         topic=args.topic, bootstrap_servers=args.bootstrap_servers, topic_id=args.topic_id,
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                             allow_non_empty=args.allow_non_empty, restore=not args.no_restore),
         topic_config=_topic_config(args.config), dry_run=args.dry_run,
         limits=ChunkLimits(records=args.transaction_records, bytes=args.transaction_bytes),
-        bytes_per_second=args.max_bytes_per_second)
+        limiter=rate_limiter(args))
     summary = recover(open_store(args), KafkaAdmin(args.bootstrap_servers), request,
                       _Bars(args.topic, enabled=not args.json))
     commands = [read_command(args, summary.source_topic_id, ps.partition, ps.old_start)

@@ -48,7 +48,8 @@ class RecoverRequest:
     topic_config: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False
     limits: ChunkLimits = field(default_factory=ChunkLimits)
-    bytes_per_second: int | None = None
+    limiter: RateLimiter | None = None
+    """Paces the restore's writes to Kafka (the CLI's ``--max-bytes-per-second``); None: no limit."""
 
 
 class Reporter(Protocol):
@@ -209,7 +210,7 @@ def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, sou
     configs = admin.topic_configs(topic)
     summary.warnings.extend(check_target_configs(configs, source.timestamp_range, int(time.time() * 1000)))
     max_bytes = max(DEFAULT_MESSAGE_MAX_BYTES, _int(configs, "max.message.bytes") + 4096)
-    limiter = RateLimiter(request.bytes_per_second) if request.bytes_per_second else None
+    limiter = request.limiter
     group = restore_group(topic, state.target_topic_id)
     # The sink's init_transactions fences a crashed predecessor before the progress is read.
     with TransactionalSink(request.bootstrap_servers, topic, group, message_max_bytes=max_bytes,

@@ -179,3 +179,12 @@ def test_the_restore_is_held_to_the_rate_limit() -> None:
     assert [r for _, r in log.read_committed()] == records
     assert sum(slept) == pytest.approx((total - rate) / rate)  # 4 seconds: 5 seconds' worth, 1 of burst
     assert produced_at[-1] == pytest.approx(sum(slept)), "the last chunk waited its turn before it was produced"
+
+
+def test_recover_refuses_a_non_positive_rate() -> None:
+    from harness.tierkeeper_cli import run_cli
+
+    proc = run_cli("recover", "--topic", "t", "--bootstrap-servers", "127.0.0.1:9",
+                   "--remote", f"memory://recover-{uuid.uuid4().hex}", "--max-bytes-per-second", "0")
+    assert proc.returncode != 0 and "--max-bytes-per-second must be > 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
