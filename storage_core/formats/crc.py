@@ -6,6 +6,8 @@ copy path checksums every byte it ships, so a table-driven Python loop would be 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import crc32c as _crc32c
 
 Buffer = bytes | bytearray | memoryview
@@ -18,6 +20,10 @@ def crc32c(data: Buffer, value: int = 0) -> int:
     bytes arrive in several chunks.
     """
     return _crc32c.crc32c(data, value)
+
+
+raw_crc32c: Callable[[Buffer, int], int] = _crc32c.crc32c
+"""``crc32c`` without the wrapper's call, for loops that run once per record batch."""
 
 
 def is_hardware_accelerated() -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage_core.errors import CorruptDataError, TierkeeperError
-from storage_core.formats.batch_stream import BatchStreamValidator
+from storage_core.formats.batch_chain import BatchChainCheck
 from storage_core.formats.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
@@ -93,12 +93,12 @@ def download(store: ObjectStore, item: RestoreFile, target: Path, progress: Prog
 
 class _Check:
     """Checks a download against what was recorded when it was tiered: the whole object's CRC-32C, or for
-    a ``.log`` the batch chain (every batch's CRC, then the chain of their headers; see StoredObject)."""
+    a ``.log`` its batch chain (every batch's CRC as it arrives, then the chain)."""
 
     def __init__(self, item: RestoreFile) -> None:
         self._item = item
         self._crc = 0
-        self._batches = BatchStreamValidator(path=item.key) if item.batch_chain_crc32c is not None else None
+        self._batches = BatchChainCheck(path=item.key) if item.batch_chain_crc32c is not None else None
 
     def feed(self, chunk: bytes) -> None:
         if self._batches is not None:
@@ -109,10 +109,7 @@ class _Check:
     def finish(self) -> None:
         item = self._item
         if self._batches is not None:
-            chain = self._batches.finish().chain_crc32c
-            if chain != item.batch_chain_crc32c:
-                raise CorruptDataError(f"batch chain CRC-32C {chain:#010x} of the download differs from the "
-                                       f"{item.batch_chain_crc32c:#010x} recorded when it was tiered", path=item.key)
+            self._batches.finish(item.batch_chain_crc32c)
         if item.crc32c is not None and self._crc != item.crc32c:
             raise CorruptDataError(f"CRC-32C {self._crc:#010x} of the download differs from the {item.crc32c:#010x} "
                                    "recorded when it was tiered", path=item.key)

@@ -30,7 +30,7 @@ class StoredObject(BaseModel):
     batch_chain_crc32c: int | None = Field(
         default=None,
         description="`.log` objects: CRC-32C over the first 21 bytes of every record batch in order, which "
-                    "include each batch's own CRC-32C of the rest (storage_core.formats.batch_stream)")
+                    "include each batch's own CRC-32C of the rest (storage_core.formats.batch_chain)")
 
 
 class SegmentMetadata(BaseModel):
