@@ -2,8 +2,9 @@
 
 Each file is written under a temporary name, checked against the size and checksum recorded when it
 was tiered (a ``.log``'s batches are CRC-checked on the way), fsynced and only then renamed to its real
-name, so a file with a real name is always whole. A resumed run therefore keeps every correctly named file of the right size, deletes the rest
-(temporaries, files a newer plan no longer wants) and downloads only what is missing.
+name, so a file with a real name is always whole. A resumed run therefore keeps every correctly named
+file of the right size, deletes the rest (temporaries, files a newer plan no longer wants) and downloads
+only what is missing.
 
 Memory is bounded by ``parallelism x CHUNK`` whatever the segment sizes.
 """
