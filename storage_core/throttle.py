@@ -1,8 +1,9 @@
 """A byte-rate limit shared by the threads of one copy, rebuild or recover, like Kafka's remote-copy quota.
 
 Tiering reads the broker's own disk, a rebuild writes the new broker's and a recovery produces into the
-cluster; on a busy node each can take the I/O the brokers need to serve producers. The limit is a token bucket one second deep: a burst of up
-to one second's worth goes at once, after that callers sleep so the average stays at the rate.
+cluster; on a busy node each can take the I/O the brokers need to serve producers. The limit is a token
+bucket one second deep: a burst of up to one second's worth goes at once, after that callers sleep so the
+average stays at the rate.
 """
 
 from __future__ import annotations

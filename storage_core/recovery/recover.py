@@ -210,7 +210,6 @@ def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, sou
     configs = admin.topic_configs(topic)
     summary.warnings.extend(check_target_configs(configs, source.timestamp_range, int(time.time() * 1000)))
     max_bytes = max(DEFAULT_MESSAGE_MAX_BYTES, _int(configs, "max.message.bytes") + 4096)
-    limiter = request.limiter
     group = restore_group(topic, state.target_topic_id)
     # The sink's init_transactions fences a crashed predecessor before the progress is read.
     with TransactionalSink(request.bootstrap_servers, topic, group, message_max_bytes=max_bytes,
@@ -230,7 +229,7 @@ def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, sou
                                    ps.restored_before)
             reporter.partition_started(ps.partition, max(0, history.end_offset + 1 - start.next_old))
             outcome = restore_partition(start, source.topic_id, _reader_of(reader, history), sink, state.write_chunk,
-                                        request.limits, limiter, reporter.advance)
+                                        request.limits, request.limiter, reporter.advance)
             reporter.partition_done()
             ps.restored_now = outcome.restored_now
             ps.next_old = outcome.next_old

@@ -85,9 +85,8 @@ class SegmentCopier:
 
     A copy has two halves so that a caller can overlap them across segments: :meth:`start` writes
     COPY_STARTED and stores the ``.log`` (the long part), :meth:`finish` stores the remote indexes, waits
-    for and checks every object, and writes COPY_FINISHED. :meth:`copy` runs both. Either half removes
-    what the attempt wrote when it fails; a started segment that is not to be finished goes to
-    :meth:`abandon`.
+    for and checks every object, and writes COPY_FINISHED. Either half removes what the attempt wrote when
+    it fails; a started segment that is not to be finished goes to :meth:`abandon`.
     """
 
     def __init__(self, catalog: PartitionCatalog, pdir: PartitionDir, *, lso_known: bool,
@@ -102,9 +101,6 @@ class SegmentCopier:
         self.broker_id = broker_id
         self.index_entry_bytes = index_entry_bytes
         self.progress = progress or (lambda _n: None)
-
-    def copy(self, span: SegmentSpan) -> SegmentCopy:
-        return self.finish(self.start(span))
 
     def start(self, span: SegmentSpan) -> StoredSegment:
         segment_id = uuid.uuid4()
@@ -164,9 +160,11 @@ class SegmentCopier:
         self._discard(stored.started, stored.upload)
 
     # ---- the steps ------------------------------------------------------------------------------
+    def _object_key(self, meta: SegmentMetadata, obj: SegmentObject) -> str:
+        return self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
+
     def _key_of(self, meta: SegmentMetadata) -> Callable[[SegmentObject], str]:
-        layout = self.catalog.layout
-        return lambda obj: layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
+        return lambda obj: self._object_key(meta, obj)
 
     def _putter(self, meta: SegmentMetadata, upload: _Upload) -> Callable[[SegmentObject, bytes], None]:
         return lambda obj, data: self._put(upload, meta, obj, data)
@@ -174,7 +172,7 @@ class SegmentCopier:
     def _store_log(self, meta: SegmentMetadata, log_file: BinaryIO, size: int, upload: _Upload,
                    side: _Uploads) -> StoredSegment:
         tp = self.tp
-        log_key = self._key_of(meta)(SegmentObject.LOG)
+        log_key = self._object_key(meta, SegmentObject.LOG)
         validator = BatchStreamValidator(path=str(self.pdir.path / _file(meta.base_offset, SegmentFileKind.LOG)))
         builder = RemoteIndexBuilder(target_entry_bytes=self.index_entry_bytes)
         object_name = log_key.rsplit("/", 1)[-1]
@@ -235,15 +233,13 @@ class SegmentCopier:
         yield SegmentObject.LEADER_EPOCHS, format_leader_epoch_checkpoint(epochs).encode()
 
     def _put(self, upload: _Upload, meta: SegmentMetadata, obj: SegmentObject, data: bytes) -> None:
-        key = self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
-        self.catalog.store.put_chunks(key, [data] if data else [])
+        self.catalog.store.put_chunks(self._object_key(meta, obj), [data] if data else [])
         self._verify_size(meta, obj, len(data))
         upload.objects[obj] = StoredObject(size=len(data), crc32c=crc32c(data))
 
     def _verify_size(self, meta: SegmentMetadata, obj: SegmentObject, expected: int) -> None:
         """Read the stored size back: a store that accepted fewer bytes than sent must fail the copy."""
-        key = self.catalog.layout.object_key(self.tp, meta.base_offset, meta.segment_id, obj)
-        actual = self.catalog.store.size(key)
+        actual = self.catalog.store.size(self._object_key(meta, obj))
         if actual != expected:
             raise TierkeeperError(f"{self.tp}: remote {obj.value} of segment {meta.base_offset} has "
                                   f"{actual} bytes, expected {expected}")
