@@ -15,7 +15,9 @@ Methods: raw, raw+fsync (fsspec put_file of each segment's .log/.index/.timeinde
 tierkeeper (durable copy), tierkeeper-nofsync, and these variants of tierkeeper-nofsync: equal-ranges
 (no ramp: every range 32 MiB), max-range-16m, first-range-256k, slice-256k, small-objects-first (written
 before the .log starts instead of during its check), whole-object-crc (a second CRC pass over the data, as
-before the batch chain), no-overlap (each segment finished before the next starts).
+before the batch chain), no-overlap (each segment finished before the next starts, and only one stored at
+a time), one-segment-at-a-time (segments overlap by one: N finished while N+1 is stored, as in run 16),
+three-segments-at-once.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import storage_measure as m
 
 from storage_core.adapters import local_copy
+from storage_core.adapters import store as store_module
 from storage_core.adapters.store import RemoteStore
 from storage_core.formats.batch_stream import BatchStreamValidator
 from storage_core.formats.crc import crc32c
@@ -107,6 +110,8 @@ VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
     "small-objects-first": (tiering_copy, {"_Uploads": _SmallObjectsFirst}),
     "whole-object-crc": (tiering_copy, {"BatchStreamValidator": _WholeObjectCrc}),
     "no-overlap": (partition_copy, {"ThreadPoolExecutor": _InlineExecutor}),
+    "one-segment-at-a-time": (store_module, {"LOCAL_SEGMENTS_IN_FLIGHT": 1}),
+    "three-segments-at-once": (store_module, {"LOCAL_SEGMENTS_IN_FLIGHT": 3}),
 }
 
 

@@ -25,6 +25,7 @@ UPLOAD_BLOCK = 8 << 20
 # still in the CPU cache; 8 MiB chunks measured 10-20% more CPU per GiB.
 READ_CHUNK = 1 << 20
 SMALL_WRITES_IN_FLIGHT = 4
+LOCAL_SEGMENTS_IN_FLIGHT = 2
 
 
 def _describe(exc: BaseException) -> str:
@@ -64,6 +65,10 @@ class RemoteStore:
         # Side by side, local writes only compete for the cores the copy's checks run on (measured
         # slower); requests to an object store spend their time waiting on the network.
         self.write_concurrency = 1 if self.is_local else SMALL_WRITES_IN_FLIGHT
+        # A local copy is copy_file_range, which is bound by one core's page-cache work, not by the disk or
+        # the memory bus: two segments copied side by side ran 1.8x faster than one on two cores. An S3
+        # upload keeps several parts in flight already, and a second segment would double its buffers.
+        self.segments_in_flight = LOCAL_SEGMENTS_IN_FLIGHT if self.is_local else 1
 
     def __reduce__(self) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any], bool]]:
         return (_reopen, (self.url, self.storage_options, self.fsync))

@@ -22,6 +22,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
     p.add_argument("--broker-id", type=int, help="recorded in the segment metadata")
     p.add_argument("--parallelism", type=int, default=4, help="partitions copied at once (default 4)")
+    p.add_argument("--segments-in-flight", type=int, metavar="N",
+                   help="segments of one partition stored at once (default: 2 on a local filesystem, where each "
+                        "copy keeps a core busy; 1 on object stores, where one upload already sends several "
+                        "parts at once)")
     add_rate_limit_arg(p, "cap the segment bytes read and shipped per second, over all partitions (default: "
                           "no cap), so tiering leaves the broker's disk to the broker")
     p.add_argument("--no-fsync", action="store_true",
@@ -34,11 +38,15 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from storage_core.errors import ConfigError
     from storage_core.logdir import LogDir
     from storage_core.throttle import limited
     from storage_core.tiering.partition_copy import copy_partition
     from storage_core.tiering.plan import CopyTask
 
+    for flag, value in (("--parallelism", args.parallelism), ("--segments-in-flight", args.segments_in_flight)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
     limiter = rate_limiter(args)
     store = open_store(args, fsync=not args.no_fsync)
     log_dir = LogDir(args.log_dir)
@@ -53,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     tasks = [
         CopyTask(log_dir=str(log_dir.path), topic=p.topic, partition=p.partition, remote_url=args.remote,
                  storage_options=storage_options(args), last_stable_offset=lso.get((p.topic, p.partition)),
-                 high_watermark=checkpoints.high_watermarks.get(p.tp), broker_id=args.broker_id)
+                 high_watermark=checkpoints.high_watermarks.get(p.tp), broker_id=args.broker_id,
+                 segments_in_flight=args.segments_in_flight)
         for p in partitions
     ]
     lock = threading.Lock()
@@ -63,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(n)
 
         report = limited(advance, limiter)
-        with ThreadPoolExecutor(max_workers=max(1, args.parallelism)) as pool:
+        with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
             results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
     failed = [r for r in results if r.error]
     if args.json:

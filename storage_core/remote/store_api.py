@@ -16,6 +16,9 @@ class ObjectStore(Protocol):
     write_concurrency: int
     """How many small objects are worth writing at once: 1 where a write is a local system call, more
     where each is a network round trip."""
+    segments_in_flight: int
+    """How many segments of one partition are worth storing at once: 2 where each copy runs in the kernel
+    and keeps one core busy, 1 where one upload already keeps several parts in flight."""
 
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int: ...
 

@@ -9,6 +9,7 @@ sweep catches what a crash leaves). The manifest and the order across segments a
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +36,10 @@ Progress = Callable[[int], None]
 
 class TransactionsNeedLsoError(TierkeeperError):
     """Transactional data without a last stable offset from the broker: copying could tier an open txn."""
+
+
+class CopyCancelledError(TierkeeperError):
+    """A segment's copy stopped because :meth:`SegmentCopier.cancel` was called (another one failed)."""
 
 
 @dataclass
@@ -86,7 +91,8 @@ class SegmentCopier:
     A copy has two halves so that a caller can overlap them across segments: :meth:`start` writes
     COPY_STARTED and stores the ``.log`` (the long part), :meth:`finish` stores the remote indexes, waits
     for and checks every object, and writes COPY_FINISHED. Either half removes what the attempt wrote when
-    it fails; a started segment that is not to be finished goes to :meth:`abandon`.
+    it fails; a started segment that is not to be finished goes to :meth:`abandon`. Several segments may
+    be started at once from different threads; :meth:`cancel` makes those under way stop early.
     """
 
     def __init__(self, catalog: PartitionCatalog, pdir: PartitionDir, *, lso_known: bool,
@@ -101,8 +107,19 @@ class SegmentCopier:
         self.broker_id = broker_id
         self.index_entry_bytes = index_entry_bytes
         self.progress = progress or (lambda _n: None)
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop every start under way at its next chunk, and refuse new ones (they raise
+        :class:`CopyCancelledError` after removing what they wrote)."""
+        self._cancelled.set()
+
+    def _check_cancelled(self, meta: SegmentSpan | SegmentMetadata) -> None:
+        if self._cancelled.is_set():
+            raise CopyCancelledError(f"{self.tp}: copy of segment {meta.base_offset} cancelled")
 
     def start(self, span: SegmentSpan) -> StoredSegment:
+        self._check_cancelled(span)
         segment_id = uuid.uuid4()
         log_path = self.pdir.path / _file(span.base_offset, SegmentFileKind.LOG)
         # Open before anything else: an open file stays readable even if the broker's retention
@@ -178,6 +195,7 @@ class SegmentCopier:
         object_name = log_key.rsplit("/", 1)[-1]
 
         def inspect(chunk: memoryview) -> None:
+            self._check_cancelled(meta)
             side.run_deferred()
             for position, header in validator.feed(chunk):
                 builder.add_batch(object_name, position, header)

@@ -1,15 +1,18 @@
 """Copy everything eligible of one partition: plan from the log dir and the remote manifest, then copy
 oldest first.
 
-Segments overlap by one: while segment N's ``.log`` is stored, a finisher thread completes segment N-1
-(remote indexes, size checks, COPY_FINISHED) and publishes it in the manifest. Segment N is finished only
-after N-1 finished, so the finished segments always form a prefix of the plan: when N-1 fails, N is
-removed instead of finished, and the first failure in offset order is the one reported.
+Segments overlap: up to the store's ``segments_in_flight`` segments have their ``.log`` stored at once (on
+starter threads), and a finisher thread completes them one by one in offset order (remote indexes, size
+checks, COPY_FINISHED) and publishes them in the manifest. Segment N is finished only after N-1 finished,
+so the finished segments always form a prefix of the plan: when one fails, the segments started after it
+are cancelled and removed instead of finished, and the first failure in offset order is the one reported.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -21,7 +24,7 @@ from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata, readable_segments
 from storage_core.remote.store_api import ObjectStore
 from storage_core.tiering.copy import Progress, SegmentCopier, SegmentCopy, StoredSegment
-from storage_core.tiering.plan import CopyTask, plan_copies
+from storage_core.tiering.plan import CopyTask, SegmentSpan, plan_copies
 
 
 @dataclass
@@ -71,28 +74,62 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
         index_entry_bytes=task.index_entry_bytes, progress=progress,
     )
     publisher = _Publisher(catalog, manifest, result)
-    with ThreadPoolExecutor(1, thread_name_prefix="tierkeeper-finish") as finisher:
-        previous: Future[None] | None = None
+    in_flight = max(1, task.segments_in_flight or store.segments_in_flight)
+    _copy_in_order(copier, iter(decision.eligible), publisher, in_flight)
+    publisher.flush()
+    result.remote_end_offset = publisher.manifest.end_offset
+
+
+def _copy_in_order(copier: SegmentCopier, spans: Iterator[SegmentSpan], publisher: _Publisher,
+                   in_flight: int) -> None:
+    """Start up to ``in_flight`` segments at once; finish each, in order, once the one before finished."""
+    with ThreadPoolExecutor(in_flight, thread_name_prefix="tierkeeper-segment") as starters, \
+            ThreadPoolExecutor(1, thread_name_prefix="tierkeeper-finish") as finisher:
+        started: deque[Future[StoredSegment]] = deque()
+
+        def start_next() -> None:
+            span = next(spans, None)
+            if span is not None:
+                started.append(starters.submit(copier.start, span))
+
+        for _ in range(in_flight):
+            start_next()
+        finishing: Future[None] | None = None
         try:
-            for span in decision.eligible:
-                stored = copier.start(span)
-                if previous is not None:
+            while started:
+                stored = started[0].result()  # stays queued until done, so a failure path abandons it
+                started.popleft()
+                start_next()
+                if finishing is not None:
                     try:
-                        previous.result()
+                        finishing.result()
                     except BaseException:
                         copier.abandon(stored)
                         raise
-                previous = finisher.submit(_finish, copier, stored, publisher)
-            if previous is not None:
-                previous.result()
+                finishing = finisher.submit(_finish, copier, stored, publisher)
+            if finishing is not None:
+                finishing.result()
         except BaseException as exc:
-            earlier = previous.exception() if previous is not None else None
+            copier.cancel()
+            _abandon_started(copier, started)
+            earlier = finishing.exception() if finishing is not None else None
             publisher.flush(quietly=True)
             if earlier is not None and earlier is not exc:
                 raise earlier  # the segment before failed as well: report the first failure in offset order
             raise
-    publisher.flush()
-    result.remote_end_offset = publisher.manifest.end_offset
+
+
+def _abandon_started(copier: SegmentCopier, started: deque[Future[StoredSegment]]) -> None:
+    """Remove the segments started after a failure: wait for each start (cancelled, it stops at its next
+    chunk and removes what it wrote itself) and abandon the ones that had already completed."""
+    for future in started:
+        if future.cancel():
+            continue
+        try:
+            stored = future.result()
+        except BaseException:  # noqa: BLE001 - the failure being reported is the caller's
+            continue
+        copier.abandon(stored)
 
 
 def _finish(copier: SegmentCopier, stored: StoredSegment, publisher: _Publisher) -> None:

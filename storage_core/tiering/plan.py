@@ -66,3 +66,5 @@ class CopyTask:
     """The checkpointed high watermark, used only when the LSO is unknown and no transactions exist."""
     broker_id: int | None = None
     index_entry_bytes: int = 1 << 20
+    segments_in_flight: int | None = None
+    """Segments of this partition stored at once; None leaves it to the store (``ObjectStore.segments_in_flight``)."""

@@ -221,11 +221,11 @@ def _active_base(log_dir: Path, topic: str) -> int:
     return LogDir(log_dir).partitions({topic})[0].segments()[-1].base_offset
 
 
-def _copy_task(log_dir: Path, topic: str, store: RemoteStore) -> CopyTask:
+def _copy_task(log_dir: Path, topic: str, store: RemoteStore, segments_in_flight: int | None = None) -> CopyTask:
     """Partition 0 of ``topic``, every rolled segment eligible."""
     return CopyTask(log_dir=str(log_dir), topic=topic, partition=0, remote_url=store.url,
                     storage_options=store.storage_options, last_stable_offset=_active_base(log_dir, topic),
-                    high_watermark=None)
+                    high_watermark=None, segments_in_flight=segments_in_flight)
 
 
 def test_small_objects_go_up_beside_the_log_on_an_object_store(
@@ -295,10 +295,11 @@ def _segment_entries(store: RemoteStore, base: int) -> list[Any]:
     return [e for e in PartitionCatalog(store, layout, tp).listing().segments.values() if e.base_offset == base]
 
 
+@pytest.mark.parametrize("in_flight", [1, 2])
 @pytest.mark.parametrize("next_one_corrupt", [False, True])
 def test_when_finishing_a_segment_fails_the_next_one_is_removed_too(
         dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path,
-        next_one_corrupt: bool) -> None:
+        next_one_corrupt: bool, in_flight: int) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -312,19 +313,96 @@ def test_when_finishing_a_segment_fails_the_next_one_is_removed_too(
         return f"/{bases[1]:020d}-" in key and key.endswith(".remoteOffsetIndex")
 
     store = _SlowSmallWrites(*s3_bucket, fails)
-    result = copy_partition(_copy_task(log_dir, topic, store), store)
+    result = copy_partition(_copy_task(log_dir, topic, store, in_flight), store)
     assert result.error is not None and "injected failure" in result.error, result.error
     assert result.copied_bases == bases[:1]
     time.sleep(0.3)  # a write still running after the copy returned would land by now
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
-    assert _segment_entries(store, bases[1]) == [] and _segment_entries(store, bases[2]) == [], \
-        "both the failed segment and the one started after it are removed"
+    for base in bases[1:]:
+        assert _segment_entries(store, base) == [], \
+            f"segment {base}: the failed segment and every one started after it are removed"
     if next_one_corrupt:
         return
     again = RemoteStore(store.url, store.storage_options)
-    rerun = copy_partition(_copy_task(log_dir, topic, again), again)
+    rerun = copy_partition(_copy_task(log_dir, topic, again, in_flight), again)
     assert rerun.error is None and rerun.copied_bases == bases[1:]
     assert read_offsets(again, topic, 0) == list(range(_active_base(log_dir, topic)))
+
+
+class _PairedLogs(RemoteStore):
+    """A file:// store whose first two .log copies each wait until the other one has begun: a copy that
+    stores one segment at a time fails here (the wait times out) instead of passing."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.meet = threading.Barrier(2, timeout=30)
+        self._lock = threading.Lock()
+        self.logs_begun = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    def put_from_file(self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> int:
+        with self._lock:
+            self.logs_begun += 1
+            pair = self.logs_begun <= 2
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if pair:
+                self.meet.wait()
+            return super().put_from_file(key, source, size, inspect)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def test_two_segments_are_stored_at_once_on_a_local_filesystem(
+        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = rolled_segments(log_dir, topic, 0)
+    store = _PairedLogs(f"file://{tmp_path / 'remote'}")
+    assert store.segments_in_flight == 2
+    result = copy_partition(_copy_task(log_dir, topic, store), store)
+    assert result.error is None and result.copied_bases == bases and len(bases) >= 4
+    assert store.most_in_flight == 2
+    assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases
+    assert read_offsets(store, topic, 0) == list(range(_active_base(log_dir, topic)))
+
+
+def _flip_in_batch(segment: Path, which: int) -> int:
+    """Flip a byte inside the records of batch ``which`` (covered by its CRC); return that batch's base offset."""
+    data = bytearray(segment.read_bytes())
+    position, header = list(iter_batch_headers(io.BytesIO(bytes(data))))[which]
+    data[position + HEADER_SIZE + (header.size_in_bytes - HEADER_SIZE) // 2] ^= 0x40
+    segment.write_bytes(bytes(data))
+    return header.base_offset
+
+
+def test_with_segments_in_flight_the_first_failure_in_offset_order_is_reported(
+        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+    topic = dataset.codec_topics[0]
+    log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
+    bases = rolled_segments(log_dir, topic, 0)
+    # Segment 1 is damaged in its last batch, segment 2 (started beside it) in its first: 2 fails first
+    # in time, 1 first in offset order.
+    damaged = _flip_in_batch(log_dir / f"{topic}-0" / f"{bases[1]:020d}.log", -1)
+    _flip_in_batch(log_dir / f"{topic}-0" / f"{bases[2]:020d}.log", 0)
+    store = _file_store(tmp_path / "remote")
+    result = copy_partition(_copy_task(log_dir, topic, store, 2), store)
+    assert result.error is not None and f"{bases[1]:020d}.log" in result.error, result.error
+    assert f"offset={damaged}" in result.error, result.error
+    assert result.copied_bases == bases[:1]
+    assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
+    for base in bases[1:]:
+        assert _segment_entries(store, base) == [], f"segment {base} must leave nothing behind"
+
+
+def test_copy_refuses_fewer_than_one_segment_in_flight(tmp_path: Path) -> None:
+    proc = run_cli("copy", "--log-dir", str(tmp_path), "--remote", f"file://{tmp_path / 'remote'}",
+                   "--segments-in-flight", "0")
+    assert proc.returncode != 0 and "--segments-in-flight must be >= 1, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "remote").exists()
 
 
 class _CountedManifests(RemoteStore):
