@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--segments-in-flight", type=int, metavar="N",
                    help="segments of one partition stored at once (default: 2 on a local filesystem, where each "
                         "copy keeps a core busy; 1 on object stores, where one upload already sends several "
-                        "parts at once)")
+                        "parts at once); up to --parallelism times this many copies run at once")
     add_rate_limit_arg(p, "cap the segment bytes read and shipped per second, over all partitions (default: "
                           "no cap), so tiering leaves the broker's disk to the broker")
     p.add_argument("--no-fsync", action="store_true",
