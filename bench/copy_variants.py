@@ -15,8 +15,8 @@ Methods: raw, raw+fsync (fsspec put_file of each segment's .log/.index/.timeinde
 tierkeeper (durable copy), tierkeeper-nofsync, and these variants of tierkeeper-nofsync: equal-ranges
 (no ramp: every range 32 MiB), max-range-16m, first-range-256k, slice-256k, small-objects-first (written
 before the .log starts instead of during its check), whole-object-crc (a second CRC pass over the data, as
-before the batch chain), no-overlap (each segment finished before the next starts, and only one stored at
-a time), one-segment-at-a-time (segments overlap by one: N finished while N+1 is stored, as in run 16),
+before the batch chain), no-overlap (no starter or finisher threads: every segment's store and finish run
+one after another on the calling thread), one-segment-at-a-time (segments overlap by one: N finished while N+1 is stored, as in run 16),
 three-segments-at-once.
 """
 
@@ -69,7 +69,7 @@ class _WholeObjectCrc(BatchStreamValidator):
 
 
 class _InlineExecutor:
-    """Runs each submitted call at once: segments are finished one after another, as before the overlap."""
+    """Runs each submitted call at once: segments are stored and finished one after another, no overlap."""
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         pass
