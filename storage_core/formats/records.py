@@ -122,6 +122,17 @@ def _parse_record(buf: bytes, pos: int, end: int) -> _RecordFields:
             raise _Malformed(f"value of {value_len} bytes runs past the record")
         value = bytes(buf[pos : pos + value_len])
         pos += value_len
+    if pos < end and buf[pos] == 0:  # no headers, the common case
+        pos += 1
+        headers: tuple[Header, ...] = ()
+    else:
+        headers, pos = _parse_headers(buf, pos, end)
+    if pos != end:
+        raise _Malformed(f"record declares {end} bytes but its fields end at {pos}")
+    return ts_delta, offset_delta, key, value, headers
+
+
+def _parse_headers(buf: bytes, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
     header_count, pos = decode_varint(buf, pos)
     if not 0 <= header_count <= (end - pos) // 2:
         raise _Malformed(f"header count {header_count} does not fit the record")
@@ -143,9 +154,7 @@ def _parse_record(buf: bytes, pos: int, end: int) -> _RecordFields:
             hval = bytes(buf[pos : pos + hval_len])
             pos += hval_len
         headers.append((hkey, hval))
-    if pos != end:
-        raise _Malformed(f"record declares {end} bytes but its fields end at {pos}")
-    return ts_delta, offset_delta, key, value, tuple(headers)
+    return tuple(headers), pos
 
 
 def _record_bodies_uncompressed(data: bytes, count: int) -> Iterator[tuple[bytes, int, int]]:
@@ -229,12 +238,13 @@ def _records(header: BatchHeader, payload: memoryview, chunk_size: int) -> Itera
     else:
         stream = _StreamBuffer(open_decompressed(header.codec, payload), chunk_size)
         bodies = _record_bodies_stream(stream, header.records_count)
+    new_record = tuple.__new__  # a NamedTuple's own constructor costs ~0.5 us a record more
     for buf, start, end in bodies:
         ts_delta, offset_delta, key, value, headers = _parse_record(buf, start, end)
         control_type: int | None = None
         if control:
             control_type = _control_type(key)
-        yield Record(
+        yield new_record(Record, (
             base_offset + offset_delta,
             base_timestamp + ts_delta if log_append_time is None else log_append_time,
             timestamp_type,
@@ -247,7 +257,7 @@ def _records(header: BatchHeader, payload: memoryview, chunk_size: int) -> Itera
             transactional,
             control,
             control_type,
-        )
+        ))
 
 
 def _control_type(key: bytes | None) -> int:

@@ -201,3 +201,25 @@ def test_damaged_payloads_only_ever_raise_corrupt_data_error(codec: int, data: s
         assert err.offset == 0
     else:
         assert len(records) == len(written)
+
+
+def _with_payload(batch: bytes, payload: bytes) -> bytes:
+    """``batch`` (one record, uncompressed) with its records replaced by ``payload``, length and CRC fixed."""
+    from kafka.record.util import calc_crc32c
+
+    buf = bytearray(batch[:61] + payload)
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    struct.pack_into(">I", buf, 17, calc_crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("payload", [
+    bytes([4, 0, 0x81]),            # the timestamp delta's first byte asks for a second one past the end
+    bytes([6, 0, 0, 0, 0x01, 0x81]),  # so does the value length, after a null key
+    bytes([2, 0]),                  # the record ends before its timestamp delta
+])
+def test_a_record_cut_inside_a_field_is_corruption_naming_the_batch(payload: bytes) -> None:
+    batch = _with_payload(build_batch([Rec(0, 1_700_000_000_000, b"k", b"v", ())], base_offset=900), payload)
+    with pytest.raises(CorruptDataError, match="malformed record batch") as err:
+        decode_records(batch)
+    assert err.value.offset == 900
