@@ -16,8 +16,8 @@ tierkeeper (durable copy), tierkeeper-nofsync, and these variants of tierkeeper-
 (no ramp: every range 32 MiB), max-range-16m, first-range-256k, slice-256k, small-objects-first (written
 before the .log starts instead of during its check), whole-object-crc (a second CRC pass over the data, as
 before the batch chain), no-overlap (no starter or finisher threads: every segment's store and finish run
-one after another on the calling thread), one-segment-at-a-time (segments overlap by one: N finished while N+1 is stored, as in run 16),
-three-segments-at-once.
+one after another on the calling thread), one-segment-at-a-time (segments overlap by one: N finished while
+N+1 is stored, as in run 16), three-segments-at-once.
 """
 
 from __future__ import annotations
