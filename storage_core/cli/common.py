@@ -42,6 +42,14 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def require_positive(args: argparse.Namespace, *names: str) -> None:
+    """Refuse a count flag (``args.<name>``, e.g. ``parallelism`` for ``--parallelism``) given below 1."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
 def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--max-bytes-per-second", type=int, metavar="B", help=help)
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from storage_core.cli.common import (add_rate_limit_arg, add_remote_args, emit_json, open_store,
-                                     progress_bar, rate_limiter, storage_options)
+                                     progress_bar, rate_limiter, require_positive, storage_options)
 
 
 def register(subparsers: Any) -> None:
@@ -38,15 +38,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from storage_core.errors import ConfigError
     from storage_core.logdir import LogDir
     from storage_core.throttle import limited
     from storage_core.tiering.partition_copy import copy_partition
     from storage_core.tiering.plan import CopyTask
 
-    for flag, value in (("--parallelism", args.parallelism), ("--segments-in-flight", args.segments_in_flight)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be >= 1, got {value}")
+    require_positive(args, "parallelism", "segments_in_flight")
     limiter = rate_limiter(args)
     store = open_store(args, fsync=not args.no_fsync)
     log_dir = LogDir(args.log_dir)

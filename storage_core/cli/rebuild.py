@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from storage_core.cli.common import (add_rate_limit_arg, add_remote_args, emit_json, open_store,
-                                     progress_bar, rate_limiter)
+                                     progress_bar, rate_limiter, require_positive)
 from storage_core.errors import ConfigError, TierkeeperError
 
 
@@ -45,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < -1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= -1 (-1: unlimited), got {value}")
-    if args.parallelism < 1:
-        raise ConfigError(f"--parallelism must be >= 1, got {args.parallelism}")
+    require_positive(args, "parallelism")
     from storage_core.throttle import limited
 
     limiter = rate_limiter(args)

@@ -7,7 +7,8 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from storage_core.cli.common import add_rate_limit_arg, add_remote_args, emit_json, open_store, rate_limiter
+from storage_core.cli.common import (add_rate_limit_arg, add_remote_args, emit_json, open_store, rate_limiter,
+                                     require_positive)
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -57,11 +58,6 @@ def _topic_config(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise ConfigError(f"{name} must be at least 1, not {value}")
-
-
 class _Bars:
     """One progress bar per partition, in offsets of the old log, on stderr."""
 
@@ -107,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from storage_core.recovery.recover import RecoverRequest, recover
     from storage_core.recovery.restore import ChunkLimits
 
-    for name in ("replication_factor", "partitions", "transaction_records", "transaction_bytes"):
-        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    require_positive(args, "replication_factor", "partitions", "transaction_records", "transaction_bytes")
     request = RecoverRequest(
         topic=args.topic, bootstrap_servers=args.bootstrap_servers, topic_id=args.topic_id,
         options=PlanOptions(replication_factor=args.replication_factor, partitions=args.partitions,

@@ -301,3 +301,14 @@ def test_rebuild_refuses_a_non_positive_rate(tmp_path: Path) -> None:
                    "--remote", f"file://{tmp_path / 'remote'}", "--max-bytes-per-second", "-1")
     assert proc.returncode != 0 and "--max-bytes-per-second must be > 0" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_rebuild_refuses_no_parallelism(tmp_path: Path) -> None:
+    from harness.tierkeeper_cli import run_cli
+
+    log_dir = tmp_path / "data"
+    format_log_dir(log_dir)
+    proc = run_cli("rebuild", "--log-dir", str(log_dir), "--bootstrap-servers", "127.0.0.1:9", "--broker-id", "3",
+                   "--remote", f"file://{tmp_path / 'remote'}", "--parallelism", "0")
+    assert proc.returncode != 0 and "--parallelism must be >= 1, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr

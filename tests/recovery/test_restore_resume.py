@@ -188,3 +188,12 @@ def test_recover_refuses_a_non_positive_rate() -> None:
                    "--remote", f"memory://recover-{uuid.uuid4().hex}", "--max-bytes-per-second", "0")
     assert proc.returncode != 0 and "--max-bytes-per-second must be > 0" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_recover_refuses_a_count_below_one() -> None:
+    from harness.tierkeeper_cli import run_cli
+
+    proc = run_cli("recover", "--topic", "t", "--bootstrap-servers", "127.0.0.1:9",
+                   "--remote", f"memory://recover-{uuid.uuid4().hex}", "--transaction-records", "0")
+    assert proc.returncode != 0 and "--transaction-records must be >= 1, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
