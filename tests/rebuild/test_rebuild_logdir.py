@@ -292,23 +292,17 @@ def test_a_rate_limited_rebuild_waits_for_its_rate_and_restores_the_same(tmp_pat
         assert {k: v for k, v in files.items() if k in tier.expected_files(p)} == tier.expected_files(p)
 
 
-def test_rebuild_refuses_a_non_positive_rate(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--max-bytes-per-second", "-1", "--max-bytes-per-second must be > 0"),
+    ("--parallelism", "0", "--parallelism must be >= 1, got 0"),
+])
+def test_rebuild_refuses_a_non_positive_rate_or_parallelism(tmp_path: Path, flag: str, value: str,
+                                                            message: str) -> None:
     from harness.tierkeeper_cli import run_cli
 
     log_dir = tmp_path / "data"
     format_log_dir(log_dir)
     proc = run_cli("rebuild", "--log-dir", str(log_dir), "--bootstrap-servers", "127.0.0.1:9", "--broker-id", "3",
-                   "--remote", f"file://{tmp_path / 'remote'}", "--max-bytes-per-second", "-1")
-    assert proc.returncode != 0 and "--max-bytes-per-second must be > 0" in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
-def test_rebuild_refuses_no_parallelism(tmp_path: Path) -> None:
-    from harness.tierkeeper_cli import run_cli
-
-    log_dir = tmp_path / "data"
-    format_log_dir(log_dir)
-    proc = run_cli("rebuild", "--log-dir", str(log_dir), "--bootstrap-servers", "127.0.0.1:9", "--broker-id", "3",
-                   "--remote", f"file://{tmp_path / 'remote'}", "--parallelism", "0")
-    assert proc.returncode != 0 and "--parallelism must be >= 1, got 0" in proc.stderr
+                   "--remote", f"file://{tmp_path / 'remote'}", flag, value)
+    assert proc.returncode != 0 and message in proc.stderr
     assert "Traceback" not in proc.stderr

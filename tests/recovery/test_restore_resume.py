@@ -181,19 +181,14 @@ def test_the_restore_is_held_to_the_rate_limit() -> None:
     assert produced_at[-1] == pytest.approx(sum(slept)), "the last chunk waited its turn before it was produced"
 
 
-def test_recover_refuses_a_non_positive_rate() -> None:
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--max-bytes-per-second", "0", "--max-bytes-per-second must be > 0"),
+    ("--transaction-records", "0", "--transaction-records must be >= 1, got 0"),
+])
+def test_recover_refuses_a_non_positive_rate_or_count(flag: str, value: str, message: str) -> None:
     from harness.tierkeeper_cli import run_cli
 
     proc = run_cli("recover", "--topic", "t", "--bootstrap-servers", "127.0.0.1:9",
-                   "--remote", f"memory://recover-{uuid.uuid4().hex}", "--max-bytes-per-second", "0")
-    assert proc.returncode != 0 and "--max-bytes-per-second must be > 0" in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
-def test_recover_refuses_a_count_below_one() -> None:
-    from harness.tierkeeper_cli import run_cli
-
-    proc = run_cli("recover", "--topic", "t", "--bootstrap-servers", "127.0.0.1:9",
-                   "--remote", f"memory://recover-{uuid.uuid4().hex}", "--transaction-records", "0")
-    assert proc.returncode != 0 and "--transaction-records must be >= 1, got 0" in proc.stderr
+                   "--remote", f"memory://recover-{uuid.uuid4().hex}", flag, value)
+    assert proc.returncode != 0 and message in proc.stderr
     assert "Traceback" not in proc.stderr
