@@ -22,6 +22,7 @@ from storage_core.formats.record_batch import (
     MAGIC_V2,
     MIN_BATCH_LENGTH,
     TruncatedTailError,
+    framing_problem,
 )
 
 CHAIN_BYTES = CRC_START
@@ -117,9 +118,8 @@ class BatchChainCheck:
         return used
 
     def _framing_error(self, base_offset: int, length: int, magic: int, position: int) -> CorruptDataError:
-        problem = (f"unsupported record batch magic {magic}" if magic != MAGIC_V2 else
-                   f"record batch length {length} is below the minimum {MIN_BATCH_LENGTH}")
-        return CorruptDataError(f"{problem} at byte {position}", offset=base_offset, path=self._path)
+        return CorruptDataError(f"{framing_problem(magic, length)} at byte {position}", offset=base_offset,
+                                path=self._path)
 
     def _carry_offset(self) -> int | None:
         return int.from_bytes(self._carry[:8], "big", signed=True) if len(self._carry) >= 8 else None

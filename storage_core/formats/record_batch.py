@@ -66,6 +66,18 @@ class TruncatedTailError(CorruptDataError):
         self.position = position
 
 
+def framing_problem(magic: int, batch_length: int) -> str | None:
+    """What makes a batch's framing unreadable (a magic other than 2, a length below the header's), or None.
+
+    Checked before anything else of a batch is trusted, by the header parser and by the restore's batch
+    chain check, which frames batches without parsing their headers."""
+    if magic != MAGIC_V2:
+        return f"unsupported record batch magic {magic} (only magic 2 is supported)"
+    if batch_length < MIN_BATCH_LENGTH:
+        return f"record batch length {batch_length} is below the minimum {MIN_BATCH_LENGTH}"
+    return None
+
+
 def _damage(problem: str, offset: int | None, path: str | None, position: int | None) -> CorruptDataError:
     where = "" if position is None else f" at byte {position}"
     return CorruptDataError(problem + where, offset=offset, path=path)
@@ -108,14 +120,10 @@ class BatchHeader:
             short = f"record batch header needs {HEADER_SIZE} bytes, got {len(buf) - pos}"
             raise _damage(short, None, path, position)
         header = cls(*_HEADER.unpack_from(buf, pos))
-        problem: str | None = None
-        if header.magic != MAGIC_V2:
-            problem = f"unsupported record batch magic {header.magic} (only magic 2 is supported)"
-        elif header.batch_length < MIN_BATCH_LENGTH:
-            problem = f"record batch length {header.batch_length} is below the minimum {MIN_BATCH_LENGTH}"
-        elif header.attributes & _ATTR_CODEC_MASK > _MAX_CODEC:
+        problem = framing_problem(header.magic, header.batch_length)
+        if problem is None and header.attributes & _ATTR_CODEC_MASK > _MAX_CODEC:
             problem = f"unknown compression codec {header.attributes & _ATTR_CODEC_MASK}"
-        elif header.last_offset_delta < 0 or header.records_count < 0:
+        if problem is None and (header.last_offset_delta < 0 or header.records_count < 0):
             problem = (
                 f"negative lastOffsetDelta {header.last_offset_delta} or recordsCount {header.records_count}"
             )
