@@ -115,7 +115,9 @@ VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
 }
 
 
-def method(name: str, data_dir: Path, target: Path, segments: list[m.Segment], lso: int) -> Callable[[str], None]:
+def method(
+    name: str, data_dir: Path, target: Path, segments: list[m.Segment], lso: int
+) -> Callable[[str], None]:
     """A callable that copies the partition once with method ``name`` into the prefix it is given."""
     log_dir = data_dir / "kafka" / "node-1" / "data"
     if name in ("raw", "raw+fsync"):
@@ -126,6 +128,7 @@ def method(name: str, data_dir: Path, target: Path, segments: list[m.Segment], l
 
         return raw
     if name == "tierkeeper":
+
         def durable(prefix: str) -> None:
             m.tierkeeper_copy(RemoteStore(f"file://{target}/{prefix}"), log_dir, TOPIC, lso)
 
@@ -169,16 +172,20 @@ def main() -> int:
                 started = time.perf_counter()
                 runs[name](f"{name}-{r}")
                 seconds[name].append(time.perf_counter() - started)
-            print(f"round {r}: " + ", ".join(f"{n} {payload / seconds[n][-1] / MiB:.0f} MiB/s" for n in names),
-                  flush=True)
+            print(
+                f"round {r}: " + ", ".join(f"{n} {payload / seconds[n][-1] / MiB:.0f} MiB/s" for n in names),
+                flush=True,
+            )
             for child in target.iterdir():
                 shutil.rmtree(child)
     finally:
         shutil.rmtree(target, ignore_errors=True)
     for name in names:
         ratios = [a / b for a, b in zip(seconds["raw"], seconds[name])]
-        print(f"{name}: median {payload / statistics.median(seconds[name]) / MiB:.0f} MiB/s, ratio to raw "
-              f"{statistics.median(ratios):.2f} (per round {', '.join(f'{x:.2f}' for x in ratios)})")
+        print(
+            f"{name}: median {payload / statistics.median(seconds[name]) / MiB:.0f} MiB/s, ratio to raw "
+            f"{statistics.median(ratios):.2f} (per round {', '.join(f'{x:.2f}' for x in ratios)})"
+        )
     return 0
 
 

@@ -25,7 +25,9 @@ PLAN_BUDGET_SECONDS = 5.0
 
 def line_topology() -> Assignment:
     brokers = list(range(25))
-    return Assignment(brokers=tuple(brokers), topics={"line-traffic": round_robin_placement(brokers, 40, 3, 0, 0)})
+    return Assignment(
+        brokers=tuple(brokers), topics={"line-traffic": round_robin_placement(brokers, 40, 3, 0, 0)}
+    )
 
 
 def random_assignment(rng: random.Random) -> Assignment:
@@ -57,8 +59,10 @@ def _row(label: str, r: CountReport) -> str:
 def bench_line() -> None:
     rec = recommend(line_topology(), current=5, minimum=1, maximum=16)
     print("### LINE topology: 25 brokers, 40 partitions, RF 3, round robin (start 0, shift 0)\n")
-    print("| count | fetchers | busiest thread | perfectly spread groups | groups not spread perfectly "
-          "| threads used | idle slots |")
+    print(
+        "| count | fetchers | busiest thread | perfectly spread groups | groups not spread perfectly "
+        "| threads used | idle slots |"
+    )
     print("|---|---|---|---|---|---|---|")
     print(_row("Kafka's 5 (LINE)", rec.current))
     print(_row("recommended", rec.recommended))
@@ -95,18 +99,30 @@ def bench_random(seed: int, runs: int) -> bool:
         worst_rec.append(best.worst_load)
         share_now.append(now.perfect_groups / now.groups)
         share_rec.append(best.perfect_groups / best.groups)
-    print(f"### {runs} random assignments (seed {seed}; 10-50 brokers, 10-2,000 partitions, RF 2-3; "
-          "current count drawn from 2-8; search 1-16)\n")
+    print(
+        f"### {runs} random assignments (seed {seed}; 10-50 brokers, 10-2,000 partitions, RF 2-3; "
+        "current count drawn from 2-8; search 1-16)\n"
+    )
     print("| | current count | recommended count |")
     print("|---|---|---|")
-    print(f"| perfectly spread groups, all assignments | {100 * totals.perfect_current / totals.groups:.1f}% "
-          f"| {100 * totals.perfect_recommended / totals.groups:.1f}% |")
-    print(f"| perfectly spread groups, mean per assignment | {100 * statistics.mean(share_now):.1f}% "
-          f"| {100 * statistics.mean(share_rec):.1f}% |")
-    print(f"| worst thread load, mean | {statistics.mean(worst_now):.2f} | {statistics.mean(worst_rec):.2f} |")
-    print(f"| worst thread load, median | {statistics.median(worst_now):g} | {statistics.median(worst_rec):g} |")
+    print(
+        f"| perfectly spread groups, all assignments | {100 * totals.perfect_current / totals.groups:.1f}% "
+        f"| {100 * totals.perfect_recommended / totals.groups:.1f}% |"
+    )
+    print(
+        f"| perfectly spread groups, mean per assignment | {100 * statistics.mean(share_now):.1f}% "
+        f"| {100 * statistics.mean(share_rec):.1f}% |"
+    )
+    print(
+        f"| worst thread load, mean | {statistics.mean(worst_now):.2f} | {statistics.mean(worst_rec):.2f} |"
+    )
+    print(
+        f"| worst thread load, median | {statistics.median(worst_now):g} | {statistics.median(worst_rec):g} |"
+    )
     print(f"| worst thread load, max | {max(worst_now):g} | {max(worst_rec):g} |")
-    print(f"\nrecommended worse than current: {totals.worse}/{runs}; strictly better: {totals.better}/{runs}\n")
+    print(
+        f"\nrecommended worse than current: {totals.worse}/{runs}; strictly better: {totals.better}/{runs}\n"
+    )
     return totals.worse == 0
 
 
@@ -124,8 +140,10 @@ def bench_scale(seed: int) -> bool:
     print("### Planning time: 50 brokers x 20,000 partitions (RF 3, 40,000 follower replicas), counts 1-16\n")
     print("| runs | best | median | budget | recommended |")
     print("|---|---|---|---|---|")
-    print(f"| {len(timings)} | {best:.2f} s | {statistics.median(timings):.2f} s | {PLAN_BUDGET_SECONDS:g} s "
-          f"| {rec.recommended.fetchers} (worst {rec.recommended.worst_load:g} vs {rec.current.worst_load:g} at 4) |")
+    print(
+        f"| {len(timings)} | {best:.2f} s | {statistics.median(timings):.2f} s | {PLAN_BUDGET_SECONDS:g} s "
+        f"| {rec.recommended.fetchers} (worst {rec.recommended.worst_load:g} vs {rec.current.worst_load:g} at 4) |"
+    )
     print()
     return math.isfinite(best) and statistics.median(timings) < PLAN_BUDGET_SECONDS
 

@@ -49,11 +49,18 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+from thread_cpu import ThreadCpuSampler
 
 from harness.kafka import KafkaCluster
 from storage_core.adapters.kafka_admin import KafkaAdmin
-from thread_cpu import ThreadCpuSampler
 
 TOPIC, PROBE = "bench", "probe"
 REBUILT = 3
@@ -82,8 +89,15 @@ class Probe:
             self._thread.join(60)
 
     def _run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 0,
-                             "enable.idempotence": True, "log_level": 2})
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "linger.ms": 0,
+                "enable.idempotence": True,
+                "log_level": 2,
+            }
+        )
         payload = os.urandom(1024)
 
         def delivered(sent_at: float) -> Callable[[object, object], None]:
@@ -92,6 +106,7 @@ class Probe:
                     self.errors += 1
                 else:
                     self.samples.append((sent_at, msg.latency()))  # type: ignore[attr-defined]
+
             return done
 
         interval = 1.0 / self.rate
@@ -175,8 +190,17 @@ def worst_second_p99(values_with_time: list[tuple[float, float]], start: float, 
 def produce_bulk(bootstrap: str, total: int, partitions: int) -> float:
     rng = random.Random(405)
     pool = rng.randbytes(POOL)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "none", "queue.buffering.max.kbytes": 262144, "log_level": 2})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "none",
+            "queue.buffering.max.kbytes": 262144,
+            "log_level": 2,
+        }
+    )
     started = time.monotonic()
     sent = count = 0
     size = 4000
@@ -184,7 +208,7 @@ def produce_bulk(bootstrap: str, total: int, partitions: int) -> float:
         start = (count * 7919) % (POOL - size)
         while True:
             try:
-                producer.produce(TOPIC, value=pool[start:start + size], partition=count % partitions)
+                producer.produce(TOPIC, value=pool[start : start + size], partition=count % partitions)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -252,27 +276,68 @@ def hold_replication(bootstrap: str, hold: bool) -> None:
     follower of the two topics may fetch, with Kafka's own replication quota (1 byte/s; in-sync replicas
     are never throttled), so that a restarted broker gets next to nothing and stays out of the ISRs."""
     op = AlterConfigOpType.SET if hold else AlterConfigOpType.DELETE
-    resources = [ConfigResource(ResourceType.BROKER, str(leader), incremental_configs=[
-                     ConfigEntry("leader.replication.throttled.rate", "1" if hold else None,
-                                 incremental_operation=op)]) for leader in (1, 2)]
-    resources += [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-                      ConfigEntry("leader.replication.throttled.replicas", "*" if hold else None,
-                                  incremental_operation=op)]) for topic in (TOPIC, PROBE)]
+    resources = [
+        ConfigResource(
+            ResourceType.BROKER,
+            str(leader),
+            incremental_configs=[
+                ConfigEntry(
+                    "leader.replication.throttled.rate", "1" if hold else None, incremental_operation=op
+                )
+            ],
+        )
+        for leader in (1, 2)
+    ]
+    resources += [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "leader.replication.throttled.replicas", "*" if hold else None, incremental_operation=op
+                )
+            ],
+        )
+        for topic in (TOPIC, PROBE)
+    ]
     client = AdminClient({"bootstrap.servers": bootstrap})
     for resource in resources:  # the client takes one broker resource per call
         for fut in client.incremental_alter_configs([resource]).values():
             fut.result(30)
 
 
-def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: int, nice: int,
-                 cpus: str | None, warm: bool, hold_s: float = 0.0) -> TieredRound:
+def tiered_round(
+    cluster: KafkaCluster,
+    admin: KafkaAdmin,
+    remote: str,
+    window: int,
+    nice: int,
+    cpus: str | None,
+    warm: bool,
+    hold_s: float = 0.0,
+) -> TieredRound:
     """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR."""
     cluster.stop_broker(REBUILT)
     cluster.wipe_log_dir(REBUILT)
     start = time.monotonic()
-    out = cli("rebuild", "--log-dir", str(cluster.log_dir(REBUILT)), "--bootstrap-servers",
-              cluster.bootstrap_servers, "--broker-id", str(REBUILT), "--remote", remote,
-              "--local-retention-bytes", str(window), "--parallelism", "4", "--json", nice=nice, cpus=cpus)
+    out = cli(
+        "rebuild",
+        "--log-dir",
+        str(cluster.log_dir(REBUILT)),
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--broker-id",
+        str(REBUILT),
+        "--remote",
+        remote,
+        "--local-retention-bytes",
+        str(window),
+        "--parallelism",
+        "4",
+        "--json",
+        nice=nice,
+        cpus=cpus,
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
     summary = json.loads(out.stdout)
@@ -281,8 +346,10 @@ def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: 
     if warm:
         warm_start = time.monotonic()
         warmed = warm_leader_tails(cluster)
-        print(f"warmed {warmed / 2**20:.0f} MiB of the leaders' tails in {time.monotonic() - warm_start:.2f} s",
-              file=sys.stderr)
+        print(
+            f"warmed {warmed / 2**20:.0f} MiB of the leaders' tails in {time.monotonic() - warm_start:.2f} s",
+            file=sys.stderr,
+        )
     if hold_s:
         hold_replication(cluster.bootstrap_servers, True)
     cluster.start_broker(REBUILT, nice=nice)
@@ -290,7 +357,9 @@ def tiered_round(cluster: KafkaCluster, admin: KafkaAdmin, remote: str, window: 
     if hold_s:
         time.sleep(hold_s)
         hold_replication(cluster.bootstrap_servers, False)
-        print(f"released the rebuilt broker's replication {hold_s:.0f} s after it registered", file=sys.stderr)
+        print(
+            f"released the rebuilt broker's replication {hold_s:.0f} s after it registered", file=sys.stderr
+        )
     end = wait_full_isr(admin)
     tail = dir_bytes(cluster.log_dir(REBUILT)) - restored
     time.sleep(5)
@@ -304,6 +373,7 @@ def own_filesystem(mount_point: Path, image: Path, size: int) -> Iterator[None]:
     Direct I/O keeps the image's blocks out of the outer filesystem's page cache and journal; ``discard``
     returns deleted space to the outer disk, so wiping the log dir between rounds frees it.
     """
+
     def run(*cmd: str) -> str:
         return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
 
@@ -326,11 +396,15 @@ def own_filesystem(mount_point: Path, image: Path, size: int) -> Iterator[None]:
 
 def dump_jfr(cluster: KafkaCluster, into: Path) -> None:
     for node_id in cluster.node_ids:
-        found = subprocess.run(["pgrep", "-f", f"node-{node_id}/server.properties"], capture_output=True,
-                               text=True, check=False).stdout.split()
+        found = subprocess.run(
+            ["pgrep", "-f", f"node-{node_id}/server.properties"], capture_output=True, text=True, check=False
+        ).stdout.split()
         for pid in found:
-            subprocess.run(["jcmd", pid, "JFR.dump", "name=tk", f"filename={into / f'node-{node_id}.jfr'}"],
-                           capture_output=True, check=False)
+            subprocess.run(
+                ["jcmd", pid, "JFR.dump", "name=tk", f"filename={into / f'node-{node_id}.jfr'}"],
+                capture_output=True,
+                check=False,
+            )
 
 
 def dir_bytes(path: Path) -> int:
@@ -341,45 +415,91 @@ def cli(*args: str, nice: int = 0, cpus: str | None = None) -> subprocess.Comple
     prefix = ["nice", "-n", str(nice)] if nice else []
     if cpus is not None:
         prefix = ["taskset", "-c", cpus, *prefix]
-    return subprocess.run([*prefix, sys.executable, "-m", "storage_core.cli", *args], capture_output=True,
-                          text=True, check=False)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "storage_core.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gib", type=float, default=4.0, help="data in the benchmark topic (per replica)")
     parser.add_argument("--partitions", type=int, default=6)
-    parser.add_argument("--window", type=float, default=0.05, help="local window as a fraction of a partition")
+    parser.add_argument(
+        "--window", type=float, default=0.05, help="local window as a fraction of a partition"
+    )
     parser.add_argument("--probe-rate", type=float, default=200.0, help="probe records per second")
     parser.add_argument("--segment-mib", type=int, default=4, help="segment.bytes of the topic, in MiB")
     parser.add_argument("--quiet-seconds", type=float, default=30.0, help="length of the normal window")
-    parser.add_argument("--settle-seconds", type=float, default=30.0,
-                        help="pause after loading and tiering before the normal window (flushes, GC)")
-    parser.add_argument("--rebuilt-nice", type=int, default=0,
-                        help="niceness of broker 3's JVM (both rebuilds) and of the rebuild command: models "
-                             "the replaced broker on its own machine, whose start does not take the leaders' CPU")
-    parser.add_argument("--rebuilt-own-cpu", action="store_true",
-                        help="broker 3's JVM and the rebuild command on CPU 1 only, everything else (brokers 1 "
-                             "and 2, this process, the probe) on CPU 0: the replaced broker on a core of its own")
-    parser.add_argument("--rebuilt-own-fs", action="store_true",
-                        help="broker 3's log dir on a filesystem of its own (loop-mounted ext4 image; root only)")
-    parser.add_argument("--tiered-rounds", type=int, default=1,
-                        help="repeat the tiered rebuild; the p99 target is judged on the pooled samples")
-    parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra broker setting for all three brokers (repeatable); default: Kafka's defaults")
-    parser.add_argument("--jfr", type=Path, default=None, metavar="DIR",
-                        help="record every broker JVM with Java Flight Recorder (profile settings) and dump the "
-                             "recordings into DIR before the cluster is stopped")
-    parser.add_argument("--trace", type=Path, default=None,
-                        help="write every probe sample and the phase boundaries here (JSON, wall-clock seconds), "
-                             "to line latency spikes up with broker logs and vmstat")
-    parser.add_argument("--warm-leader-tails", action="store_true",
-                        help="experiment: before each tiered start, read the probe topic and the newest bench "
-                             "segments of brokers 1 and 2 into the page cache")
-    parser.add_argument("--hold-rejoin", type=float, default=0.0, metavar="SECONDS",
-                        help="experiment: keep the rebuilt broker's replication throttled to ~0 for SECONDS after it "
-                             "registers (its JVM warms up outside the ISRs), then release it. In the one run made, "
-                             "every acks=all produce waited for the whole hold (docs/benchmarks.md)")
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=30.0,
+        help="pause after loading and tiering before the normal window (flushes, GC)",
+    )
+    parser.add_argument(
+        "--rebuilt-nice",
+        type=int,
+        default=0,
+        help="niceness of broker 3's JVM (both rebuilds) and of the rebuild command: models "
+        "the replaced broker on its own machine, whose start does not take the leaders' CPU",
+    )
+    parser.add_argument(
+        "--rebuilt-own-cpu",
+        action="store_true",
+        help="broker 3's JVM and the rebuild command on CPU 1 only, everything else (brokers 1 "
+        "and 2, this process, the probe) on CPU 0: the replaced broker on a core of its own",
+    )
+    parser.add_argument(
+        "--rebuilt-own-fs",
+        action="store_true",
+        help="broker 3's log dir on a filesystem of its own (loop-mounted ext4 image; root only)",
+    )
+    parser.add_argument(
+        "--tiered-rounds",
+        type=int,
+        default=1,
+        help="repeat the tiered rebuild; the p99 target is judged on the pooled samples",
+    )
+    parser.add_argument(
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra broker setting for all three brokers (repeatable); default: Kafka's defaults",
+    )
+    parser.add_argument(
+        "--jfr",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="record every broker JVM with Java Flight Recorder (profile settings) and dump the "
+        "recordings into DIR before the cluster is stopped",
+    )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="write every probe sample and the phase boundaries here (JSON, wall-clock seconds), "
+        "to line latency spikes up with broker logs and vmstat",
+    )
+    parser.add_argument(
+        "--warm-leader-tails",
+        action="store_true",
+        help="experiment: before each tiered start, read the probe topic and the newest bench "
+        "segments of brokers 1 and 2 into the page cache",
+    )
+    parser.add_argument(
+        "--hold-rejoin",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="experiment: keep the rebuilt broker's replication throttled to ~0 for SECONDS after it "
+        "registers (its JVM warms up outside the ISRs), then release it. In the one run made, "
+        "every acks=all produce waited for the whole hold (docs/benchmarks.md)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -392,22 +512,31 @@ def main() -> int:
         # Read by every JVM the harness starts; the brokers are killed at the end, so dump_jfr saves them.
         os.environ["JAVA_TOOL_OPTIONS"] = "-XX:StartFlightRecording=name=tk,settings=profile"
     broker_config = dict(item.split("=", 1) for item in args.broker_config)
-    cluster = KafkaCluster(workdir / "kafka", brokers=3, heap="1g", broker_config=broker_config,
-                           cpus={1: "0", 2: "0", REBUILT: "1"} if args.rebuilt_own_cpu else {})
+    cluster = KafkaCluster(
+        workdir / "kafka",
+        brokers=3,
+        heap="1g",
+        broker_config=broker_config,
+        cpus={1: "0", 2: "0", REBUILT: "1"} if args.rebuilt_own_cpu else {},
+    )
     remote = f"file://{workdir / 'remote'}"
     try:
         with contextlib.ExitStack() as mounts:
             if args.rebuilt_own_fs:
-                mounts.enter_context(own_filesystem(cluster.log_dir(REBUILT), workdir / "broker3.img",
-                                                    int(total * 1.5) + (4 << 30)))
+                mounts.enter_context(
+                    own_filesystem(
+                        cluster.log_dir(REBUILT), workdir / "broker3.img", int(total * 1.5) + (4 << 30)
+                    )
+                )
             return run_benchmark(args, total, cluster, remote, CpuSampler())
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, remote: str,
-                  cpu: CpuSampler) -> int:
+def run_benchmark(
+    args: argparse.Namespace, total: int, cluster: KafkaCluster, remote: str, cpu: CpuSampler
+) -> int:
     probe: Probe | None = None
     threads = ThreadCpuSampler(lambda: _labelled_pids(cluster))
     try:
@@ -417,20 +546,33 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
         cluster.start()
         admin_client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         config = {"segment.bytes": str(args.segment_mib << 20), "retention.ms": "-1", "retention.bytes": "-1"}
-        for fut in admin_client.create_topics([NewTopic(TOPIC, args.partitions, 3, config=config),
-                                               NewTopic(PROBE, 3, 3)]).values():
+        for fut in admin_client.create_topics(
+            [NewTopic(TOPIC, args.partitions, 3, config=config), NewTopic(PROBE, 3, 3)]
+        ).values():
             fut.result(60)
         admin = KafkaAdmin(cluster.bootstrap_servers)
         produce_s = produce_bulk(cluster.bootstrap_servers, total, args.partitions)
         print(f"produced {total / 2**30:.2f} GiB in {produce_s:.1f} s", file=sys.stderr)
         copied = time.monotonic()
-        out = cli("copy", "--log-dir", str(cluster.log_dir(1)), "--bootstrap-servers", cluster.bootstrap_servers,
-                  "--remote", remote, "--topic", TOPIC, "--json")
+        out = cli(
+            "copy",
+            "--log-dir",
+            str(cluster.log_dir(1)),
+            "--bootstrap-servers",
+            cluster.bootstrap_servers,
+            "--remote",
+            remote,
+            "--topic",
+            TOPIC,
+            "--json",
+        )
         if out.returncode != 0:
             raise RuntimeError(out.stderr)
         tiered = json.loads(out.stdout)
-        print(f"tiered {tiered['copied_bytes'] / 2**30:.2f} GiB in {time.monotonic() - copied:.1f} s",
-              file=sys.stderr)
+        print(
+            f"tiered {tiered['copied_bytes'] / 2**30:.2f} GiB in {time.monotonic() - copied:.1f} s",
+            file=sys.stderr,
+        )
 
         probe = Probe(cluster.bootstrap_servers, args.probe_rate)
         probe.start()
@@ -450,9 +592,19 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
 
         # Rebuild from the remote tier with a 5% local window; extra rounds only add probe samples.
         window = int(args.window * total / args.partitions)
-        rounds = [tiered_round(cluster, admin, remote, window, args.rebuilt_nice, cluster.cpus.get(REBUILT),
-                               args.warm_leader_tails, args.hold_rejoin)
-                  for _ in range(args.tiered_rounds)]
+        rounds = [
+            tiered_round(
+                cluster,
+                admin,
+                remote,
+                window,
+                args.rebuilt_nice,
+                cluster.cpus.get(REBUILT),
+                args.warm_leader_tails,
+                args.hold_rejoin,
+            )
+            for _ in range(args.tiered_rounds)
+        ]
         tiered_start, rebuilt_at, tiered_up, tiered_end, summary, restored_bytes, tail_bytes = rounds[0]
         after = (time.monotonic(), time.monotonic() + args.quiet_seconds)
         time.sleep(args.quiet_seconds)
@@ -472,54 +624,89 @@ def run_benchmark(args: argparse.Namespace, total: int, cluster: KafkaCluster, r
         }
         base_p99 = pct(probe.window(*normal), 0.99)
         if args.trace is not None:
-            wall = time.time() - time.monotonic()  # monotonic -> wall clock, as broker logs and vmstat print it
-            args.trace.write_text(json.dumps({
-                "samples": [(t + wall, lat) for t, lat in probe.samples],
-                "windows": {name: (a + wall, b + wall) for name, (a, b) in windows.items()},
-                "rounds": [{"start": r.start + wall, "rebuilt": r.rebuilt + wall, "started": r.started + wall,
-                            "end": r.end + wall} for r in rounds],
-                "threads": threads.samples,
-            }))
-        print(f"## Broker rebuild: {args.gib:g} GiB in {args.partitions} partitions ({args.segment_mib} MiB "
-              f"segments), RF 3, 3 brokers, rebuilt broker at nice {args.rebuilt_nice}"
-              + (", on a core of its own" if args.rebuilt_own_cpu else "")
-              + "".join(f", {item}" for item in args.broker_config)
-              + (", on a filesystem of its own" if args.rebuilt_own_fs else "")
-              + (", leaders' tails warmed before each tiered start" if args.warm_leader_tails else "")
-              + (f", replication held {args.hold_rejoin:g} s after registering" if args.hold_rejoin else "") + "\n")
-        print("| rebuild | time to full ISR | rebuild command | broker start to registered | "
-              "registered to full ISR | .log bytes fetched from leaders |")
+            wall = (
+                time.time() - time.monotonic()
+            )  # monotonic -> wall clock, as broker logs and vmstat print it
+            args.trace.write_text(
+                json.dumps(
+                    {
+                        "samples": [(t + wall, lat) for t, lat in probe.samples],
+                        "windows": {name: (a + wall, b + wall) for name, (a, b) in windows.items()},
+                        "rounds": [
+                            {
+                                "start": r.start + wall,
+                                "rebuilt": r.rebuilt + wall,
+                                "started": r.started + wall,
+                                "end": r.end + wall,
+                            }
+                            for r in rounds
+                        ],
+                        "threads": threads.samples,
+                    }
+                )
+            )
+        print(
+            f"## Broker rebuild: {args.gib:g} GiB in {args.partitions} partitions ({args.segment_mib} MiB "
+            f"segments), RF 3, 3 brokers, rebuilt broker at nice {args.rebuilt_nice}"
+            + (", on a core of its own" if args.rebuilt_own_cpu else "")
+            + "".join(f", {item}" for item in args.broker_config)
+            + (", on a filesystem of its own" if args.rebuilt_own_fs else "")
+            + (", leaders' tails warmed before each tiered start" if args.warm_leader_tails else "")
+            + (f", replication held {args.hold_rejoin:g} s after registering" if args.hold_rejoin else "")
+            + "\n"
+        )
+        print(
+            "| rebuild | time to full ISR | rebuild command | broker start to registered | "
+            "registered to full ISR | .log bytes fetched from leaders |"
+        )
         print("|---|---|---|---|---|---|")
-        print(f"| plain replication, full local retention | {plain_s:.1f} s | - | {plain_up - plain_start:.1f} s | "
-              f"{plain_end - plain_up:.1f} s | {plain_bytes / 2**20:.0f} MiB |")
-        print(f"| tierkeeper rebuild, {args.window:.0%} local window | {tiered_s:.1f} s | "
-              f"{rebuilt_at - tiered_start:.1f} s ({summary['downloaded_bytes'] / 2**20:.0f} MiB restored) | "
-              f"{tiered_up - rebuilt_at:.1f} s | {tiered_end - tiered_up:.1f} s | {tail_bytes / 2**20:.0f} MiB |")
+        print(
+            f"| plain replication, full local retention | {plain_s:.1f} s | - | {plain_up - plain_start:.1f} s | "
+            f"{plain_end - plain_up:.1f} s | {plain_bytes / 2**20:.0f} MiB |"
+        )
+        print(
+            f"| tierkeeper rebuild, {args.window:.0%} local window | {tiered_s:.1f} s | "
+            f"{rebuilt_at - tiered_start:.1f} s ({summary['downloaded_bytes'] / 2**20:.0f} MiB restored) | "
+            f"{tiered_up - rebuilt_at:.1f} s | {tiered_end - tiered_up:.1f} s | {tail_bytes / 2**20:.0f} MiB |"
+        )
         ratio = plain_s / tiered_s
         catch_up_ratio = (plain_end - plain_up) / max(1e-3, tiered_end - tiered_up)
-        print(f"\nSpeed-up to full ISR: **{ratio:.1f}x** (target >= 10x); catch-up phase alone: "
-              f"{catch_up_ratio:.0f}x\n")
-        print("| probe window (acks=all, 1 KiB) | seconds | records | p50 ms | p99 ms | worst 1-s p99 ms | "
-              "p99 vs normal | other load (cores) |")
+        print(
+            f"\nSpeed-up to full ISR: **{ratio:.1f}x** (target >= 10x); catch-up phase alone: "
+            f"{catch_up_ratio:.0f}x\n"
+        )
+        print(
+            "| probe window (acks=all, 1 KiB) | seconds | records | p50 ms | p99 ms | worst 1-s p99 ms | "
+            "p99 vs normal | other load (cores) |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         for name, (start, end) in windows.items():
             lat = probe.window(start, end)
-            print(f"| {name} | {end - start:.1f} | {len(lat)} | {pct(lat, 0.5):.1f} | {pct(lat, 0.99):.1f} | "
-                  f"{worst_second_p99(probe.samples, start, end):.1f} | {pct(lat, 0.99) / base_p99:.2f}x | "
-                  f"{cpu.foreign(start, end):.2f} |")
+            print(
+                f"| {name} | {end - start:.1f} | {len(lat)} | {pct(lat, 0.5):.1f} | {pct(lat, 0.99):.1f} | "
+                f"{worst_second_p99(probe.samples, start, end):.1f} | {pct(lat, 0.99) / base_p99:.2f}x | "
+                f"{cpu.foreign(start, end):.2f} |"
+            )
         pooled = [lat for r in rounds for lat in probe.window(r.start, r.end)]
         tiered_p99 = pct(pooled, 0.99)
         if len(rounds) > 1:
-            print(f"\ntiered rebuild repeated {len(rounds)} times: time to full ISR "
-                  + ", ".join(f"{r.end - r.start:.1f}" for r in rounds) + " s; p99 per round "
-                  + ", ".join(f"{pct(probe.window(r.start, r.end), 0.99):.1f}" for r in rounds)
-                  + f" ms; pooled ({len(pooled)} records): p50 {pct(pooled, 0.5):.1f} ms, p99 {tiered_p99:.1f} ms "
-                  f"= {tiered_p99 / base_p99:.2f}x normal")
-        print(f"\nprobe errors: {probe.errors}; mean latency overall "
-              f"{statistics.fmean(lat * 1000 for _, lat in probe.samples):.1f} ms")
+            print(
+                f"\ntiered rebuild repeated {len(rounds)} times: time to full ISR "
+                + ", ".join(f"{r.end - r.start:.1f}" for r in rounds)
+                + " s; p99 per round "
+                + ", ".join(f"{pct(probe.window(r.start, r.end), 0.99):.1f}" for r in rounds)
+                + f" ms; pooled ({len(pooled)} records): p50 {pct(pooled, 0.5):.1f} ms, p99 {tiered_p99:.1f} ms "
+                f"= {tiered_p99 / base_p99:.2f}x normal"
+            )
+        print(
+            f"\nprobe errors: {probe.errors}; mean latency overall "
+            f"{statistics.fmean(lat * 1000 for _, lat in probe.samples):.1f} ms"
+        )
         ok = ratio >= 10 and tiered_p99 <= 1.5 * base_p99
-        print(f"\ntargets: speed-up {'met' if ratio >= 10 else 'MISSED'}; tiered p99 within 1.5x of normal "
-              f"{'met' if tiered_p99 <= 1.5 * base_p99 else 'MISSED'}")
+        print(
+            f"\ntargets: speed-up {'met' if ratio >= 10 else 'MISSED'}; tiered p99 within 1.5x of normal "
+            f"{'met' if tiered_p99 <= 1.5 * base_p99 else 'MISSED'}"
+        )
         return 0 if ok else 1
     finally:
         cpu.stop()

@@ -16,17 +16,29 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\] ")
-_NOTABLE = ("ISR", "fence", "Fence", "unfence", "leader", "Leader", "fetcher", "Recover", "Truncat", "Elect",
-            "Vote", "registration")
+_NOTABLE = (
+    "ISR",
+    "fence",
+    "Fence",
+    "unfence",
+    "leader",
+    "Leader",
+    "fetcher",
+    "Recover",
+    "Truncat",
+    "Elect",
+    "Vote",
+    "registration",
+)
 _NOISE = ("Skipped the become",)
 
 
 def _utc(text: str, fmt: str) -> float:
-    return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
 
 
 def broker_events(logs: Path) -> dict[int, list[tuple[float, str]]]:
@@ -37,7 +49,7 @@ def broker_events(logs: Path) -> dict[int, list[tuple[float, str]]]:
         found = []
         for line in log.read_text(errors="replace").splitlines():
             m = _STAMP.match(line)
-            message = line[m.end():] if m else ""
+            message = line[m.end() :] if m else ""
             if m and any(k in message for k in _NOTABLE) and not any(k in message for k in _NOISE):
                 found.append((_utc(m.group(1), "%Y-%m-%d %H:%M:%S") + int(m.group(2)) / 1000, message))
         events[node] = found
@@ -69,8 +81,11 @@ def _busiest(samples: list[tuple[float, dict[str, dict[str, float]]]], second: i
     parts = []
     for label in sorted({label for label, _ in summed}):
         mine = sorted(((c, g) for (lab, g), c in summed.items() if lab == label), reverse=True)[:top]
-        parts.append(f"{label} {sum(c for (lab, _), c in summed.items() if lab == label):.2f} ("
-                     + ", ".join(f"{g} {c:.2f}" for c, g in mine) + ")")
+        parts.append(
+            f"{label} {sum(c for (lab, _), c in summed.items() if lab == label):.2f} ("
+            + ", ".join(f"{g} {c:.2f}" for c, g in mine)
+            + ")"
+        )
     return "; ".join(parts)
 
 
@@ -88,13 +103,17 @@ def main() -> None:
         print(f"vmstat: {header}")
     for n, r in enumerate(trace["rounds"], 1):
         start = r["start"]
-        print(f"\n=== round {n}: restore command +0.0, broker started +{r['rebuilt'] - start:.1f}, registered "
-              f"+{r['started'] - start:.1f}, full ISR +{r['end'] - start:.1f}")
+        print(
+            f"\n=== round {n}: restore command +0.0, broker started +{r['rebuilt'] - start:.1f}, registered "
+            f"+{r['started'] - start:.1f}, full ISR +{r['end'] - start:.1f}"
+        )
         for second in range(int(start) - 2, int(r["end"]) + 4):
             lat = sorted(ms * 1000 for t, ms in samples if second <= t < second + 1)
             p99 = lat[int(0.99 * (len(lat) - 1))] if lat else 0.0
-            print(f"+{second - start:6.1f}  n={len(lat):3d}  p99={p99:7.1f}  max={lat[-1] if lat else 0:7.1f} ms"
-                  f"  | {vm.get(second, '-')}")
+            print(
+                f"+{second - start:6.1f}  n={len(lat):3d}  p99={p99:7.1f}  max={lat[-1] if lat else 0:7.1f} ms"
+                f"  | {vm.get(second, '-')}"
+            )
             busy = _busiest(trace.get("threads", []), second)
             if busy:
                 print(f"        cpu: {busy}")

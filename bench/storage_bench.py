@@ -78,12 +78,23 @@ def log(msg: str) -> None:
 
 
 def machine_notes() -> dict[str, Any]:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
-            "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "crc32c_hardware": is_hardware_accelerated(), "loadavg_start": os.getloadavg(),
-            "cpu_pressure_start": m.cpu_pressure()}
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "crc32c_hardware": is_hardware_accelerated(),
+        "loadavg_start": os.getloadavg(),
+        "cpu_pressure_start": m.cpu_pressure(),
+    }
 
 
 # ---- data ----------------------------------------------------------------------------------------
@@ -95,8 +106,13 @@ def prepare(workdir: Path, ns: argparse.Namespace) -> tuple[Path, int, dict[str,
         cluster.start()
         storage_data.create_topic(cluster.bootstrap_servers, TOPIC, ns.segment_mib * MiB)
         log(f"producing {ns.size_mib} MiB of {ns.value_bytes}-byte values")
-        produced = storage_data.produce(cluster.bootstrap_servers, TOPIC, ns.size_mib * MiB,
-                                        value_bytes=ns.value_bytes, batch_bytes=ns.batch_bytes)
+        produced = storage_data.produce(
+            cluster.bootstrap_servers,
+            TOPIC,
+            ns.size_mib * MiB,
+            value_bytes=ns.value_bytes,
+            batch_bytes=ns.batch_bytes,
+        )
         lso = KafkaAdmin(cluster.bootstrap_servers).last_stable_offsets([(TOPIC, 0)])[(TOPIC, 0)]
     finally:
         # The copy reads rolled segments only, which a broker never changes; stopping it keeps its JVM
@@ -105,9 +121,12 @@ def prepare(workdir: Path, ns: argparse.Namespace) -> tuple[Path, int, dict[str,
     log_dir = cluster.log_dir(1)
     segments = m.tiered_segments(log_dir / f"{TOPIC}-0")
     summary: dict[str, Any] = {
-        "records": produced.records, "value_bytes": produced.value_bytes,
-        "produce_seconds": round(produced.seconds, 1), "last_stable_offset": lso,
-        "segment_bytes": ns.segment_mib * MiB, "tiered_segments": len(segments),
+        "records": produced.records,
+        "value_bytes": produced.value_bytes,
+        "produce_seconds": round(produced.seconds, 1),
+        "last_stable_offset": lso,
+        "segment_bytes": ns.segment_mib * MiB,
+        "tiered_segments": len(segments),
         "tiered_log_bytes": sum(seg.log.stat().st_size for seg in segments),
         "tiered_file_bytes": sum(seg.size for seg in segments),
         "producer": f"librdkafka batch.size={ns.batch_bytes}, linger.ms=20, no compression",
@@ -116,8 +135,17 @@ def prepare(workdir: Path, ns: argparse.Namespace) -> tuple[Path, int, dict[str,
 
 
 # ---- copy ----------------------------------------------------------------------------------------
-def bench_copy(target: str, url: str, options: dict[str, Any], log_dir: Path, lso: int, rounds: int,
-               per_segment: bool, moto: MotoServer | None, res: Results) -> str:
+def bench_copy(
+    target: str,
+    url: str,
+    options: dict[str, Any],
+    log_dir: Path,
+    lso: int,
+    rounds: int,
+    per_segment: bool,
+    moto: MotoServer | None,
+    res: Results,
+) -> str:
     """Each round copies the partition with every method to fresh prefixes, order rotating.
 
     Default: one ``copy_partition`` pass over the whole partition against ``put_file`` of every segment's
@@ -131,13 +159,18 @@ def bench_copy(target: str, url: str, options: dict[str, Any], log_dir: Path, ls
     # On file:// durability is a choice on both sides: put_file leaves its data in the page cache, our copy
     # fsyncs data and markers unless told not to (--no-fsync). Each side is timed both ways, and the goal
     # is judged like for like; the mixed pair (durable copy vs page-cache put) is shown for reference.
-    names: tuple[str, ...] = ("raw", "raw+fsync", "tierkeeper", "tierkeeper-nofsync") if store.is_local \
-        else ("raw", "tierkeeper")
-    comparisons = [("copy (CRC-checked) vs fs.put_file", "raw", "tierkeeper", True)] if not store.is_local else [
-        ("copy (CRC-checked, fsync) vs fs.put_file + fsync", "raw+fsync", "tierkeeper", True),
-        ("copy (CRC-checked, --no-fsync) vs fs.put_file", "raw", "tierkeeper-nofsync", True),
-        ("copy (CRC-checked, fsync) vs fs.put_file (informational)", "raw", "tierkeeper", False),
-    ]
+    names: tuple[str, ...] = (
+        ("raw", "raw+fsync", "tierkeeper", "tierkeeper-nofsync") if store.is_local else ("raw", "tierkeeper")
+    )
+    comparisons = (
+        [("copy (CRC-checked) vs fs.put_file", "raw", "tierkeeper", True)]
+        if not store.is_local
+        else [
+            ("copy (CRC-checked, fsync) vs fs.put_file + fsync", "raw+fsync", "tierkeeper", True),
+            ("copy (CRC-checked, --no-fsync) vs fs.put_file", "raw", "tierkeeper-nofsync", True),
+            ("copy (CRC-checked, fsync) vs fs.put_file (informational)", "raw", "tierkeeper", False),
+        ]
+    )
     seconds: dict[str, list[float]] = {k: [] for k in names}
     cpu: dict[str, float] = dict.fromkeys(names, 0.0)
     server_cpu: dict[str, float] = dict.fromkeys(names, 0.0)
@@ -146,11 +179,16 @@ def bench_copy(target: str, url: str, options: dict[str, Any], log_dir: Path, ls
     turn = 0
     dropped = False
     # Steps of a round: (files to warm, segments the raw put ships, last stable offset of our pass).
-    steps = [(seg.files(), [seg], seg.next_offset) for seg in segments] if per_segment else \
-        [([p for seg in segments for p in seg.files()], segments, lso)]
+    steps = (
+        [(seg.files(), [seg], seg.next_offset) for seg in segments]
+        if per_segment
+        else [([p for seg in segments for p in seg.files()], segments, lso)]
+    )
     for r in range(rounds):
-        ours = {"tierkeeper": RemoteStore(f"{url}/copy-{r}-tierkeeper", options),
-                "tierkeeper-nofsync": RemoteStore(f"{url}/copy-{r}-tierkeeper-nofsync", options, fsync=False)}
+        ours = {
+            "tierkeeper": RemoteStore(f"{url}/copy-{r}-tierkeeper", options),
+            "tierkeeper-nofsync": RemoteStore(f"{url}/copy-{r}-tierkeeper-nofsync", options, fsync=False),
+        }
         spent = dict.fromkeys(names, 0.0)
         for files, raw_segments, step_lso in steps:
             taken: dict[str, float] = {}
@@ -159,8 +197,9 @@ def bench_copy(target: str, url: str, options: dict[str, Any], log_dir: Path, ls
                 m.warm(files)
                 before = m.pid_cpu_seconds(moto.proc.pid) if moto and moto.proc else 0.0
                 if name.startswith("raw"):
-                    sent, t = m.timed(partial(m.raw_put, store, raw_segments, f"copy-{r}-{name}",
-                                              fsync=name == "raw+fsync"))
+                    sent, t = m.timed(
+                        partial(m.raw_put, store, raw_segments, f"copy-{r}-{name}", fsync=name == "raw+fsync")
+                    )
                     assert sent == sum(seg.size for seg in raw_segments)
                 else:
                     result, t = m.timed(partial(m.tierkeeper_copy, ours[name], log_dir, TOPIC, step_lso))
@@ -175,8 +214,11 @@ def bench_copy(target: str, url: str, options: dict[str, Any], log_dir: Path, ls
                 pairs[label].append(taken[base] / taken[mine])
         for name in names:
             seconds[name].append(spent[name])
-        log(f"{target} copy round {r}: " + ", ".join(f"{k} {payload / v / MiB:.0f} MiB/s" for k, v in spent.items())
-            + f" (pressure {m.cpu_pressure()})")
+        log(
+            f"{target} copy round {r}: "
+            + ", ".join(f"{k} {payload / v / MiB:.0f} MiB/s" for k, v in spent.items())
+            + f" (pressure {m.cpu_pressure()})"
+        )
         for name in names:
             if name != "tierkeeper":
                 m.remove_prefix(store, f"copy-{r}-{name}")
@@ -187,12 +229,22 @@ def bench_copy(target: str, url: str, options: dict[str, Any], log_dir: Path, ls
         ratio = m.median(pairs[label])
         if per_segment:
             label = label.replace("copy", "copy per segment", 1)
-        res.rows.append(Row(target, label, payload / m.median(seconds[base]) / MiB,
-                            payload / m.median(seconds[mine]) / MiB, ratio,
-                            [a / b for a, b in zip(seconds[base], seconds[mine])],
-                            f">= {COPY_GOAL}x" if goal else "-", ratio >= COPY_GOAL if goal else None))
+        res.rows.append(
+            Row(
+                target,
+                label,
+                payload / m.median(seconds[base]) / MiB,
+                payload / m.median(seconds[mine]) / MiB,
+                ratio,
+                [a / b for a, b in zip(seconds[base], seconds[mine])],
+                f">= {COPY_GOAL}x" if goal else "-",
+                ratio >= COPY_GOAL if goal else None,
+            )
+        )
     res.detail[f"{target}/copy"] = {
-        "payload_bytes": payload, "segments": len(segments), "per_segment": per_segment,
+        "payload_bytes": payload,
+        "segments": len(segments),
+        "per_segment": per_segment,
         "page_cache_dropped_between_methods": dropped,
         "round_seconds": {k: [round(x, 3) for x in v] for k, v in seconds.items()},
         "cpu_seconds_total": {k: round(v, 2) for k, v in cpu.items()},
@@ -203,8 +255,15 @@ def bench_copy(target: str, url: str, options: dict[str, Any], log_dir: Path, ls
 
 
 # ---- read ---------------------------------------------------------------------------------------
-def bench_read(target: str, url: str, options: dict[str, Any], read_options: ReadOptions, rounds: int,
-               moto: MotoServer | None, res: Results) -> None:
+def bench_read(
+    target: str,
+    url: str,
+    options: dict[str, Any],
+    read_options: ReadOptions,
+    rounds: int,
+    moto: MotoServer | None,
+    res: Results,
+) -> None:
     """Each segment object is read by the three methods back to back (order rotating), so every ratio
     compares runs a few seconds apart: load from other processes shifts over minutes, not seconds."""
     store = RemoteStore(url, options)
@@ -245,18 +304,36 @@ def bench_read(target: str, url: str, options: dict[str, Any], read_options: Rea
                     pairs[name].append(taken["raw"] / taken[name])
             for name in names:
                 seconds[name].append(spent[name])
-            log(f"{target} read round {r}: " + ", ".join(f"{k} {size / v / MiB:.0f} MiB/s" for k, v in spent.items())
-                + f" (pressure {m.cpu_pressure()})")
+            log(
+                f"{target} read round {r}: "
+                + ", ".join(f"{k} {size / v / MiB:.0f} MiB/s" for k, v in spent.items())
+                + f" (pressure {m.cpu_pressure()})"
+            )
     raw_s = m.median(seconds["raw"])
-    labels = {"batches": "read (a) batches, CRC-checked, vs raw cat_file",
-              "records": "read (b) all records decoded vs raw cat_file"}
+    labels = {
+        "batches": "read (a) batches, CRC-checked, vs raw cat_file",
+        "records": "read (b) all records decoded vs raw cat_file",
+    }
     for name, label in labels.items():
         round_ratios = [a / b for a, b in zip(seconds["raw"], seconds[name])]
         ratio = m.median(pairs[name])
-        res.rows.append(Row(target, label, size / raw_s / MiB, size / m.median(seconds[name]) / MiB, ratio,
-                            round_ratios, f">= {READ_GOAL}x", ratio >= READ_GOAL))
+        res.rows.append(
+            Row(
+                target,
+                label,
+                size / raw_s / MiB,
+                size / m.median(seconds[name]) / MiB,
+                ratio,
+                round_ratios,
+                f">= {READ_GOAL}x",
+                ratio >= READ_GOAL,
+            )
+        )
     res.detail[f"{target}/read"] = {
-        "bytes": size, "records": records, "segments": len(logs), "block_bytes": read_options.block_bytes,
+        "bytes": size,
+        "records": records,
+        "segments": len(logs),
+        "block_bytes": read_options.block_bytes,
         "readahead_blocks": read_options.readahead_blocks,
         "round_seconds": {k: [round(x, 3) for x in v] for k, v in seconds.items()},
         "cpu_seconds_total": {k: round(v, 2) for k, v in cpu.items()},
@@ -266,35 +343,66 @@ def bench_read(target: str, url: str, options: dict[str, Any], read_options: Rea
 
 
 # ---- memory --------------------------------------------------------------------------------------
-def bench_rss(target: str, url: str, read_url: str, options: dict[str, Any], log_dir: Path, lso: int,
-              workdir: Path, res: Results) -> None:
+def bench_rss(
+    target: str,
+    url: str,
+    read_url: str,
+    options: dict[str, Any],
+    log_dir: Path,
+    lso: int,
+    workdir: Path,
+    res: Results,
+) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TK_BENCH_TMP": str(workdir)}
     common = ["--topic", TOPIC, "--options", json.dumps(options)]
-    copy = run_child(["copy", "--remote", f"{url}/rss-copy", "--log-dir", str(log_dir), "--lso", str(lso),
-                      *common], env)
-    log(f"{target} rss copy: {copy.peak_rss_bytes / 1e6:.0f} MB (sampled {copy.sampled_rss_bytes / 1e6:.0f}) "
-        f"in {copy.seconds:.1f}s {copy.report}")
+    copy = run_child(
+        ["copy", "--remote", f"{url}/rss-copy", "--log-dir", str(log_dir), "--lso", str(lso), *common], env
+    )
+    log(
+        f"{target} rss copy: {copy.peak_rss_bytes / 1e6:.0f} MB (sampled {copy.sampled_rss_bytes / 1e6:.0f}) "
+        f"in {copy.seconds:.1f}s {copy.report}"
+    )
     read = run_child(["read", "--remote", read_url, *common], env)
-    log(f"{target} rss read: {read.peak_rss_bytes / 1e6:.0f} MB (sampled {read.sampled_rss_bytes / 1e6:.0f}) "
-        f"in {read.seconds:.1f}s {read.report}")
-    for what, run in (("peak RSS, tiering the partition", copy), ("peak RSS, reading it (all records)", read)):
-        res.rows.append(Row(target, what, None, None, None, [], "< 300 MB", run.peak_rss_bytes < RSS_LIMIT,
-                            f"{run.peak_rss_bytes / 1e6:.0f} MB ({run.seconds:.1f} s)"))
+    log(
+        f"{target} rss read: {read.peak_rss_bytes / 1e6:.0f} MB (sampled {read.sampled_rss_bytes / 1e6:.0f}) "
+        f"in {read.seconds:.1f}s {read.report}"
+    )
+    for what, run in (
+        ("peak RSS, tiering the partition", copy),
+        ("peak RSS, reading it (all records)", read),
+    ):
+        res.rows.append(
+            Row(
+                target,
+                what,
+                None,
+                None,
+                None,
+                [],
+                "< 300 MB",
+                run.peak_rss_bytes < RSS_LIMIT,
+                f"{run.peak_rss_bytes / 1e6:.0f} MB ({run.seconds:.1f} s)",
+            )
+        )
     res.detail[f"{target}/rss"] = {"copy": asdict(copy), "read": asdict(read)}
     m.remove_prefix(RemoteStore(url, options), "rss-copy")
 
 
 # ---- output --------------------------------------------------------------------------------------
 def table(rows: list[Row]) -> str:
-    out = ["| target | benchmark | baseline MiB/s | Tierkeeper MiB/s | ratio (median) | per round | goal | met |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| target | benchmark | baseline MiB/s | Tierkeeper MiB/s | ratio (median) | per round | goal | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         base = f"{r.baseline_mib_s:.0f}" if r.baseline_mib_s is not None else ""
         ours = f"{r.ours_mib_s:.0f}" if r.ours_mib_s is not None else r.notes
         ratio = f"{r.ratio:.2f}" if r.ratio is not None else ""
         rounds = ", ".join(f"{x:.2f}" for x in r.ratios)
-        out.append(f"| {r.target} | {r.benchmark} | {base} | {ours} | {ratio} | {rounds} | {r.goal} | "
-                   f"{'-' if r.met is None else 'yes' if r.met else 'NO'} |")
+        out.append(
+            f"| {r.target} | {r.benchmark} | {base} | {ours} | {ratio} | {rounds} | {r.goal} | "
+            f"{'-' if r.met is None else 'yes' if r.met else 'NO'} |"
+        )
     return "\n".join(out)
 
 
@@ -304,19 +412,40 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--segment-mib", type=int, default=128, help="topic segment.bytes in MiB (default 128)")
     p.add_argument("--value-bytes", type=int, default=1000)
     p.add_argument("--batch-bytes", type=int, default=1_000_000, help="producer batch.size (default 1 MB)")
-    p.add_argument("--copy-rounds", type=int, default=3, help="whole-partition copy rounds per target (default 3)")
-    p.add_argument("--file-copy-rounds", type=int, default=8,
-                   help="copy rounds for file:// (cheap, and noisier: page-cache writeback; default 8, "
-                        "two passes over the balanced order of its four methods)")
-    p.add_argument("--copy-per-segment", action="store_true",
-                   help="time one copy pass per segment against that segment's raw put (default: whole partition)")
-    p.add_argument("--read-rounds", type=int, default=2,
-                   help="read rounds; each reads every segment with all three methods (default 2)")
+    p.add_argument(
+        "--copy-rounds", type=int, default=3, help="whole-partition copy rounds per target (default 3)"
+    )
+    p.add_argument(
+        "--file-copy-rounds",
+        type=int,
+        default=8,
+        help="copy rounds for file:// (cheap, and noisier: page-cache writeback; default 8, "
+        "two passes over the balanced order of its four methods)",
+    )
+    p.add_argument(
+        "--copy-per-segment",
+        action="store_true",
+        help="time one copy pass per segment against that segment's raw put (default: whole partition)",
+    )
+    p.add_argument(
+        "--read-rounds",
+        type=int,
+        default=2,
+        help="read rounds; each reads every segment with all three methods (default 2)",
+    )
     p.add_argument("--targets", default="file,s3", help="comma list of file, s3 (default both)")
-    p.add_argument("--block-mib", type=float, default=ReadOptions().block_bytes / MiB,
-                   help="read block (default: the reader's)")
-    p.add_argument("--depth", type=int, default=ReadOptions().readahead_blocks,
-                   help="read-ahead blocks (default: the reader's)")
+    p.add_argument(
+        "--block-mib",
+        type=float,
+        default=ReadOptions().block_bytes / MiB,
+        help="read block (default: the reader's)",
+    )
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=ReadOptions().readahead_blocks,
+        help="read-ahead blocks (default: the reader's)",
+    )
     p.add_argument("--skip-rss", action="store_true")
     p.add_argument("--tmp", default=None, help="parent of the temp dir (default: the system's)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")
@@ -346,7 +475,9 @@ def main() -> int:
             else:
                 raise SystemExit(f"unknown target {target!r}")
             copy_rounds = ns.file_copy_rounds if target == "file" else ns.copy_rounds
-            read_url = bench_copy(target, url, options, log_dir, lso, copy_rounds, ns.copy_per_segment, moto, res)
+            read_url = bench_copy(
+                target, url, options, log_dir, lso, copy_rounds, ns.copy_per_segment, moto, res
+            )
             bench_read(target, read_url, options, read_options, ns.read_rounds, moto, res)
             if not ns.skip_rss:
                 bench_rss(target, url, read_url, options, log_dir, lso, workdir, res)
@@ -357,8 +488,11 @@ def main() -> int:
             log(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    res.machine.update(loadavg_end=os.getloadavg(), cpu_pressure_end=m.cpu_pressure(),
-                       total_seconds=round(time.monotonic() - started))
+    res.machine.update(
+        loadavg_end=os.getloadavg(),
+        cpu_pressure_end=m.cpu_pressure(),
+        total_seconds=round(time.monotonic() - started),
+    )
     print(table(res.rows))
     print(f"\nmachine: {res.machine}\ndata: {res.data}")
     if ns.json:

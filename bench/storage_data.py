@@ -27,14 +27,26 @@ class Produced:
 
 def create_topic(bootstrap: str, topic: str, segment_bytes: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"segment.bytes": str(segment_bytes), "compression.type": "producer",
-              "message.timestamp.type": "CreateTime", "retention.ms": "-1", "retention.bytes": "-1"}
+    config = {
+        "segment.bytes": str(segment_bytes),
+        "compression.type": "producer",
+        "message.timestamp.type": "CreateTime",
+        "retention.ms": "-1",
+        "retention.bytes": "-1",
+    }
     for fut in admin.create_topics([NewTopic(topic, 1, 1, config=config)]).values():
         fut.result(60)
 
 
-def produce(bootstrap: str, topic: str, total_bytes: int, *, value_bytes: int = 1000,
-            batch_bytes: int = 1_000_000, seed: int = 405) -> Produced:
+def produce(
+    bootstrap: str,
+    topic: str,
+    total_bytes: int,
+    *,
+    value_bytes: int = 1000,
+    batch_bytes: int = 1_000_000,
+    seed: int = 405,
+) -> Produced:
     """Produce records of ``value_bytes`` values into partition 0 until ``total_bytes`` of values are sent.
 
     ``batch_bytes`` is librdkafka's ``batch.size`` (its default, 1 MB, is what a throughput-minded producer
@@ -42,8 +54,16 @@ def produce(bootstrap: str, topic: str, total_bytes: int, *, value_bytes: int = 
     """
     rng = random.Random(seed)
     pool = rng.randbytes(POOL_BYTES)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": batch_bytes,
-                         "compression.type": "none", "acks": "all", "queue.buffering.max.kbytes": 262144})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": batch_bytes,
+            "compression.type": "none",
+            "acks": "all",
+            "queue.buffering.max.kbytes": 262144,
+        }
+    )
     errors: list[object] = []
 
     def on_delivery(err: object, _msg: object) -> None:
@@ -58,8 +78,13 @@ def produce(bootstrap: str, topic: str, total_bytes: int, *, value_bytes: int = 
         start = (count * 7919) % span
         while True:
             try:
-                producer.produce(topic, key=f"key-{count:010d}".encode(), value=pool[start:start + value_bytes],
-                                 partition=0, on_delivery=on_delivery)
+                producer.produce(
+                    topic,
+                    key=f"key-{count:010d}".encode(),
+                    value=pool[start : start + value_bytes],
+                    partition=0,
+                    on_delivery=on_delivery,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: let librdkafka drain it

@@ -22,7 +22,7 @@ from typing import TypeVar
 from storage_core.adapters.store import RemoteStore
 from storage_core.formats.segment_files import SegmentFileKind
 from storage_core.remote.layout import SegmentObject, TopicPartitionId
-from storage_core.remote.reader import ReadOptions, RemoteReader
+from storage_core.remote.reader import RemoteReader
 from storage_core.tiering.partition_copy import PartitionCopyResult, copy_partition
 from storage_core.tiering.plan import CopyTask
 
@@ -133,8 +133,14 @@ def tiered_segments(partition_dir: Path) -> list[Segment]:
     logs = sorted(partition_dir.glob(f"*{SegmentFileKind.LOG.value}"))
     out = []
     for log, following in zip(logs, logs[1:]):
-        extra = tuple(p for p in (log.with_suffix(SegmentFileKind.INDEX.value),
-                                  log.with_suffix(SegmentFileKind.TIME_INDEX.value)) if p.exists())
+        extra = tuple(
+            p
+            for p in (
+                log.with_suffix(SegmentFileKind.INDEX.value),
+                log.with_suffix(SegmentFileKind.TIME_INDEX.value),
+            )
+            if p.exists()
+        )
         out.append(Segment(int(log.stem), int(following.stem), log, extra))
     return out
 
@@ -164,8 +170,15 @@ def raw_put(store: RemoteStore, segments: list[Segment], prefix: str, fsync: boo
 def tierkeeper_copy(store: RemoteStore, log_dir: Path, topic: str, lso: int) -> PartitionCopyResult:
     """One tiering pass over the partition, as `tierkeeper copy` runs it: plan against the remote manifest,
     copy every eligible segment below ``lso`` (CRC-checked), publish the manifest."""
-    task = CopyTask(log_dir=str(log_dir), topic=topic, partition=0, remote_url=store.url,
-                    storage_options=store.storage_options, last_stable_offset=lso, high_watermark=None)
+    task = CopyTask(
+        log_dir=str(log_dir),
+        topic=topic,
+        partition=0,
+        remote_url=store.url,
+        storage_options=store.storage_options,
+        last_stable_offset=lso,
+        high_watermark=None,
+    )
     result = copy_partition(task, store)
     if result.error is not None:
         raise RuntimeError(f"copy_partition failed: {result.error}")
@@ -189,8 +202,15 @@ class TieredLog:
 
 def tiered_logs(reader: RemoteReader, tp: TopicPartitionId) -> list[TieredLog]:
     manifest = reader.manifest(tp)
-    return [TieredLog(reader.layout.object_key(tp, s.base_offset, s.segment_id, SegmentObject.LOG),
-                      s.objects[SegmentObject.LOG].size, s.base_offset, s.end_offset) for s in manifest.segments]
+    return [
+        TieredLog(
+            reader.layout.object_key(tp, s.base_offset, s.segment_id, SegmentObject.LOG),
+            s.objects[SegmentObject.LOG].size,
+            s.base_offset,
+            s.end_offset,
+        )
+        for s in manifest.segments
+    ]
 
 
 def raw_read(store: RemoteStore, log: TieredLog, block: int) -> int:

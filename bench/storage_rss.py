@@ -71,8 +71,15 @@ def _copy(ns: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
     from storage_core.tiering.partition_copy import copy_partition
     from storage_core.tiering.plan import CopyTask
 
-    task = CopyTask(log_dir=ns.log_dir, topic=ns.topic, partition=0, remote_url=ns.remote,
-                    storage_options=options, last_stable_offset=ns.lso, high_watermark=None)
+    task = CopyTask(
+        log_dir=ns.log_dir,
+        topic=ns.topic,
+        partition=0,
+        remote_url=ns.remote,
+        storage_options=options,
+        last_stable_offset=ns.lso,
+        high_watermark=None,
+    )
     result = copy_partition(task, RemoteStore(ns.remote, options))
     if result.error is not None:
         raise SystemExit(f"copy failed: {result.error}")

@@ -34,8 +34,8 @@ def _threads(pid: int) -> dict[int, tuple[str, float]]:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
         out[int(tid)] = (_DIGITS.sub("", name), (int(fields[11]) + int(fields[12])) / _TICK)
     return out
 

@@ -37,18 +37,30 @@ def tierkeeper(*args: str) -> str:
 
 def produce(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, 6, 3, config={"internal.segment.bytes": str(64 * 1024),
-                                                       "retention.ms": "-1"})])[TOPIC].result(60)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "compression.type": "lz4",
-                         "batch.size": 16384,  # batches must fit the small demo segments
-                         "enable.idempotence": True})
+    admin.create_topics(
+        [NewTopic(TOPIC, 6, 3, config={"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"})]
+    )[TOPIC].result(60)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 10,
+            "compression.type": "lz4",
+            "batch.size": 16384,  # batches must fit the small demo segments
+            "enable.idempotence": True,
+        }
+    )
     now = int(time.time() * 1000)
     errors: list[object] = []
     for i in range(60_000):
         order = {"order": i, "customer": i % 977, "amount_cents": (i * 7919) % 100_000}
-        producer.produce(TOPIC, key=str(i % 977).encode(), value=json.dumps(order).encode(),
-                         headers=[("source", b"demo")], timestamp=now - (60_000 - i) * 100,
-                         on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        producer.produce(
+            TOPIC,
+            key=str(i % 977).encode(),
+            value=json.dumps(order).encode(),
+            headers=[("source", b"demo")],
+            timestamp=now - (60_000 - i) * 100,
+            on_delivery=lambda err, _msg: errors.append(err) if err else None,
+        )
         if i % 5000 == 0:
             producer.poll(0)
     if producer.flush(60) != 0 or errors:
@@ -67,13 +79,44 @@ def main() -> None:
         produce(bootstrap)
         time.sleep(6)  # let the brokers checkpoint their high watermarks
         for node in cluster.node_ids:
-            tierkeeper("copy", "--log-dir", str(cluster.log_dir(node)), "--remote", remote,
-                       "--bootstrap-servers", bootstrap, "--topic", TOPIC, "--broker-id", str(node))
+            tierkeeper(
+                "copy",
+                "--log-dir",
+                str(cluster.log_dir(node)),
+                "--remote",
+                remote,
+                "--bootstrap-servers",
+                bootstrap,
+                "--topic",
+                TOPIC,
+                "--broker-id",
+                str(node),
+            )
         tierkeeper("ls", "--remote", remote, "--topic", TOPIC)
-        tierkeeper("read", "--remote", remote, "--topic", TOPIC, "--partition", "0", "--from-offset", "1000",
-                   "--max-records", "3")
-        tierkeeper("cleanup", "--remote", remote, "--bootstrap-servers", bootstrap, "--topic", TOPIC,
-                   "--local-retention-bytes", str(128 * 1024))
+        tierkeeper(
+            "read",
+            "--remote",
+            remote,
+            "--topic",
+            TOPIC,
+            "--partition",
+            "0",
+            "--from-offset",
+            "1000",
+            "--max-records",
+            "3",
+        )
+        tierkeeper(
+            "cleanup",
+            "--remote",
+            remote,
+            "--bootstrap-servers",
+            bootstrap,
+            "--topic",
+            TOPIC,
+            "--local-retention-bytes",
+            str(128 * 1024),
+        )
         tierkeeper("fetchers", "plan", "--bootstrap-servers", bootstrap, "--max", "8")
         print(f"\ndemo done: the remote tier is in {WORK / 'remote-tier'}")
     finally:

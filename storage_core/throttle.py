@@ -16,8 +16,13 @@ from collections.abc import Callable
 class RateLimiter:
     """Callers report bytes moved with :meth:`acquire`, which sleeps as long as they are ahead of the rate."""
 
-    def __init__(self, bytes_per_second: int, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        bytes_per_second: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if bytes_per_second <= 0:
             raise ValueError(f"a rate limit must be > 0 bytes per second, got {bytes_per_second}")
         self.rate = float(bytes_per_second)

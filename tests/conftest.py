@@ -34,8 +34,9 @@ def kafka_cluster_factory(tmp_path: Path) -> Iterator[Callable[..., KafkaCluster
     started: list[KafkaCluster] = []
 
     def make(brokers: int, broker_config: dict[str, str] | None = None) -> KafkaCluster:
-        cluster = KafkaCluster(tmp_path / f"kafka-{len(started)}", brokers=brokers,
-                               broker_config=dict(broker_config or {}))
+        cluster = KafkaCluster(
+            tmp_path / f"kafka-{len(started)}", brokers=brokers, broker_config=dict(broker_config or {})
+        )
         started.append(cluster)
         return cluster.start()
 

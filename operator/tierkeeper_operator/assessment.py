@@ -89,7 +89,11 @@ def accepted_condition(
     status: Literal["True", "False"] = "True" if verdict.valid else "False"
     transition = _rfc3339(now)
     for old in previous:
-        if old.get("type") == ACCEPTED_CONDITION and old.get("status") == status and old.get("lastTransitionTime"):
+        if (
+            old.get("type") == ACCEPTED_CONDITION
+            and old.get("status") == status
+            and old.get("lastTransitionTime")
+        ):
             transition = str(old["lastTransitionTime"])
     return Condition(
         type=ACCEPTED_CONDITION,

@@ -44,7 +44,9 @@ def _assess_and_record(
     patch["status"] = status_after_assessment(
         verdict,
         generation=generation if isinstance(generation, int) else None,
-        previous_conditions=[c for c in previous if isinstance(c, Mapping)] if isinstance(previous, list) else [],
+        previous_conditions=[c for c in previous if isinstance(c, Mapping)]
+        if isinstance(previous, list)
+        else [],
         now=datetime.datetime.now(datetime.UTC),
     )
     if verdict.problem is None:

@@ -27,11 +27,21 @@ class OperatorOptions:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     scope = parser.add_mutually_exclusive_group(required=True)
-    scope.add_argument("-n", "--namespace", action="append", dest="namespaces", default=[],
-                       help="watch this namespace (repeatable)")
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        default=[],
+        help="watch this namespace (repeatable)",
+    )
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch all namespaces")
-    parser.add_argument("--liveness", dest="liveness_endpoint", default=None,
-                        help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument(
+        "--liveness",
+        dest="liveness_endpoint",
+        default=None,
+        help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 

@@ -28,8 +28,10 @@ class PartitionInfo:
 
 
 def _uuid_to_kafka(u: Any) -> str:
-    raw = uuid.UUID(int=((u.get_most_significant_bits() & (2**64 - 1)) << 64)
-                    | (u.get_least_significant_bits() & (2**64 - 1))).bytes
+    raw = uuid.UUID(
+        int=((u.get_most_significant_bits() & (2**64 - 1)) << 64)
+        | (u.get_least_significant_bits() & (2**64 - 1))
+    ).bytes
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -47,14 +49,14 @@ class KafkaAdmin:
         for key, fut in futures.items():
             try:
                 out[key] = fut.result(TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - translated with the call and key that failed
+            except Exception as exc:
                 raise KafkaAdminError(f"{what} {key} on {self.bootstrap_servers}: {exc}") from exc
         return out
 
     def topic_names(self) -> list[str]:
         try:
             md = self._admin.list_topics(timeout=TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise KafkaAdminError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
         return sorted(t for t in md.topics if not t.startswith("__"))
 
@@ -70,11 +72,18 @@ class KafkaAdmin:
             topic_id = _uuid_to_kafka(desc.topic_id)
             for p in desc.partitions:
                 out[(name, p.id)] = PartitionInfo(
-                    name, p.id, topic_id, p.leader.id if p.leader is not None else None,
-                    tuple(r.id for r in p.replicas), tuple(r.id for r in p.isr))
+                    name,
+                    p.id,
+                    topic_id,
+                    p.leader.id if p.leader is not None else None,
+                    tuple(r.id for r in p.replicas),
+                    tuple(r.id for r in p.isr),
+                )
         return out
 
-    def _list_offsets(self, tps: Iterable[tuple[str, int]], spec: Any, committed: bool) -> dict[tuple[str, int], int]:
+    def _list_offsets(
+        self, tps: Iterable[tuple[str, int]], spec: Any, committed: bool
+    ) -> dict[tuple[str, int], int]:
         from confluent_kafka import IsolationLevel, TopicPartition
 
         request = {TopicPartition(t, p): spec for t, p in tps}
@@ -100,7 +109,9 @@ class KafkaAdmin:
 
         return self._list_offsets(tps, OffsetSpec.earliest(), committed=False)
 
-    def offsets_for_timestamp(self, tps: Iterable[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+    def offsets_for_timestamp(
+        self, tps: Iterable[tuple[str, int]], timestamp: int
+    ) -> dict[tuple[str, int], int]:
         from confluent_kafka.admin import OffsetSpec
 
         return self._list_offsets(tps, OffsetSpec.for_timestamp(timestamp), committed=False)
@@ -111,8 +122,11 @@ class KafkaAdmin:
 
         if not before:
             return {}
-        futures = self._admin.delete_records([TopicPartition(t, p, o) for (t, p), o in before.items()],
-                                             request_timeout=TIMEOUT_S, operation_timeout=TIMEOUT_S)
+        futures = self._admin.delete_records(
+            [TopicPartition(t, p, o) for (t, p), o in before.items()],
+            request_timeout=TIMEOUT_S,
+            operation_timeout=TIMEOUT_S,
+        )
         done = self._wait(futures, "delete records")
         return {(tp.topic, tp.partition): int(res.low_watermark) for tp, res in done.items()}
 
@@ -120,7 +134,7 @@ class KafkaAdmin:
     def broker_ids(self) -> list[int]:
         try:
             md = self._admin.list_topics(timeout=TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise KafkaAdminError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
         return sorted(int(b) for b in md.brokers)
 
@@ -132,19 +146,31 @@ class KafkaAdmin:
         try:
             desc = future.result(TIMEOUT_S)
         except KafkaException as exc:
-            if exc.args and isinstance(exc.args[0], KafkaError) and \
-                    exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if (
+                exc.args
+                and isinstance(exc.args[0], KafkaError)
+                and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            ):
                 return {}
             raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
         topic_id = _uuid_to_kafka(desc.topic_id)
-        return {(topic, p.id): PartitionInfo(topic, p.id, topic_id, p.leader.id if p.leader is not None else None,
-                                             tuple(r.id for r in p.replicas), tuple(r.id for r in p.isr))
-                for p in desc.partitions}
+        return {
+            (topic, p.id): PartitionInfo(
+                topic,
+                p.id,
+                topic_id,
+                p.leader.id if p.leader is not None else None,
+                tuple(r.id for r in p.replicas),
+                tuple(r.id for r in p.isr),
+            )
+            for p in desc.partitions
+        }
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int,
-                     config: dict[str, str] | None = None) -> dict[tuple[str, int], PartitionInfo]:
+    def create_topic(
+        self, topic: str, partitions: int, replication_factor: int, config: dict[str, str] | None = None
+    ) -> dict[tuple[str, int], PartitionInfo]:
         """Create ``topic`` and wait until every partition has a leader; returns its description."""
         from confluent_kafka.cimpl import NewTopic
 
@@ -156,8 +182,10 @@ class KafkaAdmin:
         """Grow ``topic`` to ``total`` partitions and wait until every partition has a leader."""
         from confluent_kafka.cimpl import NewPartitions
 
-        self._wait(self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=TIMEOUT_S),
-                   "create partitions")
+        self._wait(
+            self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=TIMEOUT_S),
+            "create partitions",
+        )
         return self._wait_for_leaders(topic, total)
 
     def _wait_for_leaders(self, topic: str, partitions: int) -> dict[tuple[str, int], PartitionInfo]:
@@ -169,8 +197,10 @@ class KafkaAdmin:
             if len(described) >= partitions and all(i.leader is not None for i in described.values()):
                 return described
             if time.monotonic() > deadline:
-                raise KafkaAdminError(f"topic {topic} on {self.bootstrap_servers}: partitions have no leader "
-                                      f"after {TIMEOUT_S:.0f}s")
+                raise KafkaAdminError(
+                    f"topic {topic} on {self.bootstrap_servers}: partitions have no leader "
+                    f"after {TIMEOUT_S:.0f}s"
+                )
             time.sleep(0.2)
 
     def topic_configs(self, topic: str) -> dict[str, str]:
@@ -178,6 +208,8 @@ class KafkaAdmin:
         from confluent_kafka.admin._config import ConfigResource  # not re-exported for type checkers
 
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        done = self._wait(self._admin.describe_configs([resource], request_timeout=TIMEOUT_S), "describe configs")
+        done = self._wait(
+            self._admin.describe_configs([resource], request_timeout=TIMEOUT_S), "describe configs"
+        )
         entries = next(iter(done.values()))
         return {name: entry.value for name, entry in entries.items() if entry.value is not None}

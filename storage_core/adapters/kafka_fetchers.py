@@ -65,7 +65,9 @@ class FetcherAdmin:
 
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": int(timeout * 1000)})
+        self._admin = AdminClient(
+            {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": int(timeout * 1000)}
+        )
 
     # ---- reading ---------------------------------------------------------------------------------
     def _metadata(self) -> Any:
@@ -74,7 +76,9 @@ class FetcherAdmin:
         try:
             return self._admin.list_topics(timeout=self.timeout)
         except KafkaException as exc:
-            raise KafkaAdminError(f"cannot read cluster metadata from {self.bootstrap_servers}: {_kafka_message(exc)}") from None
+            raise KafkaAdminError(
+                f"cannot read cluster metadata from {self.bootstrap_servers}: {_kafka_message(exc)}"
+            ) from None
 
     def assignment(self) -> Assignment:
         """The live assignment: every topic's partitions, current leader first, then live followers.
@@ -92,7 +96,9 @@ class FetcherAdmin:
             for pid in range(len(topic.partitions)):
                 pm = topic.partitions.get(pid)
                 if pm is None:
-                    raise KafkaAdminError(f"topic {name!r} reports partitions {sorted(topic.partitions)}, not 0..n-1")
+                    raise KafkaAdminError(
+                        f"topic {name!r} reports partitions {sorted(topic.partitions)}, not 0..n-1"
+                    )
                 if pm.leader < 0:
                     parts.append(())
                     continue
@@ -116,7 +122,9 @@ class FetcherAdmin:
                 future = self._admin.describe_configs([resource], request_timeout=self.timeout)[resource]
                 entry = future.result()[CONFIG_NAME]
             except KafkaException as exc:
-                raise KafkaAdminError(f"cannot describe configs of broker {broker}: {_kafka_message(exc)}") from None
+                raise KafkaAdminError(
+                    f"cannot describe configs of broker {broker}: {_kafka_message(exc)}"
+                ) from None
             except KeyError:
                 raise KafkaAdminError(f"broker {broker} does not report {CONFIG_NAME}") from None
             result[broker] = FetcherSetting(broker, int(entry.value), _source_name(entry.source))
@@ -137,7 +145,9 @@ class FetcherAdmin:
         try:
             self._admin.incremental_alter_configs([resource], request_timeout=self.timeout)[resource].result()
         except KafkaException as exc:
-            raise KafkaAdminError(f"broker {broker} refused {CONFIG_NAME}={value}: {_kafka_message(exc)}") from None
+            raise KafkaAdminError(
+                f"broker {broker} refused {CONFIG_NAME}={value}: {_kafka_message(exc)}"
+            ) from None
 
     def set_cluster_default(self, value: int) -> None:
         last_error = "no address"
@@ -172,7 +182,10 @@ class FetcherAdmin:
             time.sleep(0.2)
 
     def apply(
-        self, steps: Sequence[int], broker: int | None = None, on_step: Callable[[StepResult], None] | None = None
+        self,
+        steps: Sequence[int],
+        broker: int | None = None,
+        on_step: Callable[[StepResult], None] | None = None,
     ) -> list[StepResult]:
         """Set each value of ``steps`` in turn (cluster default, or ``broker``'s override), verifying each."""
         brokers = self.brokers()
@@ -183,7 +196,9 @@ class FetcherAdmin:
         results = []
         for value in steps:
             if not is_allowed_step(current, value):
-                raise ConfigError(f"step {current} -> {value} is outside Kafka's allowed range [{current // 2}, {current * 2}]")
+                raise ConfigError(
+                    f"step {current} -> {value} is outside Kafka's allowed range [{current // 2}, {current * 2}]"
+                )
             if broker is None:
                 self.set_cluster_default(value)
             else:
@@ -218,7 +233,9 @@ def common_value(settings: dict[int, FetcherSetting], per_broker: bool) -> int:
     values = sorted({s.value for s in settings.values()})
     if len(values) != 1:
         detail = {b: s.value for b, s in sorted(settings.items())}
-        raise ConfigError(f"brokers disagree on {CONFIG_NAME} ({detail}); change them one by one with --broker")
+        raise ConfigError(
+            f"brokers disagree on {CONFIG_NAME} ({detail}); change them one by one with --broker"
+        )
     return values[0]
 
 
@@ -240,7 +257,9 @@ def _string(value: str | None) -> bytes:
     return struct.pack(">h", len(data)) + data
 
 
-def _incremental_alter_cluster_default(host: str, port: int, name: str, value: str, timeout: float) -> str | None:
+def _incremental_alter_cluster_default(
+    host: str, port: int, name: str, value: str, timeout: float
+) -> str | None:
     """Send IncrementalAlterConfigs v0 for the cluster-default BROKER resource; return the error or None."""
     correlation_id = 1
     body = (

@@ -30,16 +30,28 @@ def _kafka_error(exc: BaseException) -> Any:
 class TransactionalSink:
     """Restores into ``topic`` with transactional id and group ``group`` (implements ``RestoreSink``)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, group: str, *, message_max_bytes: int | None = None,
-                 batch_bytes: int | None = None, transaction_timeout_ms: int = 120_000) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        group: str,
+        *,
+        message_max_bytes: int | None = None,
+        batch_bytes: int | None = None,
+        transaction_timeout_ms: int = 120_000,
+    ) -> None:
         from confluent_kafka import Consumer, KafkaException, Producer
 
         self.topic = topic
         self.group = group
         self.bootstrap_servers = bootstrap_servers
         config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers, "transactional.id": group, "enable.idempotence": True,
-            "acks": "all", "linger.ms": 20, "compression.type": "lz4",
+            "bootstrap.servers": bootstrap_servers,
+            "transactional.id": group,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "compression.type": "lz4",
             "transaction.timeout.ms": transaction_timeout_ms,
         }
         if message_max_bytes is not None:
@@ -51,13 +63,15 @@ class TransactionalSink:
             self._producer = Producer(config)
             # For the group metadata a transactional offset commit names, and to read the progress back
             # (read_committed, librdkafka's default, asks for stable offsets); it never joins the group.
-            self._consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group,
-                                       "enable.auto.commit": False})
+            self._consumer = Consumer(
+                {"bootstrap.servers": bootstrap_servers, "group.id": group, "enable.auto.commit": False}
+            )
             self._producer.init_transactions(TIMEOUT_S)
             self._group_metadata = self._consumer.consumer_group_metadata()
         except KafkaException as exc:
-            raise KafkaAdminError(f"cannot start the restore producer (transactional.id {group}) on "
-                                  f"{bootstrap_servers}: {exc}") from exc
+            raise KafkaAdminError(
+                f"cannot start the restore producer (transactional.id {group}) on {bootstrap_servers}: {exc}"
+            ) from exc
 
     def committed(self, partitions: Iterable[int]) -> dict[int, tuple[int, str | None]]:
         """The committed progress (offset, metadata) per partition; call after ``init_transactions``, which
@@ -98,16 +112,24 @@ class TransactionalSink:
         if errors:
             raise self._translate_error(errors[0], f"produce to {self.topic}-{partition}")
         if left or len(pairs) != len(records):
-            raise ChunkAborted(f"produce to {self.topic}-{partition}: {len(records) - len(pairs)} records "
-                               f"not acknowledged within {TIMEOUT_S:.0f}s")
+            raise ChunkAborted(
+                f"produce to {self.topic}-{partition}: {len(records) - len(pairs)} records "
+                f"not acknowledged within {TIMEOUT_S:.0f}s"
+            )
         return pairs
 
     def _produce(self, partition: int, record: Record, on_delivery: Any) -> None:
         while True:
             try:
-                self._producer.produce(self.topic, key=record.key, value=record.value,
-                                       headers=list(record.headers) or None, partition=partition,
-                                       timestamp=record.timestamp, on_delivery=on_delivery)
+                self._producer.produce(
+                    self.topic,
+                    key=record.key,
+                    value=record.value,
+                    headers=list(record.headers) or None,
+                    partition=partition,
+                    timestamp=record.timestamp,
+                    on_delivery=on_delivery,
+                )
                 self._producer.poll(0)
                 return
             except BufferError:
@@ -147,31 +169,44 @@ class TransactionalSink:
 
     def _translate_error(self, error: Any, what: str) -> KafkaAdminError:
         text = f"{what} on {self.bootstrap_servers}: {error}"
-        if hasattr(error, "txn_requires_abort") and (error.txn_requires_abort() or error.retriable()) \
-                and not error.fatal():
+        if (
+            hasattr(error, "txn_requires_abort")
+            and (error.txn_requires_abort() or error.retriable())
+            and not error.fatal()
+        ):
             return ChunkAborted(text)
         return KafkaAdminError(text)
 
 
-def committed_progress(bootstrap_servers: str, group: str, topic: str,
-                       partitions: Iterable[int]) -> dict[int, tuple[int, str | None]]:
+def committed_progress(
+    bootstrap_servers: str, group: str, topic: str, partitions: Iterable[int]
+) -> dict[int, tuple[int, str | None]]:
     """The committed progress without fencing anyone (``--dry-run``); a commit still in flight is not
     waited for (read_uncommitted does not ask for stable offsets)."""
     from confluent_kafka import Consumer, KafkaException
 
     try:
-        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group,
-                             "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+            }
+        )
     except KafkaException as exc:
-        raise KafkaAdminError(f"cannot read restore progress of {group} on {bootstrap_servers}: {exc}") from exc
+        raise KafkaAdminError(
+            f"cannot read restore progress of {group} on {bootstrap_servers}: {exc}"
+        ) from exc
     try:
         return _committed(consumer, topic, partitions, bootstrap_servers)
     finally:
         consumer.close()
 
 
-def _committed(consumer: Any, topic: str, partitions: Iterable[int],
-               bootstrap_servers: str) -> dict[int, tuple[int, str | None]]:
+def _committed(
+    consumer: Any, topic: str, partitions: Iterable[int], bootstrap_servers: str
+) -> dict[int, tuple[int, str | None]]:
     # Through a consumer, not the Admin API: librdkafka's admin ListConsumerGroupOffsets dereferences a
     # missing consumer group handle when the coordinator answers NOT_COORDINATOR or "load in progress"
     # (a fresh or restarted broker) and crashes the process (librdkafka issue 5040).
@@ -180,8 +215,12 @@ def _committed(consumer: Any, topic: str, partitions: Iterable[int],
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     # Transient while __consumer_offsets loads or moves, or (stable reads) while a commit settles.
-    busy = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-            KafkaError.NOT_COORDINATOR, KafkaError.UNSTABLE_OFFSET_COMMIT}
+    busy = {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+    }
     request = [TopicPartition(topic, p) for p in partitions]
     if not request:
         return {}

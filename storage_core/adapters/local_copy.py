@@ -102,7 +102,7 @@ def _inspect_range(fd: int, start: int, length: int, inspect: Inspect) -> None:
     mapped = mmap.mmap(fd, length, prot=mmap.PROT_READ, offset=start)
     view = memoryview(mapped)
     for offset in range(0, length, SLICE):
-        inspect(view[offset:offset + SLICE])
+        inspect(view[offset : offset + SLICE])
     # Not in a finally: after a failed check the traceback still holds slices of the mapping, and closing
     # it would raise over the real error; the mapping is then unmapped when the last slice is gone.
     view.release()
@@ -135,8 +135,9 @@ class _RangeCopier(threading.Thread):
                         copy = _user_copy  # e.g. across filesystems on older kernels
                         continue
                     if n == 0:
-                        raise CorruptDataError(f"segment ended {self._size - position - copied} bytes early "
-                                               "while copying")
+                        raise CorruptDataError(
+                            f"segment ended {self._size - position - copied} bytes early while copying"
+                        )
                     copied += n
                 if self._write_behind is not None:
                     self._write_behind(self._dst, position, length)

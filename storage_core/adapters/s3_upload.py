@@ -30,8 +30,9 @@ def can_drive(fs: Any) -> bool:
     return hasattr(fs, "_call_s3") and getattr(fs, "loop", None) is not None
 
 
-def upload_chunks(fs: Any, path: str, chunks: Iterable[bytes], *, part_size: int = PART_SIZE,
-                  in_flight: int = MAX_IN_FLIGHT) -> int:
+def upload_chunks(
+    fs: Any, path: str, chunks: Iterable[bytes], *, part_size: int = PART_SIZE, in_flight: int = MAX_IN_FLIGHT
+) -> int:
     """Upload the concatenation of ``chunks`` to ``path`` on the s3fs filesystem ``fs``; return its size.
 
     Below one part the object goes up as a single PUT. Otherwise each ``part_size`` bytes become one part;
@@ -99,9 +100,19 @@ class _MultipartUpload:
             raise ValueError(f"{self.key}: more than {MAX_PARTS} parts; raise the part size")
         while len(self.pending) >= self.in_flight:
             self._settle_oldest()
-        self.pending.append((number, self._submit(
-            "upload_part", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
-            PartNumber=number, Body=body)))
+        self.pending.append(
+            (
+                number,
+                self._submit(
+                    "upload_part",
+                    Bucket=self.bucket,
+                    Key=self.key,
+                    UploadId=self.upload_id,
+                    PartNumber=number,
+                    Body=body,
+                ),
+            )
+        )
 
     def _settle_oldest(self) -> None:
         number, future = self.pending.popleft()
@@ -110,8 +121,13 @@ class _MultipartUpload:
     def complete(self) -> None:
         while self.pending:
             self._settle_oldest()
-        self._call("complete_multipart_upload", Bucket=self.bucket, Key=self.key,
-                   UploadId=self.upload_id, MultipartUpload={"Parts": self.parts})
+        self._call(
+            "complete_multipart_upload",
+            Bucket=self.bucket,
+            Key=self.key,
+            UploadId=self.upload_id,
+            MultipartUpload={"Parts": self.parts},
+        )
 
     def abort(self) -> None:
         """Let the parts in flight finish, then abort the upload; the caller's error is the one raised.

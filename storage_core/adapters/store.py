@@ -41,7 +41,7 @@ def _translated(action: str, key: str) -> Iterator[None]:
         raise RemoteObjectNotFound(f"{action} {key}: not found") from exc
     except TierkeeperError:
         raise  # ours, e.g. a CRC failure raised by the chunk generator being uploaded
-    except Exception as exc:  # noqa: BLE001 - every backend error becomes one of ours, with its key
+    except Exception as exc:
         raise RemoteStoreError(f"{action} {key}: {type(exc).__name__}: {_describe(exc)}") from exc
 
 
@@ -53,7 +53,9 @@ class RemoteStore:
     off only where the target's durability comes from elsewhere; a process crash is safe either way.
     """
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fsync: bool = True) -> None:
+    def __init__(
+        self, url: str, storage_options: dict[str, Any] | None = None, *, fsync: bool = True
+    ) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
         self.fsync = fsync
@@ -96,7 +98,9 @@ class RemoteStore:
                     os.close(fd)
             return written
 
-    def put_from_file(self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> int:
+    def put_from_file(
+        self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]
+    ) -> int:
         """Store the first ``size`` bytes of the local file ``source`` as ``key``; return the bytes written.
 
         ``inspect`` sees every byte in order, in chunks, before the call returns, and may raise to stop
@@ -201,8 +205,11 @@ class RemoteStore:
         """(key, size) of the objects directly under ``path``; empty when it does not exist."""
         with _translated("list", path):
             try:
-                entries = self.fs.ls(path, detail=True, refresh=True) if self._ls_takes_refresh() \
+                entries = (
+                    self.fs.ls(path, detail=True, refresh=True)
+                    if self._ls_takes_refresh()
                     else self.fs.ls(path, detail=True)
+                )
             except FileNotFoundError:
                 return []
         return [(e["name"], int(e.get("size") or 0)) for e in entries if e.get("type") != "directory"]
@@ -310,8 +317,13 @@ def _protocols(fs: Any) -> tuple[str, ...]:
     return (proto,) if isinstance(proto, str) else tuple(proto)
 
 
-def storage_options_from_flags(*, endpoint_url: str | None = None, region: str | None = None,
-                               anonymous: bool = False, path_style: bool = False) -> dict[str, Any]:
+def storage_options_from_flags(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    anonymous: bool = False,
+    path_style: bool = False,
+) -> dict[str, Any]:
     """s3fs options from CLI flags; anything else comes from fsspec's own env/config files."""
     options: dict[str, Any] = {}
     client_kwargs: dict[str, Any] = {}

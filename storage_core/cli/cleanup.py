@@ -12,26 +12,50 @@ from storage_core.cli.common import add_remote_args, emit_json, open_store
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "cleanup", help="enforce remote retention, sweep orphans, trim local data that is safely tiered",
+        "cleanup",
+        help="enforce remote retention, sweep orphans, trim local data that is safely tiered",
         description="Delete remote segments beyond remote retention or below the log start offset, finish "
         "interrupted deletes, remove orphaned copy attempts, and (with --bootstrap-servers) advance each "
         "partition's log start offset through DeleteRecords to its local retention window, never past the "
-        "highest tiered offset + 1.")
+        "highest tiered offset + 1.",
+    )
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="enables the local trim and log-start rule")
-    p.add_argument("--log-dir", help="a broker log dir, to count untiered local bytes toward local retention.bytes")
+    p.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT", help="enables the local trim and log-start rule"
+    )
+    p.add_argument(
+        "--log-dir", help="a broker log dir, to count untiered local bytes toward local retention.bytes"
+    )
     p.add_argument("--remote-retention-ms", type=int, help="default: the topic's retention.ms (or unlimited)")
-    p.add_argument("--remote-retention-bytes", type=int, help="default: the topic's retention.bytes (or unlimited)")
-    p.add_argument("--local-retention-ms", type=int, help="default: the topic's local.retention.ms (or no trim)")
-    p.add_argument("--local-retention-bytes", type=int, help="default: the topic's local.retention.bytes (or no trim)")
-    p.add_argument("--orphan-grace-ms", type=int, default=6 * 3600 * 1000,
-                   help="age before an unfinished copy attempt counts as orphaned (default 6 h)")
-    p.add_argument("--ignore-log-start", action="store_true",
-                   help="never delete remote data because Kafka's log start offset moved past it")
-    p.add_argument("--delete-topic", metavar="T", help="delete ALL remote data of topic T (every incarnation, "
-                   "or the one given with --topic-id)")
+    p.add_argument(
+        "--remote-retention-bytes", type=int, help="default: the topic's retention.bytes (or unlimited)"
+    )
+    p.add_argument(
+        "--local-retention-ms", type=int, help="default: the topic's local.retention.ms (or no trim)"
+    )
+    p.add_argument(
+        "--local-retention-bytes", type=int, help="default: the topic's local.retention.bytes (or no trim)"
+    )
+    p.add_argument(
+        "--orphan-grace-ms",
+        type=int,
+        default=6 * 3600 * 1000,
+        help="age before an unfinished copy attempt counts as orphaned (default 6 h)",
+    )
+    p.add_argument(
+        "--ignore-log-start",
+        action="store_true",
+        help="never delete remote data because Kafka's log start offset moved past it",
+    )
+    p.add_argument(
+        "--delete-topic",
+        metavar="T",
+        help="delete ALL remote data of topic T (every incarnation, or the one given with --topic-id)",
+    )
     p.add_argument("--topic-id", help="with --delete-topic: only this incarnation")
-    p.add_argument("--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable report")
     add_remote_args(p)
     p.set_defaults(handler=run)
@@ -45,11 +69,18 @@ def run(args: argparse.Namespace) -> int:
         report = delete_topic(store, args.delete_topic, topic_id=args.topic_id, dry_run=args.dry_run)
     else:
         options = CleanupOptions(
-            topics=set(args.topic) if args.topic else None, bootstrap_servers=args.bootstrap_servers,
-            log_dir=args.log_dir, remote_retention_ms=args.remote_retention_ms,
-            remote_retention_bytes=args.remote_retention_bytes, local_retention_ms=args.local_retention_ms,
-            local_retention_bytes=args.local_retention_bytes, orphan_grace_ms=args.orphan_grace_ms,
-            use_log_start=not args.ignore_log_start, dry_run=args.dry_run, now_ms=int(time.time() * 1000))
+            topics=set(args.topic) if args.topic else None,
+            bootstrap_servers=args.bootstrap_servers,
+            log_dir=args.log_dir,
+            remote_retention_ms=args.remote_retention_ms,
+            remote_retention_bytes=args.remote_retention_bytes,
+            local_retention_ms=args.local_retention_ms,
+            local_retention_bytes=args.local_retention_bytes,
+            orphan_grace_ms=args.orphan_grace_ms,
+            use_log_start=not args.ignore_log_start,
+            dry_run=args.dry_run,
+            now_ms=int(time.time() * 1000),
+        )
         report = run_cleanup(store, options)
     if args.json:
         emit_json(report)
@@ -65,17 +96,27 @@ def _print(report: dict[str, Any]) -> None:
     for part in report.get("partitions", []):
         name = f"{part['topic']}-{part['partition']}"
         for d in part["deleted"]:
-            print(f"{name}: {verb} segment {d['base_offset']}-{d['end_offset']} ({d['bytes']} bytes): {d['reason']}")
+            print(
+                f"{name}: {verb} segment {d['base_offset']}-{d['end_offset']} ({d['bytes']} bytes): {d['reason']}"
+            )
         if part["resumed"] or part["orphans_removed"] or part["duplicates_removed"]:
-            print(f"{name}: finished {part['resumed']} interrupted deletes, swept {part['orphans_removed']} "
-                  f"orphans, removed {part['duplicates_removed']} duplicate copies")
+            print(
+                f"{name}: finished {part['resumed']} interrupted deletes, swept {part['orphans_removed']} "
+                f"orphans, removed {part['duplicates_removed']} duplicate copies"
+            )
         trim = part.get("local_trim")
         if trim:
-            print(f"{name}: {'would trim' if report.get('dry_run') else 'trimmed'} local log "
-                  f"{trim['from']} -> {trim['to']} (highest tiered offset {trim['tiered_end']})")
+            print(
+                f"{name}: {'would trim' if report.get('dry_run') else 'trimmed'} local log "
+                f"{trim['from']} -> {trim['to']} (highest tiered offset {trim['tiered_end']})"
+            )
     for topic in report.get("deleted_topics", []):
-        print(f"{verb} the tier of {topic['topic']} (id {topic['topic_id']}): {topic['bytes']} bytes, "
-              f"{len(topic.get('uploads_aborted', []))} unfinished uploads")
+        print(
+            f"{verb} the tier of {topic['topic']} (id {topic['topic_id']}): {topic['bytes']} bytes, "
+            f"{len(topic.get('uploads_aborted', []))} unfinished uploads"
+        )
     for key in report.get("stale_uploads_aborted", []):
         print(f"{'would abort' if report.get('dry_run') else 'aborted'} unfinished multipart upload of {key}")
-    print(f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {len(report.get('partitions', []))} partitions")
+    print(
+        f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {len(report.get('partitions', []))} partitions"
+    )

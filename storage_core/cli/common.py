@@ -15,22 +15,35 @@ if TYPE_CHECKING:
 
 def add_remote_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("remote tier")
-    group.add_argument("--remote", required=True, metavar="URL",
-                       help="root of the remote tier: s3://bucket/prefix, gs://..., file:///path, memory://name")
+    group.add_argument(
+        "--remote",
+        required=True,
+        metavar="URL",
+        help="root of the remote tier: s3://bucket/prefix, gs://..., file:///path, memory://name",
+    )
     group.add_argument("--endpoint-url", help="S3-compatible endpoint (e.g. MinIO); default: AWS")
     group.add_argument("--region", help="S3 region")
     group.add_argument("--anonymous", action="store_true", help="unsigned requests (public buckets)")
     group.add_argument("--path-style", action="store_true", help="path-style S3 addressing")
-    group.add_argument("--storage-option", action="append", default=[], metavar="KEY=JSON",
-                       help="extra fsspec storage option (value parsed as JSON when it parses); repeatable. "
-                            "Credentials are best left to the provider's environment/config files.")
+    group.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="extra fsspec storage option (value parsed as JSON when it parses); repeatable. "
+        "Credentials are best left to the provider's environment/config files.",
+    )
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     from storage_core.adapters.store import storage_options_from_flags
 
-    options = storage_options_from_flags(endpoint_url=args.endpoint_url, region=args.region,
-                                         anonymous=args.anonymous, path_style=args.path_style)
+    options = storage_options_from_flags(
+        endpoint_url=args.endpoint_url,
+        region=args.region,
+        anonymous=args.anonymous,
+        path_style=args.path_style,
+    )
     for item in args.storage_option:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -79,5 +92,12 @@ def progress_bar(*, total: int | None, desc: str, enabled: bool) -> Any:
     """A byte progress bar on stderr; silent when disabled (``--json``, or stderr not a terminal)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                disable=not enabled or not sys.stderr.isatty(), file=sys.stderr)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not enabled or not sys.stderr.isatty(),
+        file=sys.stderr,
+    )

@@ -8,30 +8,54 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from storage_core.cli.common import (add_rate_limit_arg, add_remote_args, emit_json, open_store,
-                                     progress_bar, rate_limiter, require_positive, storage_options)
+from storage_core.cli.common import (
+    add_rate_limit_arg,
+    add_remote_args,
+    emit_json,
+    open_store,
+    progress_bar,
+    rate_limiter,
+    require_positive,
+    storage_options,
+)
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("copy", help="copy rolled, stable segments of a log dir to the remote tier",
-                              description="Copy every eligible segment (rolled, below the last stable offset, "
-                              "not yet tiered) of a broker log dir, oldest first, per partition.")
+    p = subparsers.add_parser(
+        "copy",
+        help="copy rolled, stable segments of a log dir to the remote tier",
+        description="Copy every eligible segment (rolled, below the last stable offset, "
+        "not yet tiered) of a broker log dir, oldest first, per partition.",
+    )
     p.add_argument("--log-dir", required=True, help="the broker's log dir (one entry of log.dirs)")
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT",
-                   help="Kafka to ask for last stable offsets (needed for transactional topics)")
+    p.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="Kafka to ask for last stable offsets (needed for transactional topics)",
+    )
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
     p.add_argument("--broker-id", type=int, help="recorded in the segment metadata")
     p.add_argument("--parallelism", type=int, default=4, help="partitions copied at once (default 4)")
-    p.add_argument("--segments-in-flight", type=int, metavar="N",
-                   help="segments of one partition stored at once (default: 2 on a local filesystem, where each "
-                        "copy keeps a core busy; 1 on object stores, where one upload already sends several "
-                        "parts at once); up to --parallelism times this many copies run at once")
-    add_rate_limit_arg(p, "cap the segment bytes read and shipped per second, over all partitions (default: "
-                          "no cap), so tiering leaves the broker's disk to the broker")
-    p.add_argument("--no-fsync", action="store_true",
-                   help="file:// targets: leave written data in the page cache instead of flushing it before "
-                        "COPY_FINISHED (faster; an OS crash may then leave finished segments with lost data, "
-                        "so use it only where the target's durability comes from elsewhere)")
+    p.add_argument(
+        "--segments-in-flight",
+        type=int,
+        metavar="N",
+        help="segments of one partition stored at once (default: 2 on a local filesystem, where each "
+        "copy keeps a core busy; 1 on object stores, where one upload already sends several "
+        "parts at once); up to --parallelism times this many copies run at once",
+    )
+    add_rate_limit_arg(
+        p,
+        "cap the segment bytes read and shipped per second, over all partitions (default: "
+        "no cap), so tiering leaves the broker's disk to the broker",
+    )
+    p.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="file:// targets: leave written data in the page cache instead of flushing it before "
+        "COPY_FINISHED (faster; an OS crash may then leave finished segments with lost data, "
+        "so use it only where the target's durability comes from elsewhere)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     add_remote_args(p)
     p.set_defaults(handler=run)
@@ -54,16 +78,25 @@ def run(args: argparse.Namespace) -> int:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
         lso = KafkaAdmin(args.bootstrap_servers).last_stable_offsets(
-            [(p.topic, p.partition) for p in partitions])
+            [(p.topic, p.partition) for p in partitions]
+        )
     tasks = [
-        CopyTask(log_dir=str(log_dir.path), topic=p.topic, partition=p.partition, remote_url=args.remote,
-                 storage_options=storage_options(args), last_stable_offset=lso.get((p.topic, p.partition)),
-                 high_watermark=checkpoints.high_watermarks.get(p.tp), broker_id=args.broker_id,
-                 segments_in_flight=args.segments_in_flight)
+        CopyTask(
+            log_dir=str(log_dir.path),
+            topic=p.topic,
+            partition=p.partition,
+            remote_url=args.remote,
+            storage_options=storage_options(args),
+            last_stable_offset=lso.get((p.topic, p.partition)),
+            high_watermark=checkpoints.high_watermarks.get(p.tp),
+            broker_id=args.broker_id,
+            segments_in_flight=args.segments_in_flight,
+        )
         for p in partitions
     ]
     lock = threading.Lock()
     with progress_bar(total=None, desc="copy", enabled=not args.json) as bar:
+
         def advance(n: int) -> None:
             with lock:
                 bar.update(n)
@@ -73,15 +106,18 @@ def run(args: argparse.Namespace) -> int:
             results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
     failed = [r for r in results if r.error]
     if args.json:
-        emit_json({"partitions": [r.__dict__ for r in results],
-                   "copied_segments": sum(r.copied_segments for r in results),
-                   "copied_bytes": sum(r.copied_bytes for r in results),
-                   "failed_partitions": len(failed)})
+        emit_json(
+            {
+                "partitions": [r.__dict__ for r in results],
+                "copied_segments": sum(r.copied_segments for r in results),
+                "copied_bytes": sum(r.copied_bytes for r in results),
+                "failed_partitions": len(failed),
+            }
+        )
     else:
         copied = sum(r.copied_segments for r in results)
         size = sum(r.copied_bytes for r in results)
-        print(f"copied {copied} segments ({size} bytes) from {len(results)} partitions; "
-              f"{len(failed)} failed")
+        print(f"copied {copied} segments ({size} bytes) from {len(results)} partitions; {len(failed)} failed")
     for r in failed:
         where = f"{r.topic}-{r.partition}"
         reason = r.error if (r.error or "").startswith(where) else f"{where}: {r.error}"

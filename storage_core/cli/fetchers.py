@@ -45,9 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     plan = verbs.add_parser("plan", help="report thread loads for the current and the recommended count")
     source = plan.add_mutually_exclusive_group(required=True)
     source.add_argument("--bootstrap-servers", metavar="B", help="read the assignment from this cluster")
-    source.add_argument("--assignment", metavar="FILE", type=Path, help="read the assignment from a JSON file")
+    source.add_argument(
+        "--assignment", metavar="FILE", type=Path, help="read the assignment from a JSON file"
+    )
     plan.add_argument(
-        "--fetchers", metavar="N", type=_positive,
+        "--fetchers",
+        metavar="N",
+        type=_positive,
         help=f"current count to compare against (default: what the brokers run, or {KAFKA_DEFAULT_FETCHERS} for a file)",
     )
     _bounds(plan)
@@ -57,18 +61,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     apply = verbs.add_parser("apply", help="set num.replica.fetchers step by step and verify each step")
     apply.add_argument("--bootstrap-servers", metavar="B", required=True)
-    apply.add_argument("--target", metavar="N", type=_positive, help="count to reach (default: the recommendation)")
-    apply.add_argument("--broker", metavar="ID", type=int, help="set this broker's override instead of the cluster default")
+    apply.add_argument(
+        "--target", metavar="N", type=_positive, help="count to reach (default: the recommendation)"
+    )
+    apply.add_argument(
+        "--broker", metavar="ID", type=int, help="set this broker's override instead of the cluster default"
+    )
     _bounds(apply)
-    apply.add_argument("--timeout", type=float, default=30.0, help="seconds per Admin call and per step check")
+    apply.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds per Admin call and per step check"
+    )
     apply.set_defaults(handler=apply_command)
 
 
 def _bounds(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--min", dest="minimum", metavar="N", type=_positive, default=DEFAULT_MIN,
-                        help=f"smallest count to consider (default {DEFAULT_MIN})")
-    parser.add_argument("--max", dest="maximum", metavar="N", type=_positive, default=DEFAULT_MAX,
-                        help=f"largest count to consider (default {DEFAULT_MAX})")
+    parser.add_argument(
+        "--min",
+        dest="minimum",
+        metavar="N",
+        type=_positive,
+        default=DEFAULT_MIN,
+        help=f"smallest count to consider (default {DEFAULT_MIN})",
+    )
+    parser.add_argument(
+        "--max",
+        dest="maximum",
+        metavar="N",
+        type=_positive,
+        default=DEFAULT_MAX,
+        help=f"largest count to consider (default {DEFAULT_MAX})",
+    )
 
 
 def _check_bounds(args: argparse.Namespace) -> None:
@@ -80,7 +102,11 @@ def _running_count(values: list[int]) -> tuple[int, str | None]:
     """The count most brokers run, plus a note when they disagree."""
     counts = Counter(values)
     value = min(counts, key=lambda v: (-counts[v], v))
-    note = None if len(counts) == 1 else f"brokers run different counts {dict(sorted(counts.items()))}; comparing against {value}"
+    note = (
+        None
+        if len(counts) == 1
+        else f"brokers run different counts {dict(sorted(counts.items()))}; comparing against {value}"
+    )
     return value, note
 
 
@@ -132,7 +158,9 @@ def _print_plan(rec: Recommendation, weighted: bool, note: str | None) -> None:
     steps = " -> ".join(str(v) for v in (rec.current.fetchers, *rec.steps))
     print(f"steps: {steps}" if rec.steps else "steps: none, already there")
     print()
-    print(f"| broker | threads used | idle threads | max load | mean load |  (current {rec.current.fetchers} -> recommended {rec.recommended.fetchers})")
+    print(
+        f"| broker | threads used | idle threads | max load | mean load |  (current {rec.current.fetchers} -> recommended {rec.recommended.fetchers})"
+    )
     print("|---|---|---|---|---|")
     for after in rec.recommended.brokers:
         before = rec.current.broker(after.broker)
@@ -165,10 +193,15 @@ def apply_command(args: argparse.Namespace) -> int:
     if not steps:
         print(f"{CONFIG_NAME} is already {current} ({where}); nothing to do")
         return 0
-    print(f"{CONFIG_NAME} {current} -> {target} ({where}) in {len(steps)} step(s): " + " -> ".join(map(str, (current, *steps))))
+    print(
+        f"{CONFIG_NAME} {current} -> {target} ({where}) in {len(steps)} step(s): "
+        + " -> ".join(map(str, (current, *steps)))
+    )
 
     def report(step: StepResult) -> None:
-        print(f"set {step.value}: brokers {', '.join(map(str, step.brokers))} report {step.value} after {step.seconds:.1f}s")
+        print(
+            f"set {step.value}: brokers {', '.join(map(str, step.brokers))} report {step.value} after {step.seconds:.1f}s"
+        )
 
     admin.apply(steps, broker=args.broker, on_step=report)
     return 0

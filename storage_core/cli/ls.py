@@ -32,20 +32,27 @@ def run(args: argparse.Namespace) -> int:
             finished = {m.segment_id: m for m in catalog.rebuild_manifest(listing, write=False).segments}
             for entry in sorted(listing.segments.values(), key=lambda e: (e.base_offset, str(e.segment_id))):
                 meta = finished.get(entry.segment_id)
-                rows.append({
-                    "topic": topic, "topic_id": topic_id, "partition": tp.partition,
-                    "base_offset": entry.base_offset, "end_offset": meta.end_offset if meta else None,
-                    "segment_id": str(entry.segment_id),
-                    "state": entry.state.value if entry.state else "NO_METADATA",
-                    "bytes": sum(entry.objects.values()),
-                    "max_timestamp": meta.max_timestamp if meta else None,
-                })
+                rows.append(
+                    {
+                        "topic": topic,
+                        "topic_id": topic_id,
+                        "partition": tp.partition,
+                        "base_offset": entry.base_offset,
+                        "end_offset": meta.end_offset if meta else None,
+                        "segment_id": str(entry.segment_id),
+                        "state": entry.state.value if entry.state else "NO_METADATA",
+                        "bytes": sum(entry.objects.values()),
+                        "max_timestamp": meta.max_timestamp if meta else None,
+                    }
+                )
     if args.json:
         emit_json({"segments": rows})
         return 0
     print(f"{'TOPIC':<24} {'PART':>4} {'BASE':>12} {'END':>12} {'STATE':<16} {'BYTES':>12}  SEGMENT ID")
     for r in rows:
         end = "-" if r["end_offset"] is None else r["end_offset"]
-        print(f"{r['topic']:<24} {r['partition']:>4} {r['base_offset']:>12} {end:>12} {r['state']:<16} "
-              f"{r['bytes']:>12}  {r['segment_id']}")
+        print(
+            f"{r['topic']:<24} {r['partition']:>4} {r['base_offset']:>12} {end:>12} {r['state']:<16} "
+            f"{r['bytes']:>12}  {r['segment_id']}"
+        )
     return 0

@@ -18,8 +18,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--topic-id", help="which incarnation, when a topic name was deleted and recreated")
     start = p.add_mutually_exclusive_group(required=True)
     start.add_argument("--from-offset", type=int, metavar="N")
-    start.add_argument("--from-timestamp", type=int, metavar="MS",
-                       help="start at the first record with timestamp >= MS (as ListOffsets)")
+    start.add_argument(
+        "--from-timestamp",
+        type=int,
+        metavar="MS",
+        help="start at the first record with timestamp >= MS (as ListOffsets)",
+    )
     p.add_argument("--max-records", type=int, metavar="N")
     p.add_argument("--format", choices=["jsonl"], default="jsonl")
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
@@ -43,23 +47,35 @@ def run(args: argparse.Namespace) -> int:
 
     from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
 
-    options = ReadOptions(isolation=Isolation(args.isolation),
-                          cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+    options = ReadOptions(
+        isolation=Isolation(args.isolation), cache_dir=Path(args.cache_dir) if args.cache_dir else None
+    )
     count = 0
     out = sys.stdout
     with RemoteReader(open_store(args), options) as reader:
         tp = reader.resolve(args.topic, args.partition, args.topic_id)
-        records = (reader.read_from_offset(tp, args.from_offset) if args.from_offset is not None
-                   else reader.read_from_timestamp(tp, args.from_timestamp))
+        records = (
+            reader.read_from_offset(tp, args.from_offset)
+            if args.from_offset is not None
+            else reader.read_from_timestamp(tp, args.from_timestamp)
+        )
         for record in records:
             if args.max_records is not None and count >= args.max_records:
                 break
-            out.write(json.dumps({
-                "offset": record.offset, "timestamp": record.timestamp,
-                "timestamp_type": record.timestamp_type.name, "key": _text(record.key),
-                "value": _text(record.value), "leader_epoch": record.leader_epoch,
-                "headers": [[k, _text(v)] for k, v in record.headers],
-            }) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "offset": record.offset,
+                        "timestamp": record.timestamp,
+                        "timestamp_type": record.timestamp_type.name,
+                        "key": _text(record.key),
+                        "value": _text(record.value),
+                        "leader_epoch": record.leader_epoch,
+                        "headers": [[k, _text(v)] for k, v in record.headers],
+                    }
+                )
+                + "\n"
+            )
             count += 1
     out.flush()
     return 0

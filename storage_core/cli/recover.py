@@ -7,8 +7,14 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from storage_core.cli.common import (add_rate_limit_arg, add_remote_args, emit_json, open_store, rate_limiter,
-                                     require_positive)
+from storage_core.cli.common import (
+    add_rate_limit_arg,
+    add_remote_args,
+    emit_json,
+    open_store,
+    rate_limiter,
+    require_positive,
+)
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -17,30 +23,62 @@ if TYPE_CHECKING:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "recover", help="recreate a deleted topic from the remote tier and restore its history",
+        "recover",
+        help="recreate a deleted topic from the remote tier and restore its history",
         description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka and "
         "re-produce its committed history into it exactly once (resumable). The old incarnation stays "
-        "readable with `tierkeeper read --topic-id`.")
+        "readable with `tierkeeper read --topic-id`.",
+    )
     p.add_argument("--topic", required=True)
     p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
     p.add_argument("--topic-id", help="the incarnation to recover, when the remote tier holds several")
-    p.add_argument("--replication-factor", type=int, metavar="N", help="for a created topic (default: min(3, brokers))")
+    p.add_argument(
+        "--replication-factor", type=int, metavar="N", help="for a created topic (default: min(3, brokers))"
+    )
     sizing = p.add_mutually_exclusive_group()
-    sizing.add_argument("--partitions", type=int, metavar="N",
-                        help="partition count (default: the remote incarnation's, which misses trailing partitions "
-                             "that never tiered a segment)")
-    sizing.add_argument("--partitions-from-remote", action="store_true",
-                        help="size the topic from the remote incarnation, adding partitions to an existing smaller one")
-    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="topic config for a created topic (repeatable), e.g. retention.ms=-1")
-    p.add_argument("--allow-non-empty", action="store_true",
-                   help="restore into an existing topic that already holds other data (appends after it)")
-    p.add_argument("--no-restore", action="store_true",
-                   help="only recreate the topic; the history stays readable from the remote tier")
-    p.add_argument("--transaction-records", type=int, default=10_000, metavar="N",
-                   help="records per restore transaction (default 10000)")
-    p.add_argument("--transaction-bytes", type=int, default=16 << 20, metavar="B",
-                   help="bytes per restore transaction (default 16 MiB)")
+    sizing.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="partition count (default: the remote incarnation's, which misses trailing partitions "
+        "that never tiered a segment)",
+    )
+    sizing.add_argument(
+        "--partitions-from-remote",
+        action="store_true",
+        help="size the topic from the remote incarnation, adding partitions to an existing smaller one",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="topic config for a created topic (repeatable), e.g. retention.ms=-1",
+    )
+    p.add_argument(
+        "--allow-non-empty",
+        action="store_true",
+        help="restore into an existing topic that already holds other data (appends after it)",
+    )
+    p.add_argument(
+        "--no-restore",
+        action="store_true",
+        help="only recreate the topic; the history stays readable from the remote tier",
+    )
+    p.add_argument(
+        "--transaction-records",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="records per restore transaction (default 10000)",
+    )
+    p.add_argument(
+        "--transaction-bytes",
+        type=int,
+        default=16 << 20,
+        metavar="B",
+        help="bytes per restore transaction (default 16 MiB)",
+    )
     add_rate_limit_arg(p, "throttle the restore (default: unlimited)")
     p.add_argument("--dry-run", action="store_true", help="report the plan; change nothing")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
@@ -69,8 +107,14 @@ class _Bars:
     def partition_started(self, partition: int, offsets: int) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=offsets, desc=f"restore {self.topic}-{partition}", unit="offset",
-                         unit_scale=True, disable=not self.enabled, file=sys.stderr)
+        self._bar = tqdm(
+            total=offsets,
+            desc=f"restore {self.topic}-{partition}",
+            unit="offset",
+            unit_scale=True,
+            disable=not self.enabled,
+            file=sys.stderr,
+        )
 
     def advance(self, offsets: int) -> None:
         if self._bar is not None:
@@ -92,8 +136,16 @@ def read_command(args: argparse.Namespace, topic_id: str, partition: int, offset
     argv += ["--path-style"] if args.path_style else []
     for option in args.storage_option:
         argv += ["--storage-option", option]
-    argv += ["--topic", args.topic, "--topic-id", topic_id, "--partition", str(partition),
-             "--from-offset", str(offset or 0)]
+    argv += [
+        "--topic",
+        args.topic,
+        "--topic-id",
+        topic_id,
+        "--partition",
+        str(partition),
+        "--from-offset",
+        str(offset or 0),
+    ]
     return shlex.join(argv)
 
 
@@ -105,17 +157,31 @@ def run(args: argparse.Namespace) -> int:
 
     require_positive(args, "replication_factor", "partitions", "transaction_records", "transaction_bytes")
     request = RecoverRequest(
-        topic=args.topic, bootstrap_servers=args.bootstrap_servers, topic_id=args.topic_id,
-        options=PlanOptions(replication_factor=args.replication_factor, partitions=args.partitions,
-                            partitions_from_remote=args.partitions_from_remote,
-                            allow_non_empty=args.allow_non_empty, restore=not args.no_restore),
-        topic_config=_topic_config(args.config), dry_run=args.dry_run,
+        topic=args.topic,
+        bootstrap_servers=args.bootstrap_servers,
+        topic_id=args.topic_id,
+        options=PlanOptions(
+            replication_factor=args.replication_factor,
+            partitions=args.partitions,
+            partitions_from_remote=args.partitions_from_remote,
+            allow_non_empty=args.allow_non_empty,
+            restore=not args.no_restore,
+        ),
+        topic_config=_topic_config(args.config),
+        dry_run=args.dry_run,
         limits=ChunkLimits(records=args.transaction_records, bytes=args.transaction_bytes),
-        limiter=rate_limiter(args))
-    summary = recover(open_store(args), KafkaAdmin(args.bootstrap_servers), request,
-                      _Bars(args.topic, enabled=not args.json))
-    commands = [read_command(args, summary.source_topic_id, ps.partition, ps.old_start)
-                for ps in summary.partition_summaries]
+        limiter=rate_limiter(args),
+    )
+    summary = recover(
+        open_store(args),
+        KafkaAdmin(args.bootstrap_servers),
+        request,
+        _Bars(args.topic, enabled=not args.json),
+    )
+    commands = [
+        read_command(args, summary.source_topic_id, ps.partition, ps.old_start)
+        for ps in summary.partition_summaries
+    ]
     if args.json:
         emit_json({**summary.to_json(), "read_commands": commands})
         return 0
@@ -127,16 +193,22 @@ def _print_text(summary: RecoverySummary, commands: list[str]) -> None:
     verb = {"create": "create", "reuse": "reuse the existing empty", "resume": "resume into"}[summary.action]
     if summary.dry_run:
         rf = f", replication factor {summary.replication_factor}" if summary.replication_factor else ""
-        print(f"dry run: would {verb} topic {summary.topic} ({summary.partitions} partitions{rf}) and "
-              f"{'restore' if summary.restore else 'not restore'} incarnation {summary.source_description}")
+        print(
+            f"dry run: would {verb} topic {summary.topic} ({summary.partitions} partitions{rf}) and "
+            f"{'restore' if summary.restore else 'not restore'} incarnation {summary.source_description}"
+        )
     else:
-        print(f"recovered topic {summary.topic} (topic id {summary.target_topic_id}, {summary.action}, "
-              f"{summary.partitions} partitions) from incarnation {summary.source_description}")
+        print(
+            f"recovered topic {summary.topic} (topic id {summary.target_topic_id}, {summary.action}, "
+            f"{summary.partitions} partitions) from incarnation {summary.source_description}"
+        )
     for ps in summary.partition_summaries:
         if ps.segments == 0:
             print(f"  partition {ps.partition}: nothing tiered")
             continue
-        line = f"  partition {ps.partition}: old offsets {ps.old_start}..{ps.old_end} ({ps.segments} segments)"
+        line = (
+            f"  partition {ps.partition}: old offsets {ps.old_start}..{ps.old_end} ({ps.segments} segments)"
+        )
         if summary.dry_run or not summary.restore:
             line += f", {ps.restored_before} records restored before, next old offset {ps.next_old}"
         else:

@@ -57,7 +57,9 @@ class AssignmentFile(BaseModel):
 
     def to_assignment(self) -> Assignment:
         rates = {
-            TopicPartition(topic, p): rate for topic, values in self.byte_rates.items() for p, rate in enumerate(values)
+            TopicPartition(topic, p): rate
+            for topic, values in self.byte_rates.items()
+            for p, rate in enumerate(values)
         }
         return Assignment(
             brokers=tuple(self.brokers),

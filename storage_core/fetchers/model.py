@@ -163,7 +163,9 @@ def fetch_groups(assignment: Assignment) -> tuple[FetchGroup, ...]:
     return tuple(groups)
 
 
-def partition_threads(assignment: Assignment, num_fetchers: int) -> dict[int, dict[TopicPartition, FetcherThread]]:
+def partition_threads(
+    assignment: Assignment, num_fetchers: int
+) -> dict[int, dict[TopicPartition, FetcherThread]]:
     """For each follower broker, the fetcher thread that carries each of its follower partitions."""
     if num_fetchers < 1:
         raise ValueError(f"num.replica.fetchers must be at least 1, got {num_fetchers}")

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage_core.fetchers.model import Assignment, FetchGroup, FetcherThread, fetch_groups
+from storage_core.fetchers.model import Assignment, FetcherThread, FetchGroup, fetch_groups
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,9 @@ def recommend(assignment: Assignment, current: int, minimum: int = 1, maximum: i
         minimum=minimum,
         maximum=maximum,
         steps=step_plan(current, best.fetchers),
-        explanations=tuple(explain(now.broker(b.broker), b, now.fetchers, best.fetchers) for b in best.brokers),
+        explanations=tuple(
+            explain(now.broker(b.broker), b, now.fetchers, best.fetchers) for b in best.brokers
+        ),
     )
 
 
@@ -280,7 +282,11 @@ def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
     return {
         "bounds": {"min": rec.minimum, "max": rec.maximum},
         "current": report_dict(rec.current),
-        "recommendation": {**report_dict(rec.recommended), "steps": list(rec.steps), "explanations": list(rec.explanations)},
+        "recommendation": {
+            **report_dict(rec.recommended),
+            "steps": list(rec.steps),
+            "explanations": list(rec.explanations),
+        },
         "candidates": [
             {
                 "fetchers": c.fetchers,

@@ -64,11 +64,18 @@ class BatchChainCheck:
     def finish(self, expected: int | None = None) -> int:
         """Declare the end of the object; return the chain, after comparing it with ``expected`` if given."""
         if self._carry:
-            raise TruncatedTailError(f"data ends inside the record batch at byte {self._position}",
-                                     position=self._position, offset=self._carry_offset(), path=self._path)
+            raise TruncatedTailError(
+                f"data ends inside the record batch at byte {self._position}",
+                position=self._position,
+                offset=self._carry_offset(),
+                path=self._path,
+            )
         if expected is not None and self._chain != expected:
-            raise CorruptDataError(f"batch chain CRC-32C {self._chain:#010x} differs from the {expected:#010x} "
-                                   "recorded when the object was written", path=self._path)
+            raise CorruptDataError(
+                f"batch chain CRC-32C {self._chain:#010x} differs from the {expected:#010x} "
+                "recorded when the object was written",
+                path=self._path,
+            )
         return self._chain
 
     def _scan(self, view: memoryview, pos: int) -> int:
@@ -91,7 +98,10 @@ class BatchChainCheck:
                 if computed != stored:
                     raise CorruptDataError(
                         f"record batch CRC mismatch at byte {self._position + pos - first}: stored {stored:#010x}, "
-                        f"computed {computed:#010x}", offset=base_offset, path=self._path)
+                        f"computed {computed:#010x}",
+                        offset=base_offset,
+                        path=self._path,
+                    )
                 pos = end
         finally:
             self._chain = chain
@@ -118,8 +128,9 @@ class BatchChainCheck:
         return used
 
     def _framing_error(self, base_offset: int, length: int, magic: int, position: int) -> CorruptDataError:
-        return CorruptDataError(f"{framing_problem(magic, length)} at byte {position}", offset=base_offset,
-                                path=self._path)
+        return CorruptDataError(
+            f"{framing_problem(magic, length)} at byte {position}", offset=base_offset, path=self._path
+        )
 
     def _carry_offset(self) -> int | None:
         return int.from_bytes(self._carry[:8], "big", signed=True) if len(self._carry) >= 8 else None

@@ -40,7 +40,7 @@ class MappedFile:
         self._released = 0  # pages below this were released already
 
     def __call__(self, start: int, end: int) -> memoryview:
-        return self._view[start:min(end, self.size)] if end > start else self._view[0:0]
+        return self._view[start : min(end, self.size)] if end > start else self._view[0:0]
 
     def release_before(self, position: int) -> None:
         """Drop the pages wholly below ``position`` from the resident set (they stay readable)."""

@@ -226,7 +226,9 @@ def validate_crc(
     return header
 
 
-def crc_mismatch(header: BatchHeader, actual: int, *, path: str | None, position: int | None) -> CorruptDataError:
+def crc_mismatch(
+    header: BatchHeader, actual: int, *, path: str | None, position: int | None
+) -> CorruptDataError:
     """The error for a batch whose computed CRC ``actual`` differs from the stored one."""
     problem = f"record batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}"
     return _damage(problem, header.base_offset, path, position)
@@ -338,7 +340,9 @@ def iter_batches(
         if not head:
             return
         if len(head) < HEADER_SIZE:
-            raise _truncated(pos, len(head), HEADER_SIZE, _partial_header_offset(bytes(head)), path, "batch header")
+            raise _truncated(
+                pos, len(head), HEADER_SIZE, _partial_header_offset(bytes(head)), path, "batch header"
+            )
         header = BatchHeader.parse(head, path=path, position=pos)
         end = pos + header.size_in_bytes
         data = cursor.view(pos, end)
@@ -366,4 +370,3 @@ def read_batch_at(
     if verify_crc:
         validate_crc(data, path=path, position=position)
     return RawBatch(position, header, data)
-

@@ -244,20 +244,23 @@ def _records(header: BatchHeader, payload: memoryview, chunk_size: int) -> Itera
         control_type: int | None = None
         if control:
             control_type = _control_type(key)
-        yield new_record(Record, (
-            base_offset + offset_delta,
-            base_timestamp + ts_delta if log_append_time is None else log_append_time,
-            timestamp_type,
-            key,
-            value,
-            headers,
-            leader_epoch,
-            producer_id,
-            producer_epoch,
-            transactional,
-            control,
-            control_type,
-        ))
+        yield new_record(
+            Record,
+            (
+                base_offset + offset_delta,
+                base_timestamp + ts_delta if log_append_time is None else log_append_time,
+                timestamp_type,
+                key,
+                value,
+                headers,
+                leader_epoch,
+                producer_id,
+                producer_epoch,
+                transactional,
+                control,
+                control_type,
+            ),
+        )
 
 
 def _control_type(key: bytes | None) -> int:

@@ -170,7 +170,7 @@ def read_remote_log_entry(
     data = fetch(position, position + _SPECULATIVE_READ)
     if len(data) >= _PREFIX.size:
         (length,) = struct.unpack_from(">h", data, 2)
-        if FIXED_ENTRY_SIZE <= length and len(data) < length:
+        if length >= FIXED_ENTRY_SIZE and len(data) < length:
             data += fetch(position + len(data), position + length)
     return RemoteLogIndexEntry.decode(data, path=path, position=position)
 
@@ -214,7 +214,9 @@ class RemotePointerIndex:
         self.path = path
 
     @classmethod
-    def open(cls, source: ByteSource, *, size: int | None = None, path: str | None = None) -> RemotePointerIndex:
+    def open(
+        cls, source: ByteSource, *, size: int | None = None, path: str | None = None
+    ) -> RemotePointerIndex:
         """Index over a file object (size measured) or a fetcher (``size`` required)."""
         return cls(as_fetcher(source), source_size(source, size), path=path)
 

@@ -154,13 +154,13 @@ class ChunkCursor:
         first = self._chunks[0]
         offset = start - self._start
         if offset + (end - start) <= len(first):
-            return memoryview(first)[offset: offset + (end - start)]
+            return memoryview(first)[offset : offset + (end - start)]
         # Views, so a range spanning chunks is copied once (by join), not sliced and then joined.
         parts = []
         position = self._start
         for chunk in self._chunks:
             if position >= end:
                 break
-            parts.append(memoryview(chunk)[max(start - position, 0): end - position])
+            parts.append(memoryview(chunk)[max(start - position, 0) : end - position])
             position += len(chunk)
         return b"".join(parts)

@@ -53,14 +53,20 @@ def _int(configs: dict[str, str], key: str) -> int | None:
         return None
 
 
-def _policies(options: CleanupOptions, configs: dict[str, str]) -> tuple[RetentionPolicy, RetentionPolicy | None]:
+def _policies(
+    options: CleanupOptions, configs: dict[str, str]
+) -> tuple[RetentionPolicy, RetentionPolicy | None]:
     remote = RetentionPolicy(
         retention_ms=_pick(options.remote_retention_ms, _int(configs, "retention.ms")),
-        retention_bytes=_pick(options.remote_retention_bytes, _int(configs, "retention.bytes")))
+        retention_bytes=_pick(options.remote_retention_bytes, _int(configs, "retention.bytes")),
+    )
     local_ms = _pick(options.local_retention_ms, _local(_int(configs, "local.retention.ms")))
     local_bytes = _pick(options.local_retention_bytes, _local(_int(configs, "local.retention.bytes")))
-    local = None if local_ms == UNLIMITED and local_bytes == UNLIMITED else \
-        RetentionPolicy(retention_ms=local_ms, retention_bytes=local_bytes)
+    local = (
+        None
+        if local_ms == UNLIMITED and local_bytes == UNLIMITED
+        else RetentionPolicy(retention_ms=local_ms, retention_bytes=local_bytes)
+    )
     return remote, local
 
 
@@ -81,8 +87,13 @@ def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
         admin = KafkaAdmin(options.bootstrap_servers)
-    report: dict[str, Any] = {"dry_run": options.dry_run, "partitions": [], "errors": [], "bytes_deleted": 0,
-                              "stale_uploads_aborted": []}
+    report: dict[str, Any] = {
+        "dry_run": options.dry_run,
+        "partitions": [],
+        "errors": [],
+        "bytes_deleted": 0,
+        "stale_uploads_aborted": [],
+    }
     views: dict[str, _TopicView] = {}
     for topic, topic_id in list_topics(store, layout):
         if options.topics is not None and topic not in options.topics:
@@ -98,8 +109,10 @@ def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
         try:
             # Part of the orphan sweep: a copy killed mid-upload leaves parts no listing shows.
             report["stale_uploads_aborted"] += store.abort_stale_uploads(
-                layout.topic_dir(topic, topic_id), options.now_ms - options.orphan_grace_ms,
-                dry_run=options.dry_run)
+                layout.topic_dir(topic, topic_id),
+                options.now_ms - options.orphan_grace_ms,
+                dry_run=options.dry_run,
+            )
         except TierkeeperError as exc:
             report["errors"].append(f"{topic}: {exc}")
     report["bytes_deleted"] = sum(p["bytes_deleted"] for p in report["partitions"])
@@ -119,8 +132,14 @@ def _view(admin: Any, topic: str, options: CleanupOptions, report: dict[str, Any
     return view
 
 
-def _cleanup_one(store: ObjectStore, layout: RemoteLayout, tp: TopicPartitionId, view: _TopicView,
-                 admin: Any, options: CleanupOptions) -> dict[str, Any]:
+def _cleanup_one(
+    store: ObjectStore,
+    layout: RemoteLayout,
+    tp: TopicPartitionId,
+    view: _TopicView,
+    admin: Any,
+    options: CleanupOptions,
+) -> dict[str, Any]:
     catalog = PartitionCatalog(store, layout, tp)
     current = view.topic_id == tp.topic_id
     state = catalog.read_state()
@@ -128,11 +147,20 @@ def _cleanup_one(store: ObjectStore, layout: RemoteLayout, tp: TopicPartitionId,
     # A log start Tierkeeper did not set (Kafka's own retention or a user's DeleteRecords) deletes the
     # remote copies below it too, as KIP-405 does; one we set by trimming locally never does.
     logical_start = None
-    if options.use_log_start and log_start is not None and \
-            (state.local_trim_offset is None or log_start > state.local_trim_offset):
+    if (
+        options.use_log_start
+        and log_start is not None
+        and (state.local_trim_offset is None or log_start > state.local_trim_offset)
+    ):
         logical_start = log_start
-    result = cleanup_partition(catalog, view.remote, now_ms=options.now_ms, log_start_offset=logical_start,
-                               orphan_grace_ms=options.orphan_grace_ms, dry_run=options.dry_run)
+    result = cleanup_partition(
+        catalog,
+        view.remote,
+        now_ms=options.now_ms,
+        log_start_offset=logical_start,
+        orphan_grace_ms=options.orphan_grace_ms,
+        dry_run=options.dry_run,
+    )
     out: dict[str, Any] = dict(result.__dict__)
     out["topic_id"] = tp.topic_id
     if admin is not None and current and view.local is not None and log_start is not None:
@@ -140,20 +168,30 @@ def _cleanup_one(store: ObjectStore, layout: RemoteLayout, tp: TopicPartitionId,
     return out
 
 
-def _trim(catalog: PartitionCatalog, admin: Any, tp: TopicPartitionId, log_start: int,
-          policy: RetentionPolicy, options: CleanupOptions) -> dict[str, int] | None:
+def _trim(
+    catalog: PartitionCatalog,
+    admin: Any,
+    tp: TopicPartitionId,
+    log_start: int,
+    policy: RetentionPolicy,
+    options: CleanupOptions,
+) -> dict[str, int] | None:
     manifest = catalog.rebuild_manifest(write=False) if options.dry_run else catalog.rebuild_manifest()
     if not manifest.segments:
         return None
     untiered = _untiered_local_bytes(options.log_dir, tp, manifest.segments[-1].next_offset)
-    target = plan_local_trim(manifest.segments, log_start, policy, options.now_ms, untiered_local_bytes=untiered)
+    target = plan_local_trim(
+        manifest.segments, log_start, policy, options.now_ms, untiered_local_bytes=untiered
+    )
     if target is None:
         return None
     trim = {"from": log_start, "to": target, "tiered_end": manifest.segments[-1].end_offset}
     if not options.dry_run:
         # Recorded before the call, so a log start we caused is never mistaken for a deletion request.
         state = catalog.read_state()
-        catalog.write_state(state.model_copy(update={"local_trim_offset": max(target, state.local_trim_offset or 0)}))
+        catalog.write_state(
+            state.model_copy(update={"local_trim_offset": max(target, state.local_trim_offset or 0)})
+        )
         reported = admin.delete_records({(tp.topic, tp.partition): target})
         trim["to"] = reported.get((tp.topic, tp.partition), target)
     return trim
@@ -171,8 +209,9 @@ def _untiered_local_bytes(log_dir: str | None, tp: TopicPartitionId, tiered_next
     return 0
 
 
-def delete_topic(store: ObjectStore, topic: str, *, topic_id: str | None = None,
-                 dry_run: bool = False) -> dict[str, Any]:
+def delete_topic(
+    store: ObjectStore, topic: str, *, topic_id: str | None = None, dry_run: bool = False
+) -> dict[str, Any]:
     """Remove every remote object of ``topic`` (one incarnation with ``topic_id``)."""
     layout = RemoteLayout(store.root)
     report: dict[str, Any] = {"dry_run": dry_run, "deleted_topics": [], "bytes_deleted": 0, "errors": []}
@@ -188,11 +227,13 @@ def delete_topic(store: ObjectStore, topic: str, *, topic_id: str | None = None,
             else:
                 total += delete_partition_tier(catalog)
         # Uploads still open under the topic would outlive its objects, invisible but billed.
-        aborted = store.abort_stale_uploads(layout.topic_dir(name, tid), int(time.time() * 1000) + 1,
-                                            dry_run=dry_run)
+        aborted = store.abort_stale_uploads(
+            layout.topic_dir(name, tid), int(time.time() * 1000) + 1, dry_run=dry_run
+        )
         if not dry_run:
             store.delete_tree(layout.topic_dir(name, tid))
-        report["deleted_topics"].append({"topic": name, "topic_id": tid, "bytes": total,
-                                         "uploads_aborted": aborted})
+        report["deleted_topics"].append(
+            {"topic": name, "topic_id": tid, "bytes": total, "uploads_aborted": aborted}
+        )
         report["bytes_deleted"] += total
     return report

@@ -29,8 +29,11 @@ from storage_core.retention.policy import UNLIMITED, RetentionPolicy, SegmentSum
 LOCAL_RETENTION_MS = "local.retention.ms"
 LOCAL_RETENTION_BYTES = "local.retention.bytes"
 
-_SEGMENT_FILES = ((SegmentObject.LOG, SegmentFileKind.LOG), (SegmentObject.OFFSET_INDEX, SegmentFileKind.INDEX),
-                  (SegmentObject.TIME_INDEX, SegmentFileKind.TIME_INDEX))
+_SEGMENT_FILES = (
+    (SegmentObject.LOG, SegmentFileKind.LOG),
+    (SegmentObject.OFFSET_INDEX, SegmentFileKind.INDEX),
+    (SegmentObject.TIME_INDEX, SegmentFileKind.TIME_INDEX),
+)
 
 
 class RebuildRefused(TierkeeperError):
@@ -128,8 +131,9 @@ class RebuildPlan:
         return sum(p.bytes for p in self.partitions)
 
 
-def resolve_policy(topic_config: Mapping[str, str], *, retention_ms: int | None,
-                   retention_bytes: int | None) -> RetentionPolicy:
+def resolve_policy(
+    topic_config: Mapping[str, str], *, retention_ms: int | None, retention_bytes: int | None
+) -> RetentionPolicy:
     """The local window for one topic: a flag wins, then the topic's ``local.retention.*`` when it holds a
     real limit (>= 0; Kafka's -2 means "same as retention.*", i.e. the whole log), else unlimited."""
 
@@ -142,8 +146,10 @@ def resolve_policy(topic_config: Mapping[str, str], *, retention_ms: int | None,
             return UNLIMITED
         return value if value >= 0 else UNLIMITED
 
-    return RetentionPolicy(retention_ms=pick(retention_ms, LOCAL_RETENTION_MS),
-                           retention_bytes=pick(retention_bytes, LOCAL_RETENTION_BYTES))
+    return RetentionPolicy(
+        retention_ms=pick(retention_ms, LOCAL_RETENTION_MS),
+        retention_bytes=pick(retention_bytes, LOCAL_RETENTION_BYTES),
+    )
 
 
 def contiguous_suffix(segments: Sequence[SegmentMetadata]) -> list[SegmentMetadata]:
@@ -168,8 +174,9 @@ def epochs_from(entries: Iterable[tuple[int, int]], log_start: int) -> tuple[Epo
 
 def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int) -> PartitionPlan:
     """Decide what to restore for one partition; raises RebuildRefused when restoring would be unsafe."""
-    base = PartitionPlan(obs.topic, obs.partition, obs.topic_id, obs.leader, obs.log_start_offset,
-                         obs.high_watermark, None)
+    base = PartitionPlan(
+        obs.topic, obs.partition, obs.topic_id, obs.leader, obs.log_start_offset, obs.high_watermark, None
+    )
     where = f"{obs.topic}-{obs.partition}"
     if obs.manifest is None or not obs.manifest.segments:
         others = sorted(set(obs.remote_topic_ids) - {obs.topic_id})
@@ -177,16 +184,24 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
             raise RebuildRefused(
                 f"{where}: the remote tier holds topic {obs.topic!r} only under topic id(s) {', '.join(others)}, "
                 f"but Kafka's topic has id {obs.topic_id} (deleted and recreated?); refusing to restore another "
-                "incarnation's data (exclude the topic to replicate it plainly)")
+                "incarnation's data (exclude the topic to replicate it plainly)"
+            )
         return replace(base, note="nothing tiered")
     manifest = obs.manifest
-    wrong = [s for s in manifest.segments if s.topic_id != obs.topic_id or s.topic != obs.topic
-             or s.partition != obs.partition]
+    wrong = [
+        s
+        for s in manifest.segments
+        if s.topic_id != obs.topic_id or s.topic != obs.topic or s.partition != obs.partition
+    ]
     if manifest.topic_id != obs.topic_id or wrong:
-        raise RebuildRefused(f"{where}: remote metadata names topic id {manifest.topic_id}, Kafka says "
-                             f"{obs.topic_id}; refusing")
+        raise RebuildRefused(
+            f"{where}: remote metadata names topic id {manifest.topic_id}, Kafka says "
+            f"{obs.topic_id}; refusing"
+        )
     if obs.leader is None:
-        raise RebuildRefused(f"{where}: the partition has no leader, so nothing can confirm what is committed")
+        raise RebuildRefused(
+            f"{where}: the partition has no leader, so nothing can confirm what is committed"
+        )
 
     committed = [s for s in manifest.segments if s.next_offset <= obs.high_watermark]
     run = contiguous_suffix(committed)
@@ -196,8 +211,9 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
     chosen = [s for s in run if s.next_offset > start]
     base = replace(base, window_start=window)
     if not chosen:
-        reason = ("the local window is empty" if run else
-                  "no tiered segment lies below the leader's high watermark")
+        reason = (
+            "the local window is empty" if run else "no tiered segment lies below the leader's high watermark"
+        )
         return replace(base, note=reason)
 
     files: list[RestoreFile] = []
@@ -207,26 +223,44 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
         for obj, kind in _SEGMENT_FILES:
             stored = seg.objects.get(obj)
             if stored is not None:
-                files.append(RestoreFile(segment_file_name(seg.base_offset, kind),
-                                         layout.object_key(seg.tp, seg.base_offset, seg.segment_id, obj),
-                                         stored.size, stored.crc32c, stored.batch_chain_crc32c))
+                files.append(
+                    RestoreFile(
+                        segment_file_name(seg.base_offset, kind),
+                        layout.object_key(seg.tp, seg.base_offset, seg.segment_id, obj),
+                        stored.size,
+                        stored.crc32c,
+                        stored.batch_chain_crc32c,
+                    )
+                )
     first = chosen[0].base_offset
     before = next((s for s in manifest.segments if s.next_offset == first), None)
     note = ""
     if before is not None and SegmentObject.PRODUCER_SNAPSHOT in before.objects:
         stored = before.objects[SegmentObject.PRODUCER_SNAPSHOT]
-        files.append(RestoreFile(
-            segment_file_name(first, SegmentFileKind.PRODUCER_SNAPSHOT),
-            layout.object_key(before.tp, before.base_offset, before.segment_id, SegmentObject.PRODUCER_SNAPSHOT),
-            stored.size, stored.crc32c))
+        files.append(
+            RestoreFile(
+                segment_file_name(first, SegmentFileKind.PRODUCER_SNAPSHOT),
+                layout.object_key(
+                    before.tp, before.base_offset, before.segment_id, SegmentObject.PRODUCER_SNAPSHOT
+                ),
+                stored.size,
+                stored.crc32c,
+            )
+        )
     elif first > 0:
         note = "no producer snapshot at the restored start; producer state is rebuilt from restored data only"
-    return replace(base, segments=tuple(chosen), files=tuple(files),
-                    leader_epochs=epochs_from(chosen[-1].leader_epochs, first), note=note)
+    return replace(
+        base,
+        segments=tuple(chosen),
+        files=tuple(files),
+        leader_epochs=epochs_from(chosen[-1].leader_epochs, first),
+        note=note,
+    )
 
 
-def plan_rebuild(broker_id: int, observations: Iterable[PartitionObservation], layout: RemoteLayout,
-                 now_ms: int) -> RebuildPlan:
+def plan_rebuild(
+    broker_id: int, observations: Iterable[PartitionObservation], layout: RemoteLayout, now_ms: int
+) -> RebuildPlan:
     """Plan every partition; refusals are collected so the user sees all of them at once."""
     plan = RebuildPlan(broker_id)
     for obs in sorted(observations, key=lambda o: (o.topic, o.partition)):

@@ -54,7 +54,11 @@ def reconcile_dir(pdir: Path, plan: PartitionPlan) -> tuple[list[RestoreFile], i
     with os.scandir(pdir) as entries:
         for entry in entries:
             want = wanted.get(entry.name)
-            if want is not None and entry.is_file(follow_symlinks=False) and entry.stat().st_size == want.size:
+            if (
+                want is not None
+                and entry.is_file(follow_symlinks=False)
+                and entry.stat().st_size == want.size
+            ):
                 present.add(entry.name)
                 kept += 1
             elif entry.name in (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT):
@@ -76,8 +80,9 @@ def download(store: ObjectStore, item: RestoreFile, target: Path, progress: Prog
             while position < item.size:
                 chunk = store.get_range(item.key, position, min(position + CHUNK, item.size))
                 if not chunk:
-                    raise CorruptDataError(f"remote object ended after {position} of {item.size} bytes",
-                                           path=item.key)
+                    raise CorruptDataError(
+                        f"remote object ended after {position} of {item.size} bytes", path=item.key
+                    )
                 out.write(chunk)
                 check.feed(chunk)
                 position += len(chunk)
@@ -112,13 +117,22 @@ class _Check:
         if self._batches is not None:
             self._batches.finish(item.batch_chain_crc32c)
         if item.crc32c is not None and self._crc != item.crc32c:
-            raise CorruptDataError(f"CRC-32C {self._crc:#010x} of the download differs from the {item.crc32c:#010x} "
-                                   "recorded when it was tiered", path=item.key)
+            raise CorruptDataError(
+                f"CRC-32C {self._crc:#010x} of the download differs from the {item.crc32c:#010x} "
+                "recorded when it was tiered",
+                path=item.key,
+            )
 
 
-def restore(plans: Sequence[PartitionPlan], staging_dir: Callable[[str], Path], store: ObjectStore, *,
-            parallelism: int, progress: Progress | None = None,
-            on_start: Progress | None = None) -> RestoreResult:
+def restore(
+    plans: Sequence[PartitionPlan],
+    staging_dir: Callable[[str], Path],
+    store: ObjectStore,
+    *,
+    parallelism: int,
+    progress: Progress | None = None,
+    on_start: Progress | None = None,
+) -> RestoreResult:
     """Bring every planned partition's staged directory to exactly what its plan describes.
 
     ``on_start`` learns the number of bytes still to download once the staged dirs are reconciled;

@@ -73,8 +73,9 @@ class RebuildOutcome:
 ClusterView = Callable[[], Sequence[AssignedPartition]]
 
 
-def observe(store: ObjectStore, assigned: Sequence[AssignedPartition],
-            options: RebuildOptions) -> list[PartitionObservation]:
+def observe(
+    store: ObjectStore, assigned: Sequence[AssignedPartition], options: RebuildOptions
+) -> list[PartitionObservation]:
     """Join Kafka's view with the remote tier's manifests (listed in parallel: one LIST per partition)."""
     layout = RemoteLayout(store.root)
     ids: dict[str, list[str]] = {}
@@ -88,32 +89,61 @@ def observe(store: ObjectStore, assigned: Sequence[AssignedPartition],
             catalog = PartitionCatalog(store, layout, TopicPartitionId(a.topic, a.topic_id, a.partition))
             # Derived from the markers, never trusted stale, and not written back: a dry run writes nothing.
             manifest = catalog.rebuild_manifest(write=False)
-        policy = resolve_policy(a.topic_config, retention_ms=options.local_retention_ms,
-                                retention_bytes=options.local_retention_bytes)
-        return PartitionObservation(a.topic, a.partition, a.topic_id, a.leader, a.replicas, a.log_start_offset,
-                                    a.high_watermark, policy, tuple(ids.get(a.topic, [])), manifest)
+        policy = resolve_policy(
+            a.topic_config,
+            retention_ms=options.local_retention_ms,
+            retention_bytes=options.local_retention_bytes,
+        )
+        return PartitionObservation(
+            a.topic,
+            a.partition,
+            a.topic_id,
+            a.leader,
+            a.replicas,
+            a.log_start_offset,
+            a.high_watermark,
+            policy,
+            tuple(ids.get(a.topic, [])),
+            manifest,
+        )
 
     with ThreadPoolExecutor(max_workers=max(1, options.parallelism)) as pool:
         return list(pool.map(one, mine))
 
 
 def summarize(plan: PartitionPlan) -> PartitionSummary:
-    return PartitionSummary(topic=plan.topic, partition=plan.partition, topic_id=plan.topic_id,
-                            segments=len(plan.segments), bytes=plan.bytes, restored_start=plan.restored_start,
-                            restored_end=plan.restored_end, leader_end=plan.leader_end,
-                            expected_tail=plan.expected_tail, note=plan.note)
+    return PartitionSummary(
+        topic=plan.topic,
+        partition=plan.partition,
+        topic_id=plan.topic_id,
+        segments=len(plan.segments),
+        bytes=plan.bytes,
+        restored_start=plan.restored_start,
+        restored_end=plan.restored_end,
+        leader_end=plan.leader_end,
+        expected_tail=plan.expected_tail,
+        note=plan.note,
+    )
 
 
 def make_plan(store: ObjectStore, cluster: ClusterView, options: RebuildOptions) -> RebuildPlan:
-    plan = plan_rebuild(options.broker_id, observe(store, cluster(), options), RemoteLayout(store.root), now_ms())
+    plan = plan_rebuild(
+        options.broker_id, observe(store, cluster(), options), RemoteLayout(store.root), now_ms()
+    )
     if plan.refusals:
         more = f" (and {len(plan.refusals) - 1} more)" if len(plan.refusals) > 1 else ""
         raise RebuildRefused(plan.refusals[0] + more)
     return plan
 
 
-def rebuild_log_dir(log_dir: str | Path, store: ObjectStore, cluster: ClusterView, options: RebuildOptions,
-                    progress: Progress | None = None, on_start: Progress | None = None) -> RebuildOutcome:
+def rebuild_log_dir(
+    log_dir: str | Path,
+    store: ObjectStore,
+    cluster: ClusterView,
+    options: RebuildOptions,
+    progress: Progress | None = None,
+    on_start: Progress | None = None,
+) -> RebuildOutcome:
     """Run (or resume, or confirm) the rebuild of one log dir; raises TierkeeperError on refusal/failure."""
     rdir = RebuildDir(log_dir)
     situation = classify(rdir.observe(), rdir.path)
@@ -147,11 +177,19 @@ def rebuild_log_dir(log_dir: str | Path, store: ObjectStore, cluster: ClusterVie
         if situation is Situation.FRESH:
             rdir.check_fresh(_tps(plan))
             if not plan.restoring:
-                return RebuildOutcome("nothing-to-restore", str(rdir.path), [summarize(p) for p in plan.partitions])
+                return RebuildOutcome(
+                    "nothing-to-restore", str(rdir.path), [summarize(p) for p in plan.partitions]
+                )
         rdir.arm_guards(options.broker_id)
         rdir.prune_staging({p.dir_name for p in plan.restoring})
-        result = restore(plan.restoring, rdir.partition_dir, store, parallelism=options.parallelism,
-                         progress=progress, on_start=on_start)
+        result = restore(
+            plan.restoring,
+            rdir.partition_dir,
+            store,
+            parallelism=options.parallelism,
+            progress=progress,
+            on_start=on_start,
+        )
         summaries = [summarize(p) for p in plan.partitions]
         done = rdir.install(rdir.mark_installing(summaries))
         action = "rebuilt" if situation is Situation.FRESH else "resumed"

@@ -40,7 +40,11 @@ from storage_core.formats.checkpoints import (
     read_offset_checkpoint,
     write_atomically,
 )
-from storage_core.formats.segment_files import CLUSTER_METADATA_TOPIC, TopicPartition, parse_partition_dir_name
+from storage_core.formats.segment_files import (
+    CLUSTER_METADATA_TOPIC,
+    TopicPartition,
+    parse_partition_dir_name,
+)
 from storage_core.rebuild.plan import RebuildRefused
 
 STAGING_DIR = "tierkeeper-rebuild.staging"
@@ -50,8 +54,12 @@ META_ASIDE = "meta.properties.tierkeeper-rebuild"
 LOCK = ".lock"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-OFFSET_CHECKPOINTS = (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
-                      LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
+OFFSET_CHECKPOINTS = (
+    REPLICATION_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    CLEANER_OFFSET_CHECKPOINT,
+)
 # What a freshly formatted (and possibly once started) empty log dir may hold besides meta.properties.
 _FRESH_FILES = {META, LOCK, CLEAN_SHUTDOWN, "bootstrap.checkpoint", *OFFSET_CHECKPOINTS}
 _FRESH_DIRS = {f"{CLUSTER_METADATA_TOPIC}-0", "remote-log-index-cache"}
@@ -112,7 +120,9 @@ def classify(seen: Observed, path: Path) -> Situation:
     if seen.meta and seen.aside:
         raise RebuildRefused(f"both {META} and {META_ASIDE} exist in {path}; keep only the new broker's own")
     if not seen.meta and not seen.aside:
-        raise RebuildRefused(f"no {META} in {path}: format the new broker's log dir (kafka-storage format) first")
+        raise RebuildRefused(
+            f"no {META} in {path}: format the new broker's log dir (kafka-storage format) first"
+        )
     if seen.marker is None:
         return Situation.INTERRUPTED if seen.staging or seen.aside else Situation.FRESH
     if seen.marker.phase is Phase.COMPLETE:
@@ -158,8 +168,12 @@ class RebuildDir:
 
     # ---- looking ------------------------------------------------------------------------------
     def observe(self) -> Observed:
-        return Observed(self.read_marker(), self.staging.is_dir(), (self.path / META).is_file(),
-                        (self.path / META_ASIDE).is_file())
+        return Observed(
+            self.read_marker(),
+            self.staging.is_dir(),
+            (self.path / META).is_file(),
+            (self.path / META_ASIDE).is_file(),
+        )
 
     def read_marker(self) -> RebuildMarker | None:
         try:
@@ -177,7 +191,9 @@ class RebuildDir:
             raise RebuildRefused(f"{meta} belongs to node.id {node}, not broker {broker_id}")
         marker = self.read_marker()
         if marker is not None and marker.broker_id != broker_id:
-            raise RebuildRefused(f"{self.marker_path} records a rebuild of broker {marker.broker_id}, not {broker_id}")
+            raise RebuildRefused(
+                f"{self.marker_path} records a rebuild of broker {marker.broker_id}, not {broker_id}"
+            )
 
     def check_fresh(self, restoring: set[TopicPartition]) -> None:
         """An empty log dir: nothing but what formatting (and perhaps one start) leaves behind."""
@@ -190,15 +206,19 @@ class RebuildDir:
             elif entry not in _FRESH_FILES:
                 unexpected.append(entry)
         if unexpected:
-            raise RebuildRefused(f"log dir {self.path} is not empty ({', '.join(unexpected[:5])}"
-                                 f"{', ...' if len(unexpected) > 5 else ''}); rebuild prepares only the empty "
-                                 "log dir of a replaced broker")
+            raise RebuildRefused(
+                f"log dir {self.path} is not empty ({', '.join(unexpected[:5])}"
+                f"{', ...' if len(unexpected) > 5 else ''}); rebuild prepares only the empty "
+                "log dir of a replaced broker"
+            )
         for name in OFFSET_CHECKPOINTS:
             if (self.path / name).is_file():
                 stale = sorted(set(read_offset_checkpoint(self.path / name)) & restoring)
                 if stale:
-                    raise RebuildRefused(f"{self.path / name} already has an entry for {stale[0]}; remove the "
-                                         "stale checkpoint files of the old log dir first")
+                    raise RebuildRefused(
+                        f"{self.path / name} already has an entry for {stale[0]}; remove the "
+                        "stale checkpoint files of the old log dir first"
+                    )
 
     # ---- the lock Kafka itself takes ----------------------------------------------------------
     @contextmanager
@@ -211,8 +231,10 @@ class RebuildDir:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
-                    raise RebuildRefused(f"{self.path / LOCK} is locked: a broker (or another rebuild) is using "
-                                         "this log dir; stop it first") from exc
+                    raise RebuildRefused(
+                        f"{self.path / LOCK} is locked: a broker (or another rebuild) is using "
+                        "this log dir; stop it first"
+                    ) from exc
                 raise
             yield
         finally:
@@ -245,8 +267,9 @@ class RebuildDir:
         marker = self.read_marker()
         if marker is None:
             stamp = now_ms()
-            self.write_marker(RebuildMarker(broker_id=broker_id, phase=Phase.RESTORING, started_ms=stamp,
-                                            updated_ms=stamp))
+            self.write_marker(
+                RebuildMarker(broker_id=broker_id, phase=Phase.RESTORING, started_ms=stamp, updated_ms=stamp)
+            )
         (self.path / (MARKER + ".tmp")).unlink(missing_ok=True)
 
     def prune_staging(self, keep: set[str]) -> int:
@@ -266,8 +289,9 @@ class RebuildDir:
         marker = self.read_marker()
         if marker is None:
             raise RebuildRefused(f"{self.marker_path} vanished during the restore")
-        updated = marker.model_copy(update={"phase": Phase.INSTALLING, "updated_ms": now_ms(),
-                                            "partitions": partitions})
+        updated = marker.model_copy(
+            update={"phase": Phase.INSTALLING, "updated_ms": now_ms(), "partitions": partitions}
+        )
         self.write_marker(updated)
         return updated
 
@@ -277,8 +301,10 @@ class RebuildDir:
             src, dst = self.staging / summary.dir_name, self.path / summary.dir_name
             if src.is_dir():
                 if dst.exists():
-                    raise RebuildRefused(f"{dst} exists outside the staging area; was a broker started on this "
-                                         "log dir? Refusing to overwrite it")
+                    raise RebuildRefused(
+                        f"{dst} exists outside the staging area; was a broker started on this "
+                        "log dir? Refusing to overwrite it"
+                    )
                 os.rename(src, dst)
             elif not dst.is_dir() and summary.segments:
                 raise RebuildRefused(f"staged partition {summary.dir_name} is missing from {self.staging}")

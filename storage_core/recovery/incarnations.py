@@ -8,7 +8,7 @@ the old incarnation's segment data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from storage_core.errors import ConfigError
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
@@ -82,8 +82,12 @@ class Incarnation:
     @property
     def timestamp_range(self) -> tuple[int, int] | None:
         """(oldest first timestamp, newest max timestamp) over every tiered segment, when known."""
-        firsts = [s.first_timestamp for h in self.partitions.values() for s in h.manifest.segments
-                  if s.first_timestamp >= 0]
+        firsts = [
+            s.first_timestamp
+            for h in self.partitions.values()
+            for s in h.manifest.segments
+            if s.first_timestamp >= 0
+        ]
         lasts = [s.max_timestamp for h in self.partitions.values() for s in h.manifest.segments]
         if not firsts or not lasts:
             return None
@@ -93,14 +97,17 @@ class Incarnation:
         """One line for error messages and the plan: id, offset ranges, segments, last copy."""
         ranges = ", ".join(
             f"p{p}: {h.start_offset}..{h.end_offset}" if h.segment_count else f"p{p}: empty"
-            for p, h in sorted(self.partitions.items()))
+            for p, h in sorted(self.partitions.items())
+        )
         when = _iso(self.last_copy_ms) if self.last_copy_ms else "never"
-        return (f"{self.topic_id} ({len(self.partitions)} partitions, {self.segment_count} segments, "
-                f"last copy {when}; {ranges})")
+        return (
+            f"{self.topic_id} ({len(self.partitions)} partitions, {self.segment_count} segments, "
+            f"last copy {when}; {ranges})"
+        )
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find_incarnations(store: ObjectStore, topic: str) -> list[Incarnation]:
@@ -118,33 +125,49 @@ def find_incarnations(store: ObjectStore, topic: str) -> list[Incarnation]:
     return out
 
 
-def choose_source(incarnations: list[Incarnation], *, topic: str, topic_id: str | None,
-                  live_topic_id: str | None, remote_url: str) -> Incarnation:
+def choose_source(
+    incarnations: list[Incarnation],
+    *,
+    topic: str,
+    topic_id: str | None,
+    live_topic_id: str | None,
+    remote_url: str,
+) -> Incarnation:
     """The incarnation to recover: the one named by ``topic_id``, else the only one that is not live.
 
     The live topic's own incarnation (the topic as it exists in Kafka now, tiered after an earlier
     recovery for example) is never a source: its history is still in Kafka.
     """
     if not incarnations:
-        raise ConfigError(f"topic {topic} has no tiered data in the remote tier {remote_url}; nothing to recover")
+        raise ConfigError(
+            f"topic {topic} has no tiered data in the remote tier {remote_url}; nothing to recover"
+        )
     if topic_id is not None:
         chosen = next((i for i in incarnations if i.topic_id == topic_id), None)
         if chosen is None:
-            raise ConfigError(f"topic {topic} has no incarnation with id {topic_id} in {remote_url}; "
-                              f"it has: {_listing(incarnations)}")
+            raise ConfigError(
+                f"topic {topic} has no incarnation with id {topic_id} in {remote_url}; "
+                f"it has: {_listing(incarnations)}"
+            )
         if chosen.topic_id == live_topic_id:
-            raise ConfigError(f"topic {topic} with id {topic_id} still exists in Kafka; only a deleted "
-                              "incarnation can be recovered (read it with `tierkeeper read`)")
+            raise ConfigError(
+                f"topic {topic} with id {topic_id} still exists in Kafka; only a deleted "
+                "incarnation can be recovered (read it with `tierkeeper read`)"
+            )
         if not chosen.has_data:
             raise ConfigError(f"topic {topic} incarnation {topic_id} has no finished segment in {remote_url}")
         return chosen
     candidates = [i for i in incarnations if i.topic_id != live_topic_id and i.has_data]
     if not candidates:
-        raise ConfigError(f"topic {topic} has no deleted incarnation with tiered data in {remote_url} "
-                          f"(live topic id {live_topic_id}); it has: {_listing(incarnations)}")
+        raise ConfigError(
+            f"topic {topic} has no deleted incarnation with tiered data in {remote_url} "
+            f"(live topic id {live_topic_id}); it has: {_listing(incarnations)}"
+        )
     if len(candidates) > 1:
-        raise ConfigError(f"topic {topic} has {len(candidates)} deleted incarnations in {remote_url}; "
-                          f"choose one with --topic-id: {_listing(candidates)}")
+        raise ConfigError(
+            f"topic {topic} has {len(candidates)} deleted incarnations in {remote_url}; "
+            f"choose one with --topic-id: {_listing(candidates)}"
+        )
     return candidates[0]
 
 

@@ -39,7 +39,9 @@ def runs_from_pairs(pairs: Iterable[tuple[int, int]]) -> list[OffsetRun]:
                 runs[-1] = last._replace(length=last.length + 1)
                 continue
             if old <= last.old_end or new <= last.new_end:
-                raise ValueError(f"offset pairs overlap or go backwards at old offset {old}, new offset {new}")
+                raise ValueError(
+                    f"offset pairs overlap or go backwards at old offset {old}, new offset {new}"
+                )
         runs.append(OffsetRun(old, new, 1))
     return runs
 

@@ -82,13 +82,15 @@ class PartitionSummary:
 
     def to_json(self) -> dict[str, Any]:
         runs = self.mapping or []
-        return {**{k: v for k, v in asdict(self).items() if k != "mapping"},
-                "restored_total": self.restored_total,
-                "new_start": runs[0].new_start if runs else None,
-                "new_end": runs[-1].new_end if runs else None,
-                "offsets_shifted": is_shifted(runs),
-                "mapping_complete": self.mapping is not None,
-                "mapping": [list(r) for r in runs]}
+        return {
+            **{k: v for k, v in asdict(self).items() if k != "mapping"},
+            "restored_total": self.restored_total,
+            "new_start": runs[0].new_start if runs else None,
+            "new_end": runs[-1].new_end if runs else None,
+            "offsets_shifted": is_shifted(runs),
+            "mapping_complete": self.mapping is not None,
+            "mapping": [list(r) for r in runs],
+        }
 
 
 @dataclass
@@ -108,27 +110,41 @@ class RecoverySummary:
     source_description: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "remote": self.remote, "source_topic_id": self.source_topic_id,
-                "target_topic_id": self.target_topic_id, "action": self.action, "partitions": self.partitions,
-                "replication_factor": self.replication_factor, "dry_run": self.dry_run, "restore": self.restore,
-                "source": self.source_description, "warnings": self.warnings,
-                "restored_now": sum(p.restored_now for p in self.partition_summaries),
-                "restored_total": sum(p.restored_total for p in self.partition_summaries),
-                "complete": all(p.complete for p in self.partition_summaries),
-                "partition_details": [p.to_json() for p in self.partition_summaries]}
+        return {
+            "topic": self.topic,
+            "remote": self.remote,
+            "source_topic_id": self.source_topic_id,
+            "target_topic_id": self.target_topic_id,
+            "action": self.action,
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "dry_run": self.dry_run,
+            "restore": self.restore,
+            "source": self.source_description,
+            "warnings": self.warnings,
+            "restored_now": sum(p.restored_now for p in self.partition_summaries),
+            "restored_total": sum(p.restored_total for p in self.partition_summaries),
+            "complete": all(p.complete for p in self.partition_summaries),
+            "partition_details": [p.to_json() for p in self.partition_summaries],
+        }
 
 
-def recover(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, reporter: Reporter) -> RecoverySummary:
+def recover(
+    store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, reporter: Reporter
+) -> RecoverySummary:
     topic = request.topic
     wanted_type = request.topic_config.get("message.timestamp.type", "CreateTime")
     if request.options.restore and wanted_type != "CreateTime":
-        raise ConfigError(f"--config message.timestamp.type={wanted_type} would replace the restored records' "
-                          "timestamps; restore into a CreateTime topic or pass --no-restore")
+        raise ConfigError(
+            f"--config message.timestamp.type={wanted_type} would replace the restored records' "
+            "timestamps; restore into a CreateTime topic or pass --no-restore"
+        )
     incarnations = find_incarnations(store, topic)
     described = admin.describe_if_exists(topic)
     live_id = next(iter(described.values())).topic_id if described else None
-    source = choose_source(incarnations, topic=topic, topic_id=request.topic_id, live_topic_id=live_id,
-                           remote_url=store.url)
+    source = choose_source(
+        incarnations, topic=topic, topic_id=request.topic_id, live_topic_id=live_id, remote_url=store.url
+    )
     live: LiveTopic | None = None
     claims: list[Claim] = []
     if live_id is not None:
@@ -138,14 +154,18 @@ def recover(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, repo
         claims = [c for i in incarnations if (c := read_claim(store, topic, i.topic_id, live_id)) is not None]
     plan = plan_topic(topic, source, live, claims, len(admin.broker_ids()), request.options)
     summary = _summary(request, store, source, plan, live_id)
-    summary.warnings.extend(f"partition {p.partition}: offsets {a}..{b} are missing from the remote tier"
-                            for p in source.partitions.values() for a, b in p.holes())
+    summary.warnings.extend(
+        f"partition {p.partition}: offsets {a}..{b} are missing from the remote tier"
+        for p in source.partitions.values()
+        for a, b in p.holes()
+    )
     if request.dry_run:
         if live_id is not None and plan.resume:
             from storage_core.adapters.kafka_sink import committed_progress
 
-            committed = committed_progress(request.bootstrap_servers, restore_group(topic, live_id), topic,
-                                           source.partitions)
+            committed = committed_progress(
+                request.bootstrap_servers, restore_group(topic, live_id), topic, source.partitions
+            )
             for ps in summary.partition_summaries:
                 _apply_progress(ps, source, committed.get(ps.partition))
         return summary
@@ -154,27 +174,56 @@ def recover(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, repo
     summary.target_topic_id = target_id
     state = RecoveryState(store, topic, source.topic_id, target_id)
     if state.read_claim() is None:
-        state.write_claim(Claim(topic=topic, source_topic_id=source.topic_id, target_topic_id=target_id,
-                                partitions=plan.partitions, created_at_ms=int(time.time() * 1000)))
+        state.write_claim(
+            Claim(
+                topic=topic,
+                source_topic_id=source.topic_id,
+                target_topic_id=target_id,
+                partitions=plan.partitions,
+                created_at_ms=int(time.time() * 1000),
+            )
+        )
     if request.options.restore:
         _restore(store, admin, request, source, state, summary, reporter)
     state.write_summary(json.dumps(summary.to_json(), sort_keys=True, default=str).encode())
     return summary
 
 
-def _summary(request: RecoverRequest, store: ObjectStore, source: Incarnation, plan: TopicPlan,
-             live_id: str | None) -> RecoverySummary:
+def _summary(
+    request: RecoverRequest, store: ObjectStore, source: Incarnation, plan: TopicPlan, live_id: str | None
+) -> RecoverySummary:
     action = "create" if plan.create else "resume" if plan.resume else "reuse"
-    partitions = [PartitionSummary(h.partition, h.start_offset, h.end_offset, h.segment_count,
-                                   next_old=h.start_offset, complete=h.segment_count == 0, holes=h.holes())
-                  for h in sorted(source.partitions.values(), key=lambda h: h.partition)]
-    return RecoverySummary(request.topic, store.url, source.topic_id, live_id, action, plan.partitions,
-                           plan.replication_factor, request.dry_run, request.options.restore, partitions,
-                           list(plan.warnings), source.describe())
+    partitions = [
+        PartitionSummary(
+            h.partition,
+            h.start_offset,
+            h.end_offset,
+            h.segment_count,
+            next_old=h.start_offset,
+            complete=h.segment_count == 0,
+            holes=h.holes(),
+        )
+        for h in sorted(source.partitions.values(), key=lambda h: h.partition)
+    ]
+    return RecoverySummary(
+        request.topic,
+        store.url,
+        source.topic_id,
+        live_id,
+        action,
+        plan.partitions,
+        plan.replication_factor,
+        request.dry_run,
+        request.options.restore,
+        partitions,
+        list(plan.warnings),
+        source.describe(),
+    )
 
 
-def _prepare_topic(admin: KafkaAdmin, request: RecoverRequest, plan: TopicPlan, live_id: str | None,
-                   warnings: list[str]) -> str:
+def _prepare_topic(
+    admin: KafkaAdmin, request: RecoverRequest, plan: TopicPlan, live_id: str | None, warnings: list[str]
+) -> str:
     if plan.create:
         assert plan.replication_factor is not None
         config = {"message.timestamp.type": "CreateTime", **request.topic_config}
@@ -188,22 +237,32 @@ def _prepare_topic(admin: KafkaAdmin, request: RecoverRequest, plan: TopicPlan, 
     return live_id
 
 
-def _apply_progress(ps: PartitionSummary, source: Incarnation,
-                    committed: tuple[int, str | None] | None) -> Progress | None:
+def _apply_progress(
+    ps: PartitionSummary, source: Incarnation, committed: tuple[int, str | None] | None
+) -> Progress | None:
     progress = Progress.decode(committed[1]) if committed else None
     if progress is None:
         return None
     if progress.source != source.topic_id:
-        raise ConfigError(f"partition {ps.partition} of the target topic holds restore progress of incarnation "
-                          f"{progress.source}, not {source.topic_id}; refusing to mix histories")
+        raise ConfigError(
+            f"partition {ps.partition} of the target topic holds restore progress of incarnation "
+            f"{progress.source}, not {source.topic_id}; refusing to mix histories"
+        )
     ps.restored_before = progress.restored
     ps.next_old = progress.next_old
     ps.complete = ps.old_end is None or progress.next_old > ps.old_end
     return progress
 
 
-def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, source: Incarnation,
-             state: RecoveryState, summary: RecoverySummary, reporter: Reporter) -> None:
+def _restore(
+    store: ObjectStore,
+    admin: KafkaAdmin,
+    request: RecoverRequest,
+    source: Incarnation,
+    state: RecoveryState,
+    summary: RecoverySummary,
+    reporter: Reporter,
+) -> None:
     from storage_core.adapters.kafka_sink import TransactionalSink
 
     topic = request.topic
@@ -212,9 +271,16 @@ def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, sou
     max_bytes = max(DEFAULT_MESSAGE_MAX_BYTES, _int(configs, "max.message.bytes") + 4096)
     group = restore_group(topic, state.target_topic_id)
     # The sink's init_transactions fences a crashed predecessor before the progress is read.
-    with TransactionalSink(request.bootstrap_servers, topic, group, message_max_bytes=max_bytes,
-                           batch_bytes=batch_bytes(configs)) as sink, \
-            RemoteReader(store, ReadOptions(isolation=Isolation.READ_COMMITTED)) as reader:
+    with (
+        TransactionalSink(
+            request.bootstrap_servers,
+            topic,
+            group,
+            message_max_bytes=max_bytes,
+            batch_bytes=batch_bytes(configs),
+        ) as sink,
+        RemoteReader(store, ReadOptions(isolation=Isolation.READ_COMMITTED)) as reader,
+    ):
         committed = sink.committed(source.partitions)
         for ps in summary.partition_summaries:
             history = source.partitions[ps.partition]
@@ -223,18 +289,34 @@ def _restore(store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, sou
                 continue
             earlier = state.chain(ps.partition, history.start_offset, progress.next_old) if progress else []
             if progress is not None and progress.next_old < history.start_offset:
-                summary.warnings.append(f"partition {ps.partition}: old offsets {progress.next_old}.."
-                                        f"{history.start_offset - 1} left the remote tier before they were restored")
-            start = PartitionStart(ps.partition, max(ps.next_old or 0, history.start_offset), history.end_offset,
-                                   ps.restored_before)
+                summary.warnings.append(
+                    f"partition {ps.partition}: old offsets {progress.next_old}.."
+                    f"{history.start_offset - 1} left the remote tier before they were restored"
+                )
+            start = PartitionStart(
+                ps.partition,
+                max(ps.next_old or 0, history.start_offset),
+                history.end_offset,
+                ps.restored_before,
+            )
             reporter.partition_started(ps.partition, max(0, history.end_offset + 1 - start.next_old))
-            outcome = restore_partition(start, source.topic_id, _reader_of(reader, history), sink, state.write_chunk,
-                                        request.limits, request.limiter, reporter.advance)
+            outcome = restore_partition(
+                start,
+                source.topic_id,
+                _reader_of(reader, history),
+                sink,
+                state.write_chunk,
+                request.limits,
+                request.limiter,
+                reporter.advance,
+            )
             reporter.partition_done()
             ps.restored_now = outcome.restored_now
             ps.next_old = outcome.next_old
             ps.complete = True
-            ps.mapping = None if earlier is None else concat_runs([*(c.offset_runs() for c in earlier), outcome.runs])
+            ps.mapping = (
+                None if earlier is None else concat_runs([*(c.offset_runs() for c in earlier), outcome.runs])
+            )
 
 
 def _int(configs: dict[str, str], name: str) -> int:
@@ -247,7 +329,9 @@ def _int(configs: dict[str, str], name: str) -> int:
 def batch_bytes(configs: dict[str, str]) -> int:
     """Producer batch size for a topic: the broker rejects a batch larger than a segment (RECORD_LIST_TOO_LARGE),
     so batches stay well below the topic's segment size (``internal.segment.bytes`` wins when set)."""
-    segment = _int(configs, "internal.segment.bytes") or _int(configs, "segment.bytes") or DEFAULT_SEGMENT_BYTES
+    segment = (
+        _int(configs, "internal.segment.bytes") or _int(configs, "segment.bytes") or DEFAULT_SEGMENT_BYTES
+    )
     return max(MIN_BATCH_BYTES, min(DEFAULT_BATCH_BYTES, segment // 2))
 
 

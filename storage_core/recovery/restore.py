@@ -70,8 +70,11 @@ class PartitionOutcome:
 
 
 def record_size(record: Record) -> int:
-    return (len(record.key or b"") + len(record.value or b"")
-            + sum(len(k) + len(v or b"") for k, v in record.headers))
+    return (
+        len(record.key or b"")
+        + len(record.value or b"")
+        + sum(len(k) + len(v or b"") for k, v in record.headers)
+    )
 
 
 def chunks(records: Iterator[Record], limits: ChunkLimits) -> Iterator[tuple[list[Record], int]]:
@@ -89,9 +92,16 @@ def chunks(records: Iterator[Record], limits: ChunkLimits) -> Iterator[tuple[lis
         yield chunk, size
 
 
-def restore_partition(start: PartitionStart, source: str, read_from: Callable[[int], Iterator[Record]],
-                      sink: RestoreSink, write_chunk: Callable[[ChunkMapping], None], limits: ChunkLimits,
-                      limiter: RateLimiter | None, advance: Callable[[int], None]) -> PartitionOutcome:
+def restore_partition(
+    start: PartitionStart,
+    source: str,
+    read_from: Callable[[int], Iterator[Record]],
+    sink: RestoreSink,
+    write_chunk: Callable[[ChunkMapping], None],
+    limits: ChunkLimits,
+    limiter: RateLimiter | None,
+    advance: Callable[[int], None],
+) -> PartitionOutcome:
     """Restore ``[start.next_old, start.end_old]`` of one partition; ``advance`` gets old offsets covered.
 
     ``limiter`` (the command's ``--max-bytes-per-second``) is charged each chunk's record bytes before
@@ -120,8 +130,14 @@ def restore_partition(start: PartitionStart, source: str, read_from: Callable[[i
     return out
 
 
-def _commit_chunk(partition: int, source: str, chunk: list[Record], out: PartitionOutcome, sink: RestoreSink,
-                  write_chunk: Callable[[ChunkMapping], None]) -> list[OffsetRun]:
+def _commit_chunk(
+    partition: int,
+    source: str,
+    chunk: list[Record],
+    out: PartitionOutcome,
+    sink: RestoreSink,
+    write_chunk: Callable[[ChunkMapping], None],
+) -> list[OffsetRun]:
     next_old = chunk[-1].offset + 1
     progress = Progress(source=source, next_old=next_old, restored=out.restored_total + len(chunk))
     attempt = 1
@@ -129,8 +145,14 @@ def _commit_chunk(partition: int, source: str, chunk: list[Record], out: Partiti
         try:
             pairs = sink.produce_chunk(partition, chunk)
             runs = runs_from_pairs(pairs)
-            write_chunk(ChunkMapping(partition=partition, first_old=out.next_old, next_old=next_old,
-                                     runs=[(r.old_start, r.new_start, r.length) for r in runs]))
+            write_chunk(
+                ChunkMapping(
+                    partition=partition,
+                    first_old=out.next_old,
+                    next_old=next_old,
+                    runs=[(r.old_start, r.new_start, r.length) for r in runs],
+                )
+            )
             sink.commit_chunk(partition, max(new for _, new in pairs) + 1, progress)
             return runs
         except ChunkAborted:

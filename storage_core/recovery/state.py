@@ -57,7 +57,9 @@ class ChunkMapping(BaseModel):
     partition: int
     first_old: int
     next_old: int
-    runs: list[tuple[int, int, int]] = Field(default_factory=list, description="(old_start, new_start, length)")
+    runs: list[tuple[int, int, int]] = Field(
+        default_factory=list, description="(old_start, new_start, length)"
+    )
 
     def offset_runs(self) -> list[OffsetRun]:
         return [OffsetRun(*r) for r in self.runs]
@@ -104,7 +106,9 @@ class RecoveryState:
         self.store.put_atomic(f"{self.dir}/claim.json", claim.model_dump_json().encode())
 
     def write_chunk(self, chunk: ChunkMapping) -> None:
-        self.store.put_atomic(self._chunk_key(chunk.partition, chunk.first_old), chunk.model_dump_json().encode())
+        self.store.put_atomic(
+            self._chunk_key(chunk.partition, chunk.first_old), chunk.model_dump_json().encode()
+        )
 
     def write_summary(self, summary_json: bytes) -> None:
         self.store.put_atomic(f"{self.dir}/summary.json", summary_json)
@@ -155,7 +159,9 @@ def read_claim(store: ObjectStore, topic: str, source_topic_id: str, target_topi
     try:
         return Claim.model_validate_json(data)
     except ValidationError as exc:
-        raise CorruptDataError(f"unreadable recovery claim: {exc.errors()[0]['msg']}", topic=topic, path=key) from exc
+        raise CorruptDataError(
+            f"unreadable recovery claim: {exc.errors()[0]['msg']}", topic=topic, path=key
+        ) from exc
 
 
 def restore_group(topic: str, target_topic_id: str) -> str:

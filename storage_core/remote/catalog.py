@@ -67,7 +67,9 @@ class PartitionCatalog:
                 if name not in (MANIFEST_NAME, PARTITION_STATE_NAME):
                     strays.append(key)
                 continue
-            entry = segments.setdefault(parsed.segment_id, SegmentListing(parsed.base_offset, parsed.segment_id))
+            entry = segments.setdefault(
+                parsed.segment_id, SegmentListing(parsed.base_offset, parsed.segment_id)
+            )
             state = marker_state(parsed.ext)
             if state is not None:
                 entry.states.add(state)
@@ -81,12 +83,21 @@ class PartitionCatalog:
         try:
             meta = SegmentMetadata.model_validate_json(data)
         except ValidationError as exc:
-            raise CorruptDataError(f"unreadable segment metadata: {exc.errors()[0]['msg']}",
-                                   topic=self.tp.topic, partition=self.tp.partition, offset=base_offset,
-                                   path=key) from exc
+            raise CorruptDataError(
+                f"unreadable segment metadata: {exc.errors()[0]['msg']}",
+                topic=self.tp.topic,
+                partition=self.tp.partition,
+                offset=base_offset,
+                path=key,
+            ) from exc
         if meta.segment_id != segment_id or meta.state is not state:
-            raise CorruptDataError("segment metadata does not match its key", topic=self.tp.topic,
-                                   partition=self.tp.partition, offset=base_offset, path=key)
+            raise CorruptDataError(
+                "segment metadata does not match its key",
+                topic=self.tp.topic,
+                partition=self.tp.partition,
+                offset=base_offset,
+                path=key,
+            )
         return meta
 
     def write_marker(self, meta: SegmentMetadata) -> None:
@@ -96,18 +107,25 @@ class PartitionCatalog:
     def segment_keys(self, entry: SegmentListing) -> tuple[list[str], list[str]]:
         """(data object keys, marker keys) of a listed segment."""
         stem = self.layout.segment_stem(self.tp, entry.base_offset, entry.segment_id)
-        markers = [self.layout.marker_key(self.tp, entry.base_offset, entry.segment_id, s) for s in entry.states]
+        markers = [
+            self.layout.marker_key(self.tp, entry.base_offset, entry.segment_id, s) for s in entry.states
+        ]
         return [f"{stem}.{ext}" for ext in entry.objects], markers
 
     def read_state(self) -> PartitionState:
         try:
-            return PartitionState.model_validate_json(self.store.get(self.layout.partition_state_key(self.tp)))
+            return PartitionState.model_validate_json(
+                self.store.get(self.layout.partition_state_key(self.tp))
+            )
         except RemoteObjectNotFound:
             return PartitionState()
         except ValidationError as exc:
-            raise CorruptDataError(f"unreadable partition state: {exc.errors()[0]['msg']}", topic=self.tp.topic,
-                                   partition=self.tp.partition,
-                                   path=self.layout.partition_state_key(self.tp)) from exc
+            raise CorruptDataError(
+                f"unreadable partition state: {exc.errors()[0]['msg']}",
+                topic=self.tp.topic,
+                partition=self.tp.partition,
+                path=self.layout.partition_state_key(self.tp),
+            ) from exc
 
     def write_state(self, state: PartitionState) -> None:
         self.store.put_atomic(self.layout.partition_state_key(self.tp), state.model_dump_json().encode())
@@ -138,8 +156,12 @@ class PartitionCatalog:
                 except CorruptDataError:
                     continue  # an unreadable marker is not trusted; the orphan sweep reports it
             finished.append(meta)
-        manifest = Manifest(topic=self.tp.topic, topic_id=self.tp.topic_id, partition=self.tp.partition,
-                            segments=readable_segments(finished))
+        manifest = Manifest(
+            topic=self.tp.topic,
+            topic_id=self.tp.topic_id,
+            partition=self.tp.partition,
+            segments=readable_segments(finished),
+        )
         if write:
             self.store.put_atomic(self.layout.manifest_key(self.tp), manifest.model_dump_json().encode())
         return manifest
@@ -163,7 +185,9 @@ def list_topics(store: ObjectStore, layout: RemoteLayout) -> list[tuple[str, str
     return sorted(out)
 
 
-def list_partitions(store: ObjectStore, layout: RemoteLayout, topic: str, topic_id: str) -> list[TopicPartitionId]:
+def list_partitions(
+    store: ObjectStore, layout: RemoteLayout, topic: str, topic_id: str
+) -> list[TopicPartitionId]:
     out = []
     for path in store.list_subdirs(layout.topic_dir(topic, topic_id)):
         name = path.rsplit("/", 1)[-1]

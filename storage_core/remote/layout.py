@@ -82,10 +82,14 @@ class RemoteLayout:
     def segment_stem(self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID) -> str:
         return f"{self.partition_dir(tp)}/{base_offset:0{OFFSET_DIGITS}d}-{segment_id}"
 
-    def object_key(self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID, obj: SegmentObject) -> str:
+    def object_key(
+        self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID, obj: SegmentObject
+    ) -> str:
         return f"{self.segment_stem(tp, base_offset, segment_id)}.{obj.value}"
 
-    def marker_key(self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID, state: SegmentState) -> str:
+    def marker_key(
+        self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID, state: SegmentState
+    ) -> str:
         return f"{self.segment_stem(tp, base_offset, segment_id)}.{state.value}{MARKER_SUFFIX}"
 
     def manifest_key(self, tp: TopicPartitionId) -> str:

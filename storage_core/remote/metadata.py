@@ -30,7 +30,8 @@ class StoredObject(BaseModel):
     batch_chain_crc32c: int | None = Field(
         default=None,
         description="`.log` objects: CRC-32C over the first 21 bytes of every record batch in order, which "
-                    "include each batch's own CRC-32C of the rest (storage_core.formats.batch_chain)")
+        "include each batch's own CRC-32C of the rest (storage_core.formats.batch_chain)",
+    )
 
 
 class SegmentMetadata(BaseModel):
@@ -51,8 +52,9 @@ class SegmentMetadata(BaseModel):
     size_bytes: int = Field(ge=0)
     record_count: int = Field(ge=0, default=0)
     has_transactions: bool = False
-    leader_epochs: list[tuple[int, int]] = Field(default_factory=list,
-                                                 description="(epoch, start offset) entries up to this segment's end")
+    leader_epochs: list[tuple[int, int]] = Field(
+        default_factory=list, description="(epoch, start offset) entries up to this segment's end"
+    )
     broker_id: int | None = None
     state: SegmentState = SegmentState.COPY_STARTED
     objects: dict[SegmentObject, StoredObject] = Field(default_factory=dict)
@@ -83,8 +85,10 @@ def readable_segments(states: Iterable[SegmentMetadata]) -> list[SegmentMetadata
     the earliest finished one wins so readers are deterministic. A copy whose range is covered by an
     earlier one is dropped.
     """
-    finished = sorted((m for m in states if m.state is SegmentState.COPY_FINISHED),
-                      key=lambda m: (m.base_offset, m.event_time_ms, str(m.segment_id)))
+    finished = sorted(
+        (m for m in states if m.state is SegmentState.COPY_FINISHED),
+        key=lambda m: (m.base_offset, m.event_time_ms, str(m.segment_id)),
+    )
     out: list[SegmentMetadata] = []
     for m in finished:
         if out and m.end_offset <= out[-1].end_offset:
@@ -133,9 +137,15 @@ class PartitionState(BaseModel):
     """Facts about a partition that Tierkeeper itself caused, so it can tell them from others' actions."""
 
     local_trim_offset: int | None = Field(
-        default=None, description="highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)")
+        default=None,
+        description="highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)",
+    )
 
 
 def build_manifest(tp: TopicPartitionId, markers: Iterable[SegmentMetadata]) -> Manifest:
-    return Manifest(topic=tp.topic, topic_id=tp.topic_id, partition=tp.partition,
-                    segments=readable_segments(current_states(markers).values()))
+    return Manifest(
+        topic=tp.topic,
+        topic_id=tp.topic_id,
+        partition=tp.partition,
+        segments=readable_segments(current_states(markers).values()),
+    )

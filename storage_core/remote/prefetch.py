@@ -18,8 +18,16 @@ DEFAULT_DEPTH = 3
 class SequentialPrefetcher:
     """``(start, end) -> bytes`` over ``[origin, size)`` of an object, fetching ``depth`` blocks ahead."""
 
-    def __init__(self, get_range: Callable[[int, int], bytes], size: int, executor: Executor, *,
-                 origin: int = 0, block: int = DEFAULT_BLOCK, depth: int = DEFAULT_DEPTH) -> None:
+    def __init__(
+        self,
+        get_range: Callable[[int, int], bytes],
+        size: int,
+        executor: Executor,
+        *,
+        origin: int = 0,
+        block: int = DEFAULT_BLOCK,
+        depth: int = DEFAULT_DEPTH,
+    ) -> None:
         self._get = get_range
         self._size = size
         self._executor = executor
@@ -53,7 +61,7 @@ class SequentialPrefetcher:
         for k in range(first, last + 1):
             data = self._blocks[k].result()
             b_start, _ = self._span(k)
-            parts.append(data[max(start, b_start) - b_start: end - b_start])
+            parts.append(data[max(start, b_start) - b_start : end - b_start])
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:

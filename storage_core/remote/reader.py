@@ -40,7 +40,6 @@ from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.prefetch import DEFAULT_BLOCK, DEFAULT_DEPTH, SequentialPrefetcher
 from storage_core.remote.store_api import ObjectStore
 
-
 KEEP_BEHIND = 32 << 20
 """Mapped bytes of a local object kept resident behind the batch being yielded (the batches of the group
 being checked lie ahead of it; views the caller holds further back stay valid either way)."""
@@ -85,8 +84,9 @@ class RemoteReader:
         self.options = options or ReadOptions()
         self.layout = RemoteLayout(store.root)
         self._cache = IndexCache(store, self.layout, self.options.cache_dir)
-        self._pool = ThreadPoolExecutor(max_workers=self.options.readahead_blocks + 1,
-                                        thread_name_prefix="tierkeeper-readahead")
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.options.readahead_blocks + 1, thread_name_prefix="tierkeeper-readahead"
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -102,13 +102,17 @@ class RemoteReader:
         ids = [tid for name, tid in list_topics(self.store, self.layout) if name == topic]
         if topic_id is not None:
             if topic_id not in ids:
-                raise ConfigError(f"topic {topic} with id {topic_id} is not in the remote tier {self.store.url}")
+                raise ConfigError(
+                    f"topic {topic} with id {topic_id} is not in the remote tier {self.store.url}"
+                )
             return TopicPartitionId(topic, topic_id, partition)
         if not ids:
             raise ConfigError(f"topic {topic} is not in the remote tier {self.store.url}")
         if len(ids) > 1:
-            raise ConfigError(f"topic {topic} has several incarnations in the remote tier ({', '.join(ids)}); "
-                              "choose one with --topic-id")
+            raise ConfigError(
+                f"topic {topic} has several incarnations in the remote tier ({', '.join(ids)}); "
+                "choose one with --topic-id"
+            )
         return TopicPartitionId(topic, ids[0], partition)
 
     def manifest(self, tp: TopicPartitionId, *, refresh: bool = False) -> Manifest:
@@ -138,7 +142,8 @@ class RemoteReader:
             raise OffsetOutOfRangeError(f"{tp}: nothing is tiered")
         if offset < manifest.start_offset or offset > manifest.end_offset:
             raise OffsetOutOfRangeError(
-                f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, {manifest.end_offset}]")
+                f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, {manifest.end_offset}]"
+            )
         index = manifest.segment_for_offset(offset)
         assert index is not None
         for meta in manifest.segments[index:]:
@@ -154,8 +159,11 @@ class RemoteReader:
             raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
         found: int | None = None  # once the first match is found, everything from it on, in offset order
         for meta in manifest.segments[index:]:
-            start = self._start_position(meta, None, timestamp) if found is None else \
-                self._start_position(meta, max(found, meta.base_offset), None)
+            start = (
+                self._start_position(meta, None, timestamp)
+                if found is None
+                else self._start_position(meta, max(found, meta.base_offset), None)
+            )
             if start is None:
                 continue
             for batch in self._segment_batches(meta, start):
@@ -183,14 +191,20 @@ class RemoteReader:
     def _segment_batches(self, meta: SegmentMetadata, start: int) -> Iterator[RawBatch]:
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
-        aborted = _Aborted(list(iter_txn_index(bytes_fetcher(self._cache.get(meta, SegmentObject.TXN_INDEX))))) \
-            if committed and meta.has_transactions else None
+        aborted = (
+            _Aborted(list(iter_txn_index(bytes_fetcher(self._cache.get(meta, SegmentObject.TXN_INDEX)))))
+            if committed and meta.has_transactions
+            else None
+        )
         for batch in self._checked_batches(key, meta.objects[SegmentObject.LOG].size, start):
             header = batch.header
             if header.is_control:
                 continue
-            if aborted is not None and header.is_transactional and \
-                    aborted.contains(header.producer_id, header.base_offset):
+            if (
+                aborted is not None
+                and header.is_transactional
+                and aborted.contains(header.producer_id, header.base_offset)
+            ):
                 continue
             yield batch
 
@@ -213,9 +227,14 @@ class RemoteReader:
                 yield batch
                 mapped.release_before(batch.position - KEEP_BEHIND)  # bounds the resident set
             return
-        prefetch = SequentialPrefetcher(lambda a, b: self.store.get_range(key, a, b), size, self._pool,
-                                        origin=start, block=self.options.block_bytes,
-                                        depth=self.options.readahead_blocks)
+        prefetch = SequentialPrefetcher(
+            lambda a, b: self.store.get_range(key, a, b),
+            size,
+            self._pool,
+            origin=start,
+            block=self.options.block_bytes,
+            depth=self.options.readahead_blocks,
+        )
         try:
             yield from iter_batches(prefetch, start, path=key, chunk_size=self.options.block_bytes)
         finally:

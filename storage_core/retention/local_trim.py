@@ -14,8 +14,14 @@ from storage_core.remote.metadata import SegmentMetadata
 from storage_core.retention.policy import RetentionPolicy, SegmentSummary, expired_prefix
 
 
-def plan_local_trim(finished: Sequence[SegmentMetadata], log_start_offset: int, policy: RetentionPolicy,
-                    now_ms: int, *, untiered_local_bytes: int = 0) -> int | None:
+def plan_local_trim(
+    finished: Sequence[SegmentMetadata],
+    log_start_offset: int,
+    policy: RetentionPolicy,
+    now_ms: int,
+    *,
+    untiered_local_bytes: int = 0,
+) -> int | None:
     """Offset to DeleteRecords to, or None when nothing should be trimmed.
 
     ``finished`` are the readable remote segments in offset order; ``log_start_offset`` is the
@@ -25,12 +31,15 @@ def plan_local_trim(finished: Sequence[SegmentMetadata], log_start_offset: int, 
     local = [m for m in finished if m.end_offset >= log_start_offset]
     if not local:
         return None
-    summaries = [SegmentSummary(m.base_offset, m.end_offset + 1, m.max_timestamp, m.size_bytes) for m in local]
+    summaries = [
+        SegmentSummary(m.base_offset, m.end_offset + 1, m.max_timestamp, m.size_bytes) for m in local
+    ]
     if policy.retention_bytes != -1:
         # The untiered tail counts toward the local size but can never be trimmed: model it as one
         # extra, never-expiring segment after the tiered ones.
-        summaries.append(SegmentSummary(summaries[-1].next_offset, summaries[-1].next_offset, 2**62,
-                                        untiered_local_bytes))
+        summaries.append(
+            SegmentSummary(summaries[-1].next_offset, summaries[-1].next_offset, 2**62, untiered_local_bytes)
+        )
         n = expired_prefix(summaries, policy, now_ms, keep_last=1)
     else:
         n = expired_prefix(summaries, policy, now_ms)

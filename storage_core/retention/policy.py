@@ -48,8 +48,9 @@ class SegmentSummary:
     size_bytes: int
 
 
-def expired_prefix(segments: Sequence[SegmentSummary], policy: RetentionPolicy, now_ms: int,
-                   *, keep_last: int = 0) -> int:
+def expired_prefix(
+    segments: Sequence[SegmentSummary], policy: RetentionPolicy, now_ms: int, *, keep_last: int = 0
+) -> int:
     """How many of the oldest ``segments`` (offset order) fall outside ``policy``.
 
     Deletion is always a prefix, so what remains stays contiguous. ``keep_last`` protects the newest
@@ -68,8 +69,9 @@ def expired_prefix(segments: Sequence[SegmentSummary], policy: RetentionPolicy, 
     return count
 
 
-def window_start(segments: Sequence[SegmentSummary], policy: RetentionPolicy, now_ms: int,
-                 *, keep_last: int = 0) -> int | None:
+def window_start(
+    segments: Sequence[SegmentSummary], policy: RetentionPolicy, now_ms: int, *, keep_last: int = 0
+) -> int | None:
     """First offset still inside ``policy``'s window: the next offset of the last expired segment, or
     None when nothing expires."""
     n = expired_prefix(segments, policy, now_ms, keep_last=keep_last)

@@ -46,36 +46,66 @@ def listed_segments(catalog: PartitionCatalog, listing: PartitionListing) -> lis
     for entry in listing.segments.values():
         data, markers = catalog.segment_keys(entry)
         times = [t for k in data + markers if (t := modified.get(k)) is not None]
-        leftovers = entry.state is SegmentState.DELETE_FINISHED and (bool(entry.objects) or len(entry.states) > 1)
-        out.append(ListedSegment(entry.base_offset, entry.segment_id, entry.state, max(times) if times else None,
-                                 leftovers))
+        leftovers = entry.state is SegmentState.DELETE_FINISHED and (
+            bool(entry.objects) or len(entry.states) > 1
+        )
+        out.append(
+            ListedSegment(
+                entry.base_offset, entry.segment_id, entry.state, max(times) if times else None, leftovers
+            )
+        )
     return out
 
 
-def cleanup_partition(catalog: PartitionCatalog, policy: RetentionPolicy, *, now_ms: int | None = None,
-                      log_start_offset: int | None = None, orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
-                      dry_run: bool = False) -> PartitionCleanupResult:
+def cleanup_partition(
+    catalog: PartitionCatalog,
+    policy: RetentionPolicy,
+    *,
+    now_ms: int | None = None,
+    log_start_offset: int | None = None,
+    orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
+    dry_run: bool = False,
+) -> PartitionCleanupResult:
     now_ms = _now_ms() if now_ms is None else now_ms
     listing = catalog.listing()
     manifest = catalog.rebuild_manifest(listing, write=False)
-    plan = plan_remote_cleanup(manifest.segments, listed_segments(catalog, listing), policy, now_ms,
-                               log_start_offset=log_start_offset, orphan_grace_ms=orphan_grace_ms)
+    plan = plan_remote_cleanup(
+        manifest.segments,
+        listed_segments(catalog, listing),
+        policy,
+        now_ms,
+        log_start_offset=log_start_offset,
+        orphan_grace_ms=orphan_grace_ms,
+    )
     result = PartitionCleanupResult(catalog.tp.topic, catalog.tp.partition, dry_run=dry_run)
     for d in plan.expire:
-        result.deleted.append({"base_offset": d.segment.base_offset, "end_offset": d.segment.end_offset,
-                               "segment_id": str(d.segment.segment_id), "bytes": d.segment.size_bytes,
-                               "reason": d.reason})
+        result.deleted.append(
+            {
+                "base_offset": d.segment.base_offset,
+                "end_offset": d.segment.end_offset,
+                "segment_id": str(d.segment.segment_id),
+                "bytes": d.segment.size_bytes,
+                "reason": d.reason,
+            }
+        )
     result.resumed, result.orphans_removed = len(plan.resume), len(plan.orphans)
     result.duplicates_removed = len(plan.duplicates)
-    remaining = [m for m in manifest.segments if m.segment_id not in {d.segment.segment_id for d in plan.expire}]
+    remaining = [
+        m for m in manifest.segments if m.segment_id not in {d.segment.segment_id for d in plan.expire}
+    ]
     result.remote_start_offset = remaining[0].base_offset if remaining else None
     if not dry_run:
         result.bytes_deleted = _execute(catalog, listing, plan, manifest.segments, now_ms)
     return result
 
 
-def _execute(catalog: PartitionCatalog, listing: PartitionListing, plan: RemoteCleanupPlan,
-             finished: list[SegmentMetadata], now_ms: int) -> int:
+def _execute(
+    catalog: PartitionCatalog,
+    listing: PartitionListing,
+    plan: RemoteCleanupPlan,
+    finished: list[SegmentMetadata],
+    now_ms: int,
+) -> int:
     to_delete = [d.segment for d in plan.expire]
     for seg in plan.duplicates:
         to_delete.append(catalog.read_marker(seg.base_offset, seg.segment_id, SegmentState.COPY_FINISHED))
@@ -84,8 +114,9 @@ def _execute(catalog: PartitionCatalog, listing: PartitionListing, plan: RemoteC
     if plan.expire:
         gone = {m.segment_id for m in to_delete}
         manifest = catalog.rebuild_manifest(listing, write=False)
-        manifest = manifest.model_copy(update={"segments": readable_segments(
-            [m for m in finished if m.segment_id not in gone])})
+        manifest = manifest.model_copy(
+            update={"segments": readable_segments([m for m in finished if m.segment_id not in gone])}
+        )
         catalog.store.put_atomic(catalog.layout.manifest_key(catalog.tp), manifest.model_dump_json().encode())
     deleted = 0
     for meta in to_delete:
@@ -103,13 +134,17 @@ def _execute(catalog: PartitionCatalog, listing: PartitionListing, plan: RemoteC
     return deleted
 
 
-def _finish_delete(catalog: PartitionCatalog, entry: SegmentListing, meta: SegmentMetadata, now_ms: int) -> int:
+def _finish_delete(
+    catalog: PartitionCatalog, entry: SegmentListing, meta: SegmentMetadata, now_ms: int
+) -> int:
     data, _ = catalog.segment_keys(entry)
     catalog.store.delete(data)
     if meta.state is not SegmentState.DELETE_FINISHED:
         catalog.write_marker(meta.with_state(SegmentState.DELETE_FINISHED, now_ms))
-    older = [catalog.layout.marker_key(catalog.tp, meta.base_offset, meta.segment_id, s)
-             for s in (SegmentState.COPY_STARTED, SegmentState.COPY_FINISHED, SegmentState.DELETE_STARTED)]
+    older = [
+        catalog.layout.marker_key(catalog.tp, meta.base_offset, meta.segment_id, s)
+        for s in (SegmentState.COPY_STARTED, SegmentState.COPY_FINISHED, SegmentState.DELETE_STARTED)
+    ]
     catalog.store.delete(older)
     return sum(entry.objects.values())
 
@@ -132,5 +167,3 @@ def delete_partition_tier(catalog: PartitionCatalog, *, now_ms: int | None = Non
         catalog.store.delete(catalog.segment_keys(entry)[1])
     catalog.store.delete([catalog.layout.partition_state_key(catalog.tp)])
     return deleted
-
-

@@ -52,13 +52,21 @@ class RemoteCleanupPlan:
         return not (self.expire or self.resume or self.orphans or self.duplicates)
 
 
-def plan_remote_cleanup(finished: list[SegmentMetadata], listed: list[ListedSegment], policy: RetentionPolicy,
-                        now_ms: int, *, log_start_offset: int | None = None,
-                        orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS) -> RemoteCleanupPlan:
+def plan_remote_cleanup(
+    finished: list[SegmentMetadata],
+    listed: list[ListedSegment],
+    policy: RetentionPolicy,
+    now_ms: int,
+    *,
+    log_start_offset: int | None = None,
+    orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
+) -> RemoteCleanupPlan:
     """``finished`` are the readable segments in offset order (the manifest); ``log_start_offset`` is a
     logical start below which remote data is deleted (None: no such limit)."""
     plan = RemoteCleanupPlan()
-    summaries = [SegmentSummary(m.base_offset, m.end_offset + 1, m.max_timestamp, m.size_bytes) for m in finished]
+    summaries = [
+        SegmentSummary(m.base_offset, m.end_offset + 1, m.max_timestamp, m.size_bytes) for m in finished
+    ]
     n_retention = expired_prefix(summaries, policy, now_ms)
     n_start = 0
     if log_start_offset is not None:
@@ -69,20 +77,30 @@ def plan_remote_cleanup(finished: list[SegmentMetadata], listed: list[ListedSegm
         plan.expire.append(Deletion(meta, reason))
     readable = {m.segment_id for m in finished}
     for seg in listed:
-        if seg.state is SegmentState.DELETE_STARTED or (seg.state is SegmentState.DELETE_FINISHED and seg.leftovers):
+        if seg.state is SegmentState.DELETE_STARTED or (
+            seg.state is SegmentState.DELETE_FINISHED and seg.leftovers
+        ):
             plan.resume.append(seg)
         elif seg.segment_id in readable or seg.state is SegmentState.DELETE_FINISHED:
             continue
         elif seg.state is SegmentState.COPY_FINISHED:
             plan.duplicates.append(seg)
-        elif seg.state in (SegmentState.COPY_STARTED, None):
-            if seg.modified_ms is not None and seg.modified_ms < now_ms - orphan_grace_ms:
-                plan.orphans.append(seg)
+        elif (
+            seg.state in (SegmentState.COPY_STARTED, None)
+            and seg.modified_ms is not None
+            and seg.modified_ms < now_ms - orphan_grace_ms
+        ):
+            plan.orphans.append(seg)
     return plan
 
 
-def _reason(meta: SegmentMetadata, policy: RetentionPolicy, now_ms: int, below_start: bool,
-            log_start_offset: int | None) -> str:
+def _reason(
+    meta: SegmentMetadata,
+    policy: RetentionPolicy,
+    now_ms: int,
+    below_start: bool,
+    log_start_offset: int | None,
+) -> str:
     if below_start:
         return f"below the log start offset {log_start_offset}"
     if policy.retention_ms != -1 and meta.max_timestamp < now_ms - policy.retention_ms:

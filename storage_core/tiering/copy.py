@@ -81,8 +81,10 @@ def epochs_for(entries: list[EpochEntry], next_offset: int) -> list[EpochEntry]:
 def aborted_for(aborted: list[AbortedTxn], base: int, next_offset: int) -> list[AbortedTxn]:
     """Aborted transactions overlapping [base, next_offset): a reader of this segment must skip them even
     when their ABORT marker lies in a later segment."""
-    return sorted((t for t in aborted if t.first_offset < next_offset and t.last_offset >= base),
-                  key=lambda t: (t.first_offset, t.producer_id))
+    return sorted(
+        (t for t in aborted if t.first_offset < next_offset and t.last_offset >= base),
+        key=lambda t: (t.first_offset, t.producer_id),
+    )
 
 
 class SegmentCopier:
@@ -95,9 +97,18 @@ class SegmentCopier:
     be started at once from different threads; :meth:`cancel` makes those under way stop early.
     """
 
-    def __init__(self, catalog: PartitionCatalog, pdir: PartitionDir, *, lso_known: bool,
-                 leader_epochs: list[EpochEntry], aborted: list[AbortedTxn], broker_id: int | None,
-                 index_entry_bytes: int, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        catalog: PartitionCatalog,
+        pdir: PartitionDir,
+        *,
+        lso_known: bool,
+        leader_epochs: list[EpochEntry],
+        aborted: list[AbortedTxn],
+        broker_id: int | None,
+        index_entry_bytes: int,
+        progress: Progress | None = None,
+    ) -> None:
         self.catalog = catalog
         self.pdir = pdir
         self.tp: TopicPartitionId = catalog.tp
@@ -127,14 +138,23 @@ class SegmentCopier:
         try:
             log_file = open(log_path, "rb")
         except FileNotFoundError as exc:
-            raise TierkeeperError(f"{self.tp}: segment {log_path.name} vanished before it was copied") from exc
+            raise TierkeeperError(
+                f"{self.tp}: segment {log_path.name} vanished before it was copied"
+            ) from exc
         with log_file:
             size = Path(log_path).stat().st_size
             started = SegmentMetadata(
-                topic=self.tp.topic, topic_id=self.tp.topic_id, partition=self.tp.partition,
-                segment_id=segment_id, base_offset=span.base_offset, end_offset=span.next_offset - 1,
-                next_offset=span.next_offset, size_bytes=size, broker_id=self.broker_id,
-                state=SegmentState.COPY_STARTED, event_time_ms=_now_ms(),
+                topic=self.tp.topic,
+                topic_id=self.tp.topic_id,
+                partition=self.tp.partition,
+                segment_id=segment_id,
+                base_offset=span.base_offset,
+                end_offset=span.next_offset - 1,
+                next_offset=span.next_offset,
+                size_bytes=size,
+                broker_id=self.broker_id,
+                state=SegmentState.COPY_STARTED,
+                event_time_ms=_now_ms(),
             )
             self.catalog.write_marker(started)
             upload = _Upload()
@@ -142,8 +162,12 @@ class SegmentCopier:
             # costs a few requests whose latency would otherwise add up after every segment (on a local
             # filesystem they are written inline, from the first inspection). None of them counts until the
             # COPY_FINISHED marker, which is written only after all have been stored and checked.
-            side = _Uploads(self._putter(started, upload), self._key_of(started), upload.keys,
-                            self.catalog.store.write_concurrency)
+            side = _Uploads(
+                self._putter(started, upload),
+                self._key_of(started),
+                upload.keys,
+                self.catalog.store.write_concurrency,
+            )
             try:
                 return self._store_log(started, log_file, size, upload, side)
             except BaseException:
@@ -161,9 +185,12 @@ class SegmentCopier:
             self._discard(stored.started, stored.upload)
             raise
         upload = stored.upload
-        finished = stored.finished.model_copy(update={
-            "event_time_ms": _now_ms(),
-            "objects": {obj: upload.objects[obj] for obj in SegmentObject if obj in upload.objects}})
+        finished = stored.finished.model_copy(
+            update={
+                "event_time_ms": _now_ms(),
+                "objects": {obj: upload.objects[obj] for obj in SegmentObject if obj in upload.objects},
+            }
+        )
         try:
             self.catalog.write_marker(finished)
         except BaseException:
@@ -186,11 +213,14 @@ class SegmentCopier:
     def _putter(self, meta: SegmentMetadata, upload: _Upload) -> Callable[[SegmentObject, bytes], None]:
         return lambda obj, data: self._put(upload, meta, obj, data)
 
-    def _store_log(self, meta: SegmentMetadata, log_file: BinaryIO, size: int, upload: _Upload,
-                   side: _Uploads) -> StoredSegment:
+    def _store_log(
+        self, meta: SegmentMetadata, log_file: BinaryIO, size: int, upload: _Upload, side: _Uploads
+    ) -> StoredSegment:
         tp = self.tp
         log_key = self._object_key(meta, SegmentObject.LOG)
-        validator = BatchStreamValidator(path=str(self.pdir.path / _file(meta.base_offset, SegmentFileKind.LOG)))
+        validator = BatchStreamValidator(
+            path=str(self.pdir.path / _file(meta.base_offset, SegmentFileKind.LOG))
+        )
         builder = RemoteIndexBuilder(target_entry_bytes=self.index_entry_bytes)
         object_name = log_key.rsplit("/", 1)[-1]
 
@@ -212,34 +242,49 @@ class SegmentCopier:
             raise _located(exc, tp, meta.base_offset) from exc
         # The batch chain instead of a whole-object CRC: the batch CRCs checked above already cover all
         # but 21 bytes per batch, and a second pass over the data cost ~5% of a local copy's speed.
-        upload.objects[SegmentObject.LOG] = StoredObject(size=written, batch_chain_crc32c=summary.chain_crc32c)
+        upload.objects[SegmentObject.LOG] = StoredObject(
+            size=written, batch_chain_crc32c=summary.chain_crc32c
+        )
         self._verify_size(meta, SegmentObject.LOG, written)
         if summary.has_transactional and not self.lso_known:
             raise TransactionsNeedLsoError(
                 f"{tp}: segment {meta.base_offset} holds transactional batches; the last stable offset "
-                "is needed to copy it safely (pass --bootstrap-servers)")
+                "is needed to copy it safely (pass --bootstrap-servers)"
+            )
         if summary.last_offset is not None and summary.last_offset >= meta.next_offset:
-            raise CorruptDataError(f"segment holds offset {summary.last_offset}, beyond its successor's base",
-                                   topic=tp.topic, partition=tp.partition, offset=meta.base_offset)
+            raise CorruptDataError(
+                f"segment holds offset {summary.last_offset}, beyond its successor's base",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=meta.base_offset,
+            )
         files = builder.finish()
         first_ts = builder.entries[0][1].first_timestamp if builder.entries else -1
         finished = meta.with_state(
-            SegmentState.COPY_FINISHED, _now_ms(),
+            SegmentState.COPY_FINISHED,
+            _now_ms(),
             end_offset=summary.last_offset if summary.last_offset is not None else meta.base_offset - 1,
             max_timestamp=summary.max_timestamp if summary.max_timestamp is not None else -1,
-            first_timestamp=first_ts, record_count=summary.records,
+            first_timestamp=first_ts,
+            record_count=summary.records,
             has_transactions=summary.has_transactional,
             leader_epochs=[(e.epoch, e.start_offset) for e in epochs],
         )
-        remote_indexes = [(SegmentObject.REMOTE_LOG_INDEX, files.log_index),
-                          (SegmentObject.REMOTE_OFFSET_INDEX, files.offset_index),
-                          (SegmentObject.REMOTE_TIME_INDEX, files.time_index)]
+        remote_indexes = [
+            (SegmentObject.REMOTE_LOG_INDEX, files.log_index),
+            (SegmentObject.REMOTE_OFFSET_INDEX, files.offset_index),
+            (SegmentObject.REMOTE_TIME_INDEX, files.time_index),
+        ]
         return StoredSegment(meta, upload, side, finished, remote_indexes)
 
-    def _companions(self, meta: SegmentMetadata, epochs: list[EpochEntry]) -> Iterator[tuple[SegmentObject, bytes]]:
+    def _companions(
+        self, meta: SegmentMetadata, epochs: list[EpochEntry]
+    ) -> Iterator[tuple[SegmentObject, bytes]]:
         """The objects shipped beside the .log that do not depend on its contents."""
-        for kind, obj in ((SegmentFileKind.INDEX, SegmentObject.OFFSET_INDEX),
-                          (SegmentFileKind.TIME_INDEX, SegmentObject.TIME_INDEX)):
+        for kind, obj in (
+            (SegmentFileKind.INDEX, SegmentObject.OFFSET_INDEX),
+            (SegmentFileKind.TIME_INDEX, SegmentObject.TIME_INDEX),
+        ):
             path = self.pdir.path / _file(meta.base_offset, kind)
             yield obj, path.read_bytes() if path.exists() else b""
         aborted = aborted_for(self.aborted, meta.base_offset, meta.next_offset)
@@ -259,14 +304,17 @@ class SegmentCopier:
         """Read the stored size back: a store that accepted fewer bytes than sent must fail the copy."""
         actual = self.catalog.store.size(self._object_key(meta, obj))
         if actual != expected:
-            raise TierkeeperError(f"{self.tp}: remote {obj.value} of segment {meta.base_offset} has "
-                                  f"{actual} bytes, expected {expected}")
+            raise TierkeeperError(
+                f"{self.tp}: remote {obj.value} of segment {meta.base_offset} has "
+                f"{actual} bytes, expected {expected}"
+            )
 
     def _discard(self, meta: SegmentMetadata, upload: _Upload) -> None:
         """Best effort: remove a failed attempt now; the orphan sweep removes whatever this misses."""
         try:
-            marker = self.catalog.layout.marker_key(self.tp, meta.base_offset, meta.segment_id,
-                                                    SegmentState.COPY_STARTED)
+            marker = self.catalog.layout.marker_key(
+                self.tp, meta.base_offset, meta.segment_id, SegmentState.COPY_STARTED
+            )
             self.catalog.store.delete([*upload.keys, marker])
         except Exception:  # noqa: BLE001 - the original error matters more than the cleanup's
             pass
@@ -284,10 +332,17 @@ class _Uploads:
     the first failed write.
     """
 
-    def __init__(self, put: Callable[[SegmentObject, bytes], None], key_of: Callable[[SegmentObject], str],
-                 keys: list[str], workers: int) -> None:
+    def __init__(
+        self,
+        put: Callable[[SegmentObject, bytes], None],
+        key_of: Callable[[SegmentObject], str],
+        keys: list[str],
+        workers: int,
+    ) -> None:
         self._put, self._key_of, self._keys = put, key_of, keys
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tierkeeper-companion") if workers > 1 else None
+        self._pool = (
+            ThreadPoolExecutor(workers, thread_name_prefix="tierkeeper-companion") if workers > 1 else None
+        )
         self._pending: list[Future[None]] = []
         self._deferred: list[tuple[SegmentObject, bytes]] = []
 
@@ -320,5 +375,9 @@ def _file(base_offset: int, kind: SegmentFileKind) -> str:
 
 
 def _located(exc: CorruptDataError, tp: TopicPartitionId, segment_base: int) -> CorruptDataError:
-    return CorruptDataError(f"corrupted segment {segment_base:020d}.log: {exc}", topic=tp.topic,
-                            partition=tp.partition, offset=exc.offset if exc.offset is not None else segment_base)
+    return CorruptDataError(
+        f"corrupted segment {segment_base:020d}.log: {exc}",
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=exc.offset if exc.offset is not None else segment_base,
+    )

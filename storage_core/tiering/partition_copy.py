@@ -40,7 +40,9 @@ class PartitionCopyResult:
     copied_bases: list[int] = field(default_factory=list)
 
 
-def copy_partition(task: CopyTask, store: ObjectStore, progress: Progress | None = None) -> PartitionCopyResult:
+def copy_partition(
+    task: CopyTask, store: ObjectStore, progress: Progress | None = None
+) -> PartitionCopyResult:
     """Run ``task``; errors of this partition are returned in the result, never raised, so a bad
     partition does not stop the others."""
     result = PartitionCopyResult(task.topic, task.partition)
@@ -62,16 +64,23 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
     manifest = catalog.rebuild_manifest()
     stable = task.last_stable_offset if task.last_stable_offset is not None else task.high_watermark
     if stable is None:
-        raise ConfigError(f"{wanted}: neither a last stable offset (--bootstrap-servers) nor a checkpointed "
-                          "high watermark is known, so no segment can be proven safe to copy")
+        raise ConfigError(
+            f"{wanted}: neither a last stable offset (--bootstrap-servers) nor a checkpointed "
+            "high watermark is known, so no segment can be proven safe to copy"
+        )
     segments = pdir.segments()
     remote_next = manifest.segments[-1].next_offset if manifest.segments else None
     decision = plan_copies([s.base_offset for s in segments], stable, remote_next)
     result.already_tiered, result.held_back = decision.skipped_tiered, decision.held_back
     copier = SegmentCopier(
-        catalog, pdir, lso_known=task.last_stable_offset is not None, leader_epochs=pdir.leader_epochs(),
-        aborted=pdir.aborted_transactions(), broker_id=task.broker_id,
-        index_entry_bytes=task.index_entry_bytes, progress=progress,
+        catalog,
+        pdir,
+        lso_known=task.last_stable_offset is not None,
+        leader_epochs=pdir.leader_epochs(),
+        aborted=pdir.aborted_transactions(),
+        broker_id=task.broker_id,
+        index_entry_bytes=task.index_entry_bytes,
+        progress=progress,
     )
     publisher = _Publisher(catalog, manifest, result)
     in_flight = max(1, task.segments_in_flight or store.segments_in_flight)
@@ -80,11 +89,14 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
     result.remote_end_offset = publisher.manifest.end_offset
 
 
-def _copy_in_order(copier: SegmentCopier, spans: Iterator[SegmentSpan], publisher: _Publisher,
-                   in_flight: int) -> None:
+def _copy_in_order(
+    copier: SegmentCopier, spans: Iterator[SegmentSpan], publisher: _Publisher, in_flight: int
+) -> None:
     """Start up to ``in_flight`` segments at once; finish each, in order, once the one before finished."""
-    with ThreadPoolExecutor(in_flight, thread_name_prefix="tierkeeper-segment") as starters, \
-            ThreadPoolExecutor(1, thread_name_prefix="tierkeeper-finish") as finisher:
+    with (
+        ThreadPoolExecutor(in_flight, thread_name_prefix="tierkeeper-segment") as starters,
+        ThreadPoolExecutor(1, thread_name_prefix="tierkeeper-finish") as finisher,
+    ):
         started: deque[Future[StoredSegment]] = deque()
 
         def start_next() -> None:
@@ -115,7 +127,9 @@ def _copy_in_order(copier: SegmentCopier, spans: Iterator[SegmentSpan], publishe
             earlier = finishing.exception() if finishing is not None else None
             publisher.flush(quietly=True)
             if earlier is not None and earlier is not exc:
-                raise earlier  # the segment before failed as well: report the first failure in offset order
+                # The segment before failed as well: report the first failure in offset order
+                # (the later one stays attached as its context).
+                raise earlier  # noqa: B904
             raise
 
 
@@ -169,8 +183,9 @@ class _Publisher:
         started = time.monotonic()
         self.manifest = self.manifest.model_copy(update={"segments": readable_segments(self._finished)})
         try:
-            self._catalog.store.put_atomic(self._catalog.layout.manifest_key(self._catalog.tp),
-                                           self.manifest.model_dump_json().encode())
+            self._catalog.store.put_atomic(
+                self._catalog.layout.manifest_key(self._catalog.tp), self.manifest.model_dump_json().encode()
+            )
         except TierkeeperError:
             if quietly:
                 return

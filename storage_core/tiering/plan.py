@@ -29,7 +29,9 @@ class CopyDecision:
     """Rolled segments not yet below the last stable offset (an open transaction or unreplicated data)."""
 
 
-def plan_copies(base_offsets: list[int], last_stable_offset: int, remote_next_offset: int | None) -> CopyDecision:
+def plan_copies(
+    base_offsets: list[int], last_stable_offset: int, remote_next_offset: int | None
+) -> CopyDecision:
     """Decide what to copy from a partition whose segments start at ``base_offsets``.
 
     ``remote_next_offset`` is one past the last offset already tiered (None when nothing is).

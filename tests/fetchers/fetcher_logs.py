@@ -18,8 +18,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RESIZE = re.compile(r"\[ReplicaFetcherManager on broker (\d+)\] Resizing fetcher thread pool size from (\d+) to (\d+)")
-ADDED = re.compile(r"\[ReplicaFetcherManager on broker (\d+)\] Added fetcher to broker (\d+) for partitions (.*)$")
+RESIZE = re.compile(
+    r"\[ReplicaFetcherManager on broker (\d+)\] Resizing fetcher thread pool size from (\d+) to (\d+)"
+)
+ADDED = re.compile(
+    r"\[ReplicaFetcherManager on broker (\d+)\] Added fetcher to broker (\d+) for partitions (.*)$"
+)
 ADDED_PARTITION = re.compile(r"([A-Za-z0-9._-]+)-(\d+) -> InitialFetchState")
 STARTING = re.compile(r"\[ReplicaFetcherThread-(\d+)-(\d+)\]: Starting")
 TRUNCATING = re.compile(

@@ -49,7 +49,9 @@ def java_hashes(workdir: Path, items: list[tuple[str, int]]) -> list[tuple[int, 
     clients = next(kafka_libs().glob("kafka-clients-*.jar"))
     source = workdir / "HashOracle.java"
     source.write_text(_SOURCE)
-    subprocess.run([javac, "-cp", str(clients), "-d", str(workdir), str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [javac, "-cp", str(clients), "-d", str(workdir), str(source)], check=True, capture_output=True
+    )
     # Topics travel as UTF-16 code units in hex so lone surrogates and non-BMP characters arrive intact.
     lines = []
     for topic, partition in items:
@@ -58,6 +60,9 @@ def java_hashes(workdir: Path, items: list[tuple[str, int]]) -> list[tuple[int, 
     # Utils pulls in SLF4J when it loads, so run with the broker's whole runtime classpath.
     proc = subprocess.run(
         [java, "-cp", f"{workdir}:{classpath()}", "HashOracle"],
-        input="\n".join(lines) + "\n", capture_output=True, text=True, check=True,
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return [(int(a), int(b)) for a, b in (line.split() for line in proc.stdout.splitlines())]

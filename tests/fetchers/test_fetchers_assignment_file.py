@@ -38,7 +38,10 @@ def test_round_trip_with_rates(tmp_path: Path) -> None:
         ({"brokers": [1, 2], "topics": {"a": [[]]}}, "topic 'a' partition 0 has no replicas"),
         ({"brokers": [1, 2], "topics": {"a": [[2, 2]]}}, "lists a broker twice"),
         ({"brokers": [1, 2], "topics": {"a": [["1", 2]]}}, "topics.a.0.0"),
-        ({"brokers": [1, 2], "topics": {"a": [[1, 2]]}, "byte_rates": {"a": [1.0, 2.0]}}, "2 values for 1 partitions"),
+        (
+            {"brokers": [1, 2], "topics": {"a": [[1, 2]]}, "byte_rates": {"a": [1.0, 2.0]}},
+            "2 values for 1 partitions",
+        ),
         ({"brokers": [1, 2], "topics": {"a": [[1, 2]]}, "byte_rates": {"b": [1.0]}}, "not in 'topics'"),
         ({"brokers": [1, 2], "topics": {}, "extra": 1}, "extra"),
     ],

@@ -16,14 +16,21 @@ from storage_core.fetchers.placement import round_robin_placement
 from storage_core.fetchers.planner import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
-LINE = Assignment(brokers=tuple(range(25)), topics={"line-traffic": round_robin_placement(list(range(25)), 40, 3, 0, 0)})
+LINE = Assignment(
+    brokers=tuple(range(25)), topics={"line-traffic": round_robin_placement(list(range(25)), 40, 3, 0, 0)}
+)
 
 
 def tierkeeper(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
         [sys.executable, "-m", "storage_core.cli", *args],
-        capture_output=True, text=True, check=False, cwd=REPO, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        env=env,
+        timeout=120,
     )
 
 
@@ -44,7 +51,9 @@ def test_plan_json_reports_brokers_and_recommendation(line_file: Path) -> None:
     for broker in expected.brokers:
         row = got[broker.broker]
         assert (row["idle_threads"], row["max_load"], row["mean_load"]) == (
-            broker.idle_threads, broker.max_load, broker.mean_load
+            broker.idle_threads,
+            broker.max_load,
+            broker.mean_load,
         )
     rec = data["recommendation"]
     assert rec["fetchers"] != 5 and rec["worst_load"] == 1 and rec["perfect_groups"] == rec["groups"] == 65
@@ -55,7 +64,9 @@ def test_plan_json_reports_brokers_and_recommendation(line_file: Path) -> None:
 
 
 def test_plan_text_and_bounds(line_file: Path) -> None:
-    proc = tierkeeper("fetchers", "plan", "--assignment", str(line_file), "--fetchers", "5", "--min", "6", "--max", "6")
+    proc = tierkeeper(
+        "fetchers", "plan", "--assignment", str(line_file), "--fetchers", "5", "--min", "6", "--max", "6"
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("current 5: busiest thread 2 partitions")

@@ -24,8 +24,16 @@ def test_round_robin_matches_the_documented_example() -> None:
     # The 5-broker, 10-partition example table of Kafka's AdminUtils documentation (rack unaware,
     # start index 0): rows are (leader, second replica, third replica).
     table = [
-        [0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 0], [4, 0, 1],
-        [0, 2, 3], [1, 3, 4], [2, 4, 0], [3, 0, 1], [4, 1, 2],
+        [0, 1, 2],
+        [1, 2, 3],
+        [2, 3, 4],
+        [3, 4, 0],
+        [4, 0, 1],
+        [0, 2, 3],
+        [1, 3, 4],
+        [2, 4, 0],
+        [3, 0, 1],
+        [4, 1, 2],
     ]
     assert round_robin_placement([0, 1, 2, 3, 4], 10, 3, 0, 0) == table
 

@@ -85,8 +85,9 @@ class TestThreadMapping:
     def test_groups_carry_weights_only_when_rates_are_given(self) -> None:
         plain = fetch_groups(_two_broker_topic(2))
         assert plain[0].weights is None and plain[0].loads(2) == [1.0, 1.0]
-        weighted = Assignment(brokers=(1, 2), topics={"t": [(1, 2), (1, 2)]},
-                              byte_rates={TopicPartition("t", 1): 5.0})
+        weighted = Assignment(
+            brokers=(1, 2), topics={"t": [(1, 2), (1, 2)]}, byte_rates={TopicPartition("t", 1): 5.0}
+        )
         group = fetch_groups(weighted)[0]
         # 3596 is even: partition 0 on fetcher 0 (rate missing, so 0), partition 1 on fetcher 1.
         assert group.loads(2) == [0.0, 5.0]

@@ -60,7 +60,9 @@ def test_weighted_loads_sum_to_follower_byte_rates(assignment: Assignment, fetch
 
 @settings(max_examples=100, deadline=None)
 @given(assignments(), st.integers(1, 12), st.integers(1, 12), st.integers(0, 12))
-def test_recommendation_never_worse_than_current(assignment: Assignment, current: int, low: int, span: int) -> None:
+def test_recommendation_never_worse_than_current(
+    assignment: Assignment, current: int, low: int, span: int
+) -> None:
     minimum, maximum = min(low, current), max(low + span, current)
     rec = recommend(assignment, current, minimum, maximum)
     assert minimum <= rec.recommended.fetchers <= maximum

@@ -55,8 +55,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 def tierkeeper(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "storage_core.cli", *args],
-                          capture_output=True, text=True, check=False, cwd=REPO, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "storage_core.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
 
 
 def _live_assignment(cluster: KafkaCluster) -> Assignment:
@@ -83,7 +90,9 @@ def _settled(
         if done:
             return assignment, latest
         if time.monotonic() > deadline:
-            raise AssertionError(f"brokers did not log all fetcher assignments in {timeout}s: missing {missing}")
+            raise AssertionError(
+                f"brokers did not log all fetcher assignments in {timeout}s: missing {missing}"
+            )
         time.sleep(1.0)
 
 
@@ -155,25 +164,39 @@ def test_halving_and_new_topics_follow_the_model(cluster: KafkaCluster) -> None:
     name, partitions, rf = LATE_TOPIC
     admin.create_topics([NewTopic(name, partitions, rf)])[name].result(60)
     topics = {**TOPICS, name: (partitions, rf)}
-    assert assert_logs_match_model(cluster, dict.fromkeys(cluster.node_ids, 3), topics) == follower_replicas(topics)
+    assert assert_logs_match_model(cluster, dict.fromkeys(cluster.node_ids, 3), topics) == follower_replicas(
+        topics
+    )
 
 
 def test_per_broker_override(cluster: KafkaCluster) -> None:
-    proc = tierkeeper("fetchers", "apply", "--bootstrap-servers", cluster.bootstrap_servers,
-                      "--broker", "2", "--target", "5")
+    proc = tierkeeper(
+        "fetchers",
+        "apply",
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--broker",
+        "2",
+        "--target",
+        "5",
+    )
     assert proc.returncode == 0, proc.stderr
     counts = {**dict.fromkeys(cluster.node_ids, 3), 2: 5}
     name, partitions, rf = LATE_TOPIC
     topics = {**TOPICS, name: (partitions, rf)}
     assert assert_logs_match_model(cluster, counts, topics) == follower_replicas(topics)
     # A cluster default would not reach broker 2 now; apply refuses rather than half-apply.
-    refused = tierkeeper("fetchers", "apply", "--bootstrap-servers", cluster.bootstrap_servers, "--target", "4")
+    refused = tierkeeper(
+        "fetchers", "apply", "--bootstrap-servers", cluster.bootstrap_servers, "--target", "4"
+    )
     assert refused.returncode == 1
     assert "brokers [2] have a per-broker num.replica.fetchers override" in refused.stderr
 
 
 def test_plan_reads_the_live_cluster(cluster: KafkaCluster) -> None:
-    proc = tierkeeper("fetchers", "plan", "--bootstrap-servers", cluster.bootstrap_servers, "--json", "--max", "8")
+    proc = tierkeeper(
+        "fetchers", "plan", "--bootstrap-servers", cluster.bootstrap_servers, "--json", "--max", "8"
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     # Brokers 1, 3, 4, 5 run 3 and broker 2 runs 5: the plan compares against the majority and says so.

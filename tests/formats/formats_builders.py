@@ -72,8 +72,16 @@ def build_batch(
     return bytes(buf)
 
 
-def control_batch(*, commit: bool, base_offset: int, producer_id: int, producer_epoch: int,
-                  timestamp: int, coordinator_epoch: int = 0, leader_epoch: int = 0) -> bytes:
+def control_batch(
+    *,
+    commit: bool,
+    base_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    timestamp: int,
+    coordinator_epoch: int = 0,
+    leader_epoch: int = 0,
+) -> bytes:
     """A transaction marker as a broker writes it: one record, key (version 0, type), value
     (version 0, coordinator epoch)."""
     key = struct.pack(">hh", 0, 1 if commit else 0)
@@ -112,7 +120,9 @@ def make_segment(batch_count: int = 30, first_offset: int = 1000) -> tuple[bytes
     for i in range(batch_count):
         count = 1 + i % 9
         recs = [Rec(d, 10_000 + i * 100 + d, f"k{d}".encode(), compressible_value(d)) for d in range(count)]
-        batch = build_batch(recs, codec=ALL_CODECS[i % len(ALL_CODECS)], base_offset=offset, leader_epoch=i // 10)
+        batch = build_batch(
+            recs, codec=ALL_CODECS[i % len(ALL_CODECS)], base_offset=offset, leader_epoch=i // 10
+        )
         parts.append(batch)
         layout.append((position, offset, count))
         position += len(batch)

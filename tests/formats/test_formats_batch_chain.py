@@ -72,7 +72,9 @@ def test_a_cut_object_is_a_truncated_tail(cut: int) -> None:
 def test_broken_framing_is_refused(at: int, value: int, problem: str) -> None:
     position, offset, _ = LAYOUT[10]
     damaged = bytearray(SEGMENT)
-    damaged[position + at : position + at + (1 if at == 16 else 4)] = value.to_bytes(1 if at == 16 else 4, "big")
+    damaged[position + at : position + at + (1 if at == 16 else 4)] = value.to_bytes(
+        1 if at == 16 else 4, "big"
+    )
     for cuts in ([], [position + 5]):  # in one chunk, and with the header split across two
         with pytest.raises(CorruptDataError, match=problem) as err:
             _check_in_chunks(bytes(damaged), cuts)

@@ -53,8 +53,14 @@ def test_byte_at_a_time() -> None:
 def test_summary_reports_offsets_timestamps_and_flags() -> None:
     batches = [
         build_batch([Rec(0, 500, b"a", compressible_value(0))], base_offset=10),
-        build_batch([Rec(0, 900, b"b", b"x"), Rec(1, 300, b"c", b"y")], base_offset=11, producer_id=3,
-                    producer_epoch=0, base_sequence=0, transactional=True),
+        build_batch(
+            [Rec(0, 900, b"b", b"x"), Rec(1, 300, b"c", b"y")],
+            base_offset=11,
+            producer_id=3,
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+        ),
         build_batch([Rec(0, 700, b"d", b"z")], base_offset=20),
     ]
     validator = BatchStreamValidator()

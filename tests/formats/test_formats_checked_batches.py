@@ -8,13 +8,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from formats_builders import make_segment
 
 from storage_core.errors import CorruptDataError
 from storage_core.formats.checked_batches import iter_checked_batches
 from storage_core.formats.record_batch import TruncatedTailError, iter_batches
 from storage_core.formats.source import bytes_fetcher
-
-from formats_builders import make_segment
 
 
 class CountingPool(ThreadPoolExecutor):
@@ -28,6 +27,7 @@ class CountingPool(ThreadPoolExecutor):
         def run() -> Any:
             self.threads.add(threading.get_ident())
             return fn(*args, **kwargs)
+
         return super().submit(run)
 
 
@@ -45,9 +45,11 @@ def _positions(batches: Any) -> list[tuple[int, int]]:
 def test_same_batches_as_iter_batches(pool: CountingPool, group_bytes: int) -> None:
     segment, layout = make_segment(60)
     want = _positions(iter_batches(bytes_fetcher(segment)))
-    got = list(iter_checked_batches(bytes_fetcher(segment), 0, pool, group_bytes=group_bytes, chunk_size=4096))
+    got = list(
+        iter_checked_batches(bytes_fetcher(segment), 0, pool, group_bytes=group_bytes, chunk_size=4096)
+    )
     assert _positions(got) == want == [(p, o) for p, o, _ in layout]
-    assert [bytes(b.data) for b in got] == [segment[p:p + len(b.data)] for b, (p, _, _) in zip(got, layout)]
+    assert [bytes(b.data) for b in got] == [segment[p : p + len(b.data)] for b, (p, _, _) in zip(got, layout)]
     if group_bytes == 1:
         assert not pool.threads  # one batch per group: checked here, no hand-off
     else:
@@ -71,7 +73,9 @@ def test_a_bad_crc_raises_after_the_good_batches_before_it(pool: CountingPool, d
     broken[position + 70] ^= 0x01  # inside the CRC-covered records
     seen = []
     with pytest.raises(CorruptDataError) as err:
-        for batch in iter_checked_batches(bytes_fetcher(bytes(broken)), 0, pool, group_bytes=8_000, path="x.log"):
+        for batch in iter_checked_batches(
+            bytes_fetcher(bytes(broken)), 0, pool, group_bytes=8_000, path="x.log"
+        ):
             seen.append(batch.header.base_offset)
     assert seen == [o for _, o, _ in layout[:damaged]]
     assert err.value.offset == offset
@@ -80,7 +84,7 @@ def test_a_bad_crc_raises_after_the_good_batches_before_it(pool: CountingPool, d
 
 def test_a_torn_tail_raises_after_every_complete_batch(pool: CountingPool) -> None:
     segment, layout = make_segment(12)
-    torn = segment + segment[layout[3][0]:layout[4][0]][:40]  # half a header
+    torn = segment + segment[layout[3][0] : layout[4][0]][:40]  # half a header
     seen = []
     with pytest.raises(TruncatedTailError):
         for batch in iter_checked_batches(bytes_fetcher(torn), 0, pool, group_bytes=1 << 30):

@@ -47,7 +47,10 @@ ENCODINGS = {
     "snappy-xerial": (Codec.SNAPPY, kafka_codec.snappy_encode),
     "snappy-raw": (Codec.SNAPPY, lambda d: bytes(cramjam.snappy.compress_raw(d))),
     "lz4-frame": (Codec.LZ4, kafka_codec.lz4_encode),
-    "lz4-frame-checksums": (Codec.LZ4, lambda d: lz4.frame.compress(d, block_checksum=True, content_checksum=True)),
+    "lz4-frame-checksums": (
+        Codec.LZ4,
+        lambda d: lz4.frame.compress(d, block_checksum=True, content_checksum=True),
+    ),
     "zstd-one-shot": (Codec.ZSTD, kafka_codec.zstd_encode),
     "zstd-streamed": (Codec.ZSTD, _zstd_streamed_without_content_size),
     "none": (Codec.NONE, lambda d: d),

@@ -83,7 +83,9 @@ def test_offset_lookup_is_the_floor_entry(count: int, relative_target: int) -> N
     index = OffsetIndex.from_bytes(_offset_index_bytes(entries, count + 50), BASE)
     keys = [rel for rel, _ in entries]
     slot = bisect.bisect_right(keys, relative_target) - 1
-    expected = OffsetPosition(BASE, 0) if slot < 0 else OffsetPosition(BASE + entries[slot][0], entries[slot][1])
+    expected = (
+        OffsetPosition(BASE, 0) if slot < 0 else OffsetPosition(BASE + entries[slot][0], entries[slot][1])
+    )
     assert index.lookup(BASE + relative_target) == expected
 
 
@@ -93,7 +95,9 @@ def test_time_lookup_is_the_floor_entry(count: int, target: int) -> None:
     entries = [(10 * i + 1, 2 * i) for i in range(count)]
     index = TimeIndex.from_bytes(_time_index_bytes(entries, count + 10), BASE)
     slot = bisect.bisect_right([ts for ts, _ in entries], target) - 1
-    expected = TimestampOffset(-1, BASE) if slot < 0 else TimestampOffset(entries[slot][0], BASE + entries[slot][1])
+    expected = (
+        TimestampOffset(-1, BASE) if slot < 0 else TimestampOffset(entries[slot][0], BASE + entries[slot][1])
+    )
     assert index.lookup(target) == expected
 
 

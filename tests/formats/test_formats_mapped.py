@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from formats_builders import make_segment
+
 from storage_core.formats import mapped
 from storage_core.formats.crc import crc32c
 from storage_core.formats.mapped import MappedFile
@@ -49,8 +49,10 @@ def test_batches_scan_from_the_mapping(tmp_path: Path, chunk_size: int) -> None:
     path.write_bytes(segment)
     with path.open("rb") as f:
         fetch = MappedFile(f)
-    got = [(b.position, b.header.base_offset, b.header.records_count)
-           for b in iter_batches(fetch, chunk_size=chunk_size)]
+    got = [
+        (b.position, b.header.base_offset, b.header.records_count)
+        for b in iter_batches(fetch, chunk_size=chunk_size)
+    ]
     assert got == layout
 
 
@@ -62,8 +64,9 @@ def _rss_file_kib() -> int:
 
 
 @pytest.mark.parametrize("release", [True, False])
-def test_pages_behind_the_scan_leave_the_resident_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      release: bool) -> None:
+def test_pages_behind_the_scan_leave_the_resident_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: bool
+) -> None:
     """Scanning 96 MiB while releasing 8 MiB behind keeps a few steps resident; without releasing all of
     it stays (the control case shows the measurement sees mapped pages at all)."""
     monkeypatch.setattr(mapped, "RELEASE_STEP", 4 * MIB)

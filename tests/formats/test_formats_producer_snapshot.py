@@ -11,7 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storage_core.errors import CorruptDataError
-from storage_core.formats.producer_snapshot import ProducerEntry, encode_producer_snapshot, parse_producer_snapshot
+from storage_core.formats.producer_snapshot import (
+    ProducerEntry,
+    encode_producer_snapshot,
+    parse_producer_snapshot,
+)
 
 ENTRIES = st.lists(
     st.builds(
@@ -35,7 +39,10 @@ def _independent_snapshot(rows: list[tuple[int, ...]]) -> bytes:
 
 
 def test_parses_the_documented_layout() -> None:
-    rows = [(1000, 2, 41, 5000, 3, 1_700_000_000_000, 7, -1), (1001, 0, 9, 5010, 0, 1_700_000_000_500, -1, 4990)]
+    rows = [
+        (1000, 2, 41, 5000, 3, 1_700_000_000_000, 7, -1),
+        (1001, 0, 9, 5010, 0, 1_700_000_000_500, -1, 4990),
+    ]
     entries = parse_producer_snapshot(_independent_snapshot(rows))
     assert [dataclasses.astuple(e) for e in entries] == rows
     assert [e.has_open_transaction for e in entries] == [False, True]

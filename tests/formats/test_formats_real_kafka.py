@@ -88,8 +88,15 @@ def _produce_codec_topics(bootstrap: str, topics: dict[str, str]) -> None:
     # Recent, deliberately non-monotonic CreateTimes (old ones would invite time-based retention).
     now_ms = int(time.time() * 1000)
     for topic, codec in topics.items():
-        producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5,
-                             "batch.size": 16384, "enable.idempotence": True})
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "compression.type": codec,
+                "linger.ms": 5,
+                "batch.size": 16384,
+                "enable.idempotence": True,
+            }
+        )
         for i in range(PER_CODEC):
             key = None if i % 10 == 0 else f"key-{i % 97}".encode()
             value = None if i % 50 == 7 else _value(i)
@@ -154,12 +161,7 @@ def produced(kafka_broker: KafkaCluster) -> Produced:
         time.sleep(0.5)
 
     result = Produced(kafka_broker, topics, {})
-    files = [
-        f
-        for topic in topics
-        for kind in SegmentFileKind
-        for f in result.files(topic, kind)
-    ]
+    files = [f for topic in topics for kind in SegmentFileKind for f in result.files(topic, kind)]
     result.dump = _split_dump(kafka_broker.dump_log_segments(files, deep=True))
     return result
 
@@ -239,8 +241,14 @@ def test_records_agree_with_dump_log_segments(produced: Produced) -> None:
 
 
 def _consume(bootstrap: str, topic: str, isolation: str, until_offset: int) -> Iterator[Message]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"fmt-{topic}-{isolation}",
-                         "enable.auto.commit": False, "isolation.level": isolation})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"fmt-{topic}-{isolation}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
     consumer.assign([KafkaTopicPartition(topic, 0, OFFSET_BEGINNING)])
     try:
         deadline = time.monotonic() + 60
@@ -259,8 +267,14 @@ def _consume(bootstrap: str, topic: str, isolation: str, until_offset: int) -> I
 
 def _as_consumer_sees(record: Record) -> tuple[object, ...]:
     kind = 1 if record.timestamp_type is TimestampType.CREATE_TIME else 2
-    return (record.offset, record.key, record.value, list(record.headers) or None, (kind, record.timestamp),
-            record.leader_epoch)
+    return (
+        record.offset,
+        record.key,
+        record.value,
+        list(record.headers) or None,
+        (kind, record.timestamp),
+        record.leader_epoch,
+    )
 
 
 def test_records_agree_with_a_real_consumer(produced: Produced) -> None:
@@ -294,11 +308,14 @@ def test_transaction_index_explains_what_read_committed_hides(produced: Produced
         if "producerId" in line
     ]
     assert [(d["producerId"], d["firstOffset"], d["lastOffset"], d["lastStableOffset"]) for d in dumped] == [
-        (str(t.producer_id), str(t.first_offset), str(t.last_offset), str(t.last_stable_offset)) for t in aborted
+        (str(t.producer_id), str(t.first_offset), str(t.last_offset), str(t.last_stable_offset))
+        for t in aborted
     ]
 
     def is_aborted(r: Record) -> bool:
-        return any(t.producer_id == r.producer_id and t.first_offset <= r.offset <= t.last_offset for t in aborted)
+        return any(
+            t.producer_id == r.producer_id and t.first_offset <= r.offset <= t.last_offset for t in aborted
+        )
 
     committed = [r.offset for r in records if not r.is_control and not is_aborted(r)]
     consumed = _consume(produced.cluster.bootstrap_servers, "fmt-txn", "read_committed", committed[-1])
@@ -332,9 +349,13 @@ def test_indexes_agree_with_dump_log_segments(produced: Produced) -> None:
             assert index.is_preallocated == active, path
             # DumpLogSegments prints a blank first slot of a preallocated index as "position: 0".
             dumped = [d for d in _dumped_index(produced, path) if d["position"] != "0"]
-            assert [(int(d["offset"]), int(d["position"])) for d in dumped] == [(e.offset, e.position) for e in entries]
+            assert [(int(d["offset"]), int(d["position"])) for d in dumped] == [
+                (e.offset, e.position) for e in entries
+            ]
             for entry in entries:
-                batch = next(b for b in batches if b.position == entry.position and b.header.base_offset >= base)
+                batch = next(
+                    b for b in batches if b.position == entry.position and b.header.base_offset >= base
+                )
                 assert (batch.position, batch.header.base_offset) in by_position
                 assert batch.header.last_offset == entry.offset
         for path in produced.files(topic, SegmentFileKind.TIME_INDEX):
@@ -344,7 +365,9 @@ def test_indexes_agree_with_dump_log_segments(produced: Produced) -> None:
                 entries = list(index)
                 index.validate()
             dumped = [d for d in _dumped_index(produced, path) if d["timestamp"] != "0"]
-            assert [(int(d["timestamp"]), int(d["offset"])) for d in dumped] == [(e.timestamp, e.offset) for e in entries]
+            assert [(int(d["timestamp"]), int(d["offset"])) for d in dumped] == [
+                (e.timestamp, e.offset) for e in entries
+            ]
 
 
 def test_producer_snapshots_agree_with_dump_log_segments(produced: Produced) -> None:
@@ -360,11 +383,27 @@ def test_producer_snapshots_agree_with_dump_log_segments(produced: Produced) -> 
             for entry, theirs in zip(entries, dumped, strict=True):
                 assert entry.producer_id in producer_ids
                 first_txn = theirs["currentTxnFirstOffset"]
-                expected_first = -1 if first_txn == "OptionalLong.empty" else int(first_txn.strip("OptionalLong[]"))
+                expected_first = (
+                    -1
+                    if first_txn == "OptionalLong.empty"
+                    else int(first_txn.removeprefix("OptionalLong[").removesuffix("]"))
+                )
                 assert (theirs["producerId"], theirs["producerEpoch"], theirs["coordinatorEpoch"]) == (
-                    str(entry.producer_id), str(entry.producer_epoch), str(entry.coordinator_epoch))
-                assert (theirs["lastSequence"], theirs["lastOffset"], theirs["offsetDelta"], theirs["timestamp"]) == (
-                    str(entry.last_sequence), str(entry.last_offset), str(entry.offset_delta), str(entry.timestamp))
+                    str(entry.producer_id),
+                    str(entry.producer_epoch),
+                    str(entry.coordinator_epoch),
+                )
+                assert (
+                    theirs["lastSequence"],
+                    theirs["lastOffset"],
+                    theirs["offsetDelta"],
+                    theirs["timestamp"],
+                ) == (
+                    str(entry.last_sequence),
+                    str(entry.last_offset),
+                    str(entry.offset_delta),
+                    str(entry.timestamp),
+                )
                 assert entry.current_txn_first_offset == expected_first
                 seen += 1
     assert seen > 0
@@ -380,8 +419,10 @@ def test_checkpoints_and_partition_metadata_agree_with_the_cluster(produced: Pro
     for topic in produced.topics:
         topic_id = descriptions[topic].result(30).topic_id
         mask = (1 << 64) - 1
-        expected = uuid.UUID(int=((topic_id.get_most_significant_bits() & mask) << 64)
-                             | (topic_id.get_least_significant_bits() & mask))
+        expected = uuid.UUID(
+            int=((topic_id.get_most_significant_bits() & mask) << 64)
+            | (topic_id.get_least_significant_bits() & mask)
+        )
         assert read_partition_metadata(produced.partition_dir(topic) / "partition.metadata") == expected
         assert read_leader_epoch_checkpoint(produced.partition_dir(topic) / "leader-epoch-checkpoint") == [
             EpochEntry(0, 0)

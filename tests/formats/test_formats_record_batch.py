@@ -28,8 +28,14 @@ from storage_core.formats.source import ByteSource, bytes_fetcher
 def test_header_fields_match_what_was_built() -> None:
     recs = [Rec(d, 5000 + d * 10, b"k", compressible_value(d)) for d in range(4)]
     batch = build_batch(
-        recs, codec=LZ4, base_offset=123456789012, leader_epoch=9, producer_id=77, producer_epoch=2,
-        base_sequence=40, transactional=True,
+        recs,
+        codec=LZ4,
+        base_offset=123456789012,
+        leader_epoch=9,
+        producer_id=77,
+        producer_epoch=2,
+        base_sequence=40,
+        transactional=True,
     )
     header = validate_crc(batch)
     assert header.base_offset == 123456789012
@@ -39,9 +45,18 @@ def test_header_fields_match_what_was_built() -> None:
     assert header.codec is Codec.LZ4
     assert header.timestamp_type is TimestampType.CREATE_TIME
     assert header.is_transactional and not header.is_control and not header.has_delete_horizon
-    assert header.last_offset_delta == 3 and header.last_offset == 123456789015 and header.next_offset == 123456789016
+    assert (
+        header.last_offset_delta == 3
+        and header.last_offset == 123456789015
+        and header.next_offset == 123456789016
+    )
     assert (header.base_timestamp, header.max_timestamp, header.first_record_timestamp) == (5000, 5030, 5000)
-    assert (header.producer_id, header.producer_epoch, header.base_sequence, header.records_count) == (77, 2, 40, 4)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence, header.records_count) == (
+        77,
+        2,
+        40,
+        4,
+    )
     assert BatchHeader.parse(header.encode()) == header
     assert header.encode() == batch[:HEADER_SIZE]
 
@@ -87,8 +102,12 @@ def test_headers_are_read_without_fetching_bodies() -> None:
 def test_start_position_skips_earlier_batches() -> None:
     segment, layout = make_segment()
     position = layout[10][0]
-    assert [p for p, _ in iter_batch_headers(bytes_fetcher(segment), position)] == [p for p, _, _ in layout[10:]]
-    assert [b.position for b in iter_batches(bytes_fetcher(segment), position)] == [p for p, _, _ in layout[10:]]
+    assert [p for p, _ in iter_batch_headers(bytes_fetcher(segment), position)] == [
+        p for p, _, _ in layout[10:]
+    ]
+    assert [b.position for b in iter_batches(bytes_fetcher(segment), position)] == [
+        p for p, _, _ in layout[10:]
+    ]
 
 
 @pytest.mark.parametrize("chunk_size", [1, 100, 4096, 1 << 20])

@@ -81,7 +81,12 @@ def test_log_append_time_gives_every_record_the_batch_max_timestamp(codec: int) 
 
 def test_transactional_batch_carries_producer_identity() -> None:
     batch = build_batch(
-        _mixed_records(10), codec=ZSTD, producer_id=4711, producer_epoch=3, base_sequence=0, transactional=True
+        _mixed_records(10),
+        codec=ZSTD,
+        producer_id=4711,
+        producer_epoch=3,
+        base_sequence=0,
+        transactional=True,
     )
     header = BatchHeader.parse(batch)
     assert header.is_transactional and not header.is_control
@@ -103,13 +108,17 @@ def test_control_batches_decode_their_marker_type(commit: bool) -> None:
 
 def test_unknown_control_type_is_kept_as_a_number() -> None:
     key = struct.pack(">hh", 0, 3)
-    batch = build_batch([Rec(0, 1, key, b"")], transactional=True, control=True, producer_id=1, producer_epoch=0)
+    batch = build_batch(
+        [Rec(0, 1, key, b"")], transactional=True, control=True, producer_id=1, producer_epoch=0
+    )
     (record,) = decode_records(batch)
     assert record.control_type == 3 and not isinstance(record.control_type, ControlType)
 
 
 def test_control_record_without_a_valid_key_is_corrupt() -> None:
-    batch = build_batch([Rec(0, 1, b"\x00", b"")], transactional=True, control=True, producer_id=1, producer_epoch=0)
+    batch = build_batch(
+        [Rec(0, 1, b"\x00", b"")], transactional=True, control=True, producer_id=1, producer_epoch=0
+    )
     with pytest.raises(CorruptDataError):
         decode_records(batch)
 
@@ -132,7 +141,9 @@ def test_large_records_span_many_chunks() -> None:
         st.tuples(
             st.one_of(st.none(), st.binary(max_size=40)),
             st.one_of(st.none(), st.binary(max_size=200)),
-            st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=10))), max_size=3),
+            st.lists(
+                st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=10))), max_size=3
+            ),
             st.integers(min_value=0, max_value=10**6),
         ),
         min_size=1,
@@ -142,7 +153,9 @@ def test_large_records_span_many_chunks() -> None:
     st.integers(min_value=0, max_value=2**40),
 )
 def test_arbitrary_records_round_trip(
-    contents: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]], codec: int, base: int
+    contents: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
+    codec: int,
+    base: int,
 ) -> None:
     written = [Rec(i, ts, key, value, tuple(headers)) for i, (key, value, headers, ts) in enumerate(contents)]
     try:
@@ -213,11 +226,14 @@ def _with_payload(batch: bytes, payload: bytes) -> bytes:
     return bytes(buf)
 
 
-@pytest.mark.parametrize("payload", [
-    bytes([4, 0, 0x81]),            # the timestamp delta's first byte asks for a second one past the end
-    bytes([6, 0, 0, 0, 0x01, 0x81]),  # so does the value length, after a null key
-    bytes([2, 0]),                  # the record ends before its timestamp delta
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        bytes([4, 0, 0x81]),  # the timestamp delta's first byte asks for a second one past the end
+        bytes([6, 0, 0, 0, 0x01, 0x81]),  # so does the value length, after a null key
+        bytes([2, 0]),  # the record ends before its timestamp delta
+    ],
+)
 def test_a_record_cut_inside_a_field_is_corruption_naming_the_batch(payload: bytes) -> None:
     batch = _with_payload(build_batch([Rec(0, 1_700_000_000_000, b"k", b"v", ())], base_offset=900), payload)
     with pytest.raises(CorruptDataError, match="malformed record batch") as err:

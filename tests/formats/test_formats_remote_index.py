@@ -31,7 +31,9 @@ from storage_core.formats.source import bytes_fetcher
 
 I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 ENTRIES = st.builds(
-    lambda first, span, ts1, ts2, length, rdi: RemoteLogIndexEntry(first, first + span, ts1, ts2, length, rdi),
+    lambda first, span, ts1, ts2, length, rdi: RemoteLogIndexEntry(
+        first, first + span, ts1, ts2, length, rdi
+    ),
     st.integers(0, 2**62),
     st.integers(0, 2**20),
     I64,

@@ -47,7 +47,7 @@ class TierkeeperEmulator(kmock.KubernetesEmulator):
     watched: set[str] = attrs.field(factory=set, init=False)  # "group/version/plural" of every watch so far
 
     async def _handle(self, request: kmock.Request) -> Any:
-        if (request.action == kmock.action.LIST and request.params.get("watch", "").lower() in ("true", "1")):
+        if request.action == kmock.action.LIST and request.params.get("watch", "").lower() in ("true", "1"):
             # The API server parses booleans leniently; the Python client sends watch=True, kmock wants "true".
             # kmock routes a request by its identity in the request log (a private list), so swap it there too.
             watch_request = attrs.evolve(request, action=kmock.action.WATCH)
@@ -104,7 +104,9 @@ def _now() -> str:
 def load_crds(crd_dir: Path = CRD_DIR) -> list[dict[str, Any]]:
     docs = [yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(crd_dir.glob("*.yaml"))]
     if not docs:
-        raise HarnessError(f"no CRD files in {crd_dir} (run python -m tierkeeper_operator.crdgen --out crds/)")
+        raise HarnessError(
+            f"no CRD files in {crd_dir} (run python -m tierkeeper_operator.crdgen --out crds/)"
+        )
     return docs
 
 
@@ -153,7 +155,9 @@ class KubeApiServer:
         if not self._ready.wait(timeout):
             raise HarnessError(f"kmock Kubernetes emulator did not start within {timeout}s")
         if self._failure is not None:
-            raise HarnessError(f"kmock Kubernetes emulator failed to start: {self._failure!r}") from self._failure
+            raise HarnessError(
+                f"kmock Kubernetes emulator failed to start: {self._failure!r}"
+            ) from self._failure
         self._write_kubeconfig()
         self._check_answers()
         return self
@@ -163,7 +167,7 @@ class KubeApiServer:
         self._loop = loop
         try:
             loop.run_until_complete(self._main())
-        except BaseException as exc:  # reported to the starting thread, which raises it
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread, which raises it
             self._failure = exc
             self._ready.set()
         finally:
@@ -190,7 +194,9 @@ class KubeApiServer:
             "kind": "Config",
             "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
             "users": [{"name": "kmock", "user": {"token": "kmock-test-token"}}],
-            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"}}],
+            "contexts": [
+                {"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"}}
+            ],
             "current-context": "kmock",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -259,8 +265,12 @@ def running_operator(api: KubeApiServer, timeout: float = 60.0, start_timeout: f
     registry = build_registry(login=kopf.login_with_kubeconfig)
     args = ["run", "--standalone", "--all-namespaces"]
     wanted = {f"{GROUP}/{VERSION}/{plural}" for plural in OPERATOR_PLURALS}
-    with _logging_restored(), KopfRunner(args, registry=registry, env={"KUBECONFIG": str(api.kubeconfig)},
-                                         timeout=timeout, reraise=False) as runner:
+    with (
+        _logging_restored(),
+        KopfRunner(
+            args, registry=registry, env={"KUBECONFIG": str(api.kubeconfig)}, timeout=timeout, reraise=False
+        ) as runner,
+    ):
         # Ready means kopf has opened its watches on both resources.
         if wait_until(lambda: wanted <= api.watched(), start_timeout):
             yield runner

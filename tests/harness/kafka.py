@@ -145,20 +145,37 @@ class KafkaCluster:
 
     def _java(self, main_class: str, *args: str, heap: str | None = None) -> list[str]:
         return [
-            java_binary(), f"-Xmx{heap or self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            java_binary(),
+            f"-Xmx{heap or self.heap}",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
-            "-cp", classpath(), main_class, *args,
+            "-cp",
+            classpath(),
+            main_class,
+            *args,
         ]
 
     def _format(self, node: _Node) -> None:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={self._cluster_id}",
-                       "-c", str(node.config_file), "--ignore-formatted", heap="256m"),
-            capture_output=True, text=True, check=False,
+            self._java(
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={self._cluster_id}",
+                "-c",
+                str(node.config_file),
+                "--ignore-formatted",
+                heap="256m",
+            ),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
-            raise HarnessError(f"kafka-storage format failed for node {node.node_id}:\n{proc.stdout}{proc.stderr}")
+            raise HarnessError(
+                f"kafka-storage format failed for node {node.node_id}:\n{proc.stdout}{proc.stderr}"
+            )
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> KafkaCluster:
@@ -193,8 +210,10 @@ class KafkaCluster:
             while not wait_port(node.port, 1.0):
                 self._check_alive(node)
                 if time.monotonic() > deadline:
-                    raise HarnessError(f"Kafka node {node_id} did not listen in {self.start_timeout}s:\n"
-                                       + self.server_log(node_id)[-4000:])
+                    raise HarnessError(
+                        f"Kafka node {node_id} did not listen in {self.start_timeout}s:\n"
+                        + self.server_log(node_id)[-4000:]
+                    )
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
         wanted = set(node_ids)
         while True:
@@ -207,7 +226,9 @@ class KafkaCluster:
             for node_id in node_ids:
                 self._check_alive(self._nodes[node_id])
             if time.monotonic() > deadline:
-                raise HarnessError(f"Kafka brokers {sorted(wanted)} not all registered in {self.start_timeout}s")
+                raise HarnessError(
+                    f"Kafka brokers {sorted(wanted)} not all registered in {self.start_timeout}s"
+                )
             time.sleep(0.5)
 
     def wait_topic(self, topic: str, partitions: int, timeout: float = 60.0) -> None:
@@ -237,14 +258,18 @@ class KafkaCluster:
                     continue
                 pending.discard(node_id)
             if pending and time.monotonic() > deadline:
-                raise HarnessError(f"topic {topic} not visible on nodes {sorted(pending)} in {timeout}s: {last}")
+                raise HarnessError(
+                    f"topic {topic} not visible on nodes {sorted(pending)} in {timeout}s: {last}"
+                )
             if pending:
                 time.sleep(0.2)
 
     def _check_alive(self, node: _Node) -> None:
         if node.proc is not None and node.proc.poll() is not None:
-            raise HarnessError(f"Kafka node {node.node_id} exited with {node.proc.returncode}:\n"
-                               + self.server_log(node.node_id)[-4000:])
+            raise HarnessError(
+                f"Kafka node {node.node_id} exited with {node.proc.returncode}:\n"
+                + self.server_log(node.node_id)[-4000:]
+            )
 
     def stop_broker(self, node_id: int, kill: bool = False) -> None:
         node = self._nodes[node_id]
@@ -303,8 +328,12 @@ class KafkaCluster:
             args.append("--deep-iteration")
         if print_data:
             args.append("--print-data-log")
-        proc = subprocess.run(self._java("kafka.tools.DumpLogSegments", *args, heap="512m"),
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            self._java("kafka.tools.DumpLogSegments", *args, heap="512m"),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
             raise HarnessError(f"DumpLogSegments failed ({proc.returncode}): {proc.stderr[-3000:]}")
         return proc.stdout

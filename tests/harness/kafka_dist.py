@@ -51,9 +51,19 @@ def kafka_libs(*, log: bool = True) -> Path:
     if log:
         print(f"[harness] resolving Kafka {version} jars from Maven Central into {libs}", file=sys.stderr)
     proc = subprocess.run(
-        [mvn, "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
-         "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-        capture_output=True, text=True, check=False,
+        [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise HarnessError(

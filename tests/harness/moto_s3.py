@@ -35,13 +35,16 @@ class MotoServer:
         self.port = self.port or free_ports(1)[0]
         moto = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         argv = [moto] if moto else [sys.executable, "-m", "moto.server"]
-        self.proc = process.spawn([*argv, "-H", "127.0.0.1", "-p", str(self.port)],
-                                  log_path=self.workdir / "moto.log")
+        self.proc = process.spawn(
+            [*argv, "-H", "127.0.0.1", "-p", str(self.port)], log_path=self.workdir / "moto.log"
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise HarnessError(f"moto server exited with {self.proc.returncode}: "
-                                   + (self.workdir / "moto.log").read_text()[-3000:])
+                raise HarnessError(
+                    f"moto server exited with {self.proc.returncode}: "
+                    + (self.workdir / "moto.log").read_text()[-3000:]
+                )
             try:
                 urllib.request.urlopen(self.endpoint_url + "/moto-api/", timeout=1).read()
                 return self

@@ -22,13 +22,24 @@ def _die_with_parent() -> None:
         pass
 
 
-def spawn(argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None,
-          cwd: Path | None = None, tied_to_parent: bool = True) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    tied_to_parent: bool = True,
+) -> subprocess.Popen[bytes]:
     log: IO[bytes] = open(log_path, "ab")
     try:
         return subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=cwd, preexec_fn=_die_with_parent if tied_to_parent else os.setsid,
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            preexec_fn=_die_with_parent if tied_to_parent else os.setsid,
         )
     finally:
         log.close()

@@ -28,5 +28,5 @@ def local_session(workdir: Path) -> Any:
             .config("spark.driver.memory", "1g")
             .getOrCreate()
         )
-    except Exception as exc:  # noqa: BLE001 - any failure to start Spark is reported with its reason
+    except Exception as exc:
         raise HarnessError(f"PySpark local session could not start: {exc}") from exc

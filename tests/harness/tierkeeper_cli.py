@@ -7,6 +7,14 @@ import subprocess
 import sys
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "storage_core.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout, check=False)
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "storage_core.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )

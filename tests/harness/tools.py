@@ -78,8 +78,15 @@ def tool_path(name: str) -> Path:
     return path
 
 
-def run_tool(name: str, args: Sequence[str], *, input_text: str | None = None, cwd: Path | None = None,
-             timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_tool(
+    name: str,
+    args: Sequence[str],
+    *,
+    input_text: str | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120.0,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
     """Run the tool with a private HOME-like config area, so the user's kubeconfig is never read."""
     private = tools_dir() / "home"
     env = {
@@ -90,8 +97,16 @@ def run_tool(name: str, args: Sequence[str], *, input_text: str | None = None, c
         "HELM_DATA_HOME": str(private / "helm-data"),
         "KUBECONFIG": str(private / "kubeconfig-none"),
     }
-    proc = subprocess.run([str(tool_path(name)), *args], input=input_text, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [str(tool_path(name)), *args],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
     if check and proc.returncode != 0:
         raise HarnessError(
             f"{name} {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

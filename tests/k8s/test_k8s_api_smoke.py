@@ -30,24 +30,29 @@ def test_discovery_serves_our_resources(kube_client: Any) -> None:
     assert "tieredtopics/status" in by_name and "tieredbrokers/status" in by_name
     crds = kubernetes.client.ApiextensionsV1Api(kube_client).list_custom_resource_definition()
     assert sorted(crd.metadata.name for crd in crds.items) == [
-        "tieredbrokers.tierkeeper.io", "tieredtopics.tierkeeper.io",
+        "tieredbrokers.tierkeeper.io",
+        "tieredtopics.tierkeeper.io",
     ]
 
 
 def test_create_patch_and_watch_a_tieredtopic(kube_client: Any) -> None:
     api = kubernetes.client.CustomObjectsApi(kube_client)
-    created = api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", example_topic("orders"))
+    created = api.create_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, "tieredtopics", example_topic("orders")
+    )
     assert created["metadata"]["generation"] == 1
     assert created["metadata"]["uid"]
 
     watch = kubernetes.watch.Watch()
     seen: list[tuple[str, dict[str, Any]]] = []
-    for event in watch.stream(api.list_namespaced_custom_object, GROUP, VERSION, NAMESPACE, "tieredtopics",
-                              timeout_seconds=30):
+    for event in watch.stream(
+        api.list_namespaced_custom_object, GROUP, VERSION, NAMESPACE, "tieredtopics", timeout_seconds=30
+    ):
         seen.append((event["type"], copy.deepcopy(event["object"])))
         if event["type"] == "ADDED":
-            api.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", "orders",
-                                               {"spec": {"paused": True}})
+            api.patch_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, "tieredtopics", "orders", {"spec": {"paused": True}}
+            )
         if event["type"] == "MODIFIED":
             watch.stop()
     assert [kind for kind, _ in seen] == ["ADDED", "MODIFIED"]
@@ -61,10 +66,17 @@ def test_status_subresource_is_separate_from_the_spec(kube_client: Any) -> None:
     api = kubernetes.client.CustomObjectsApi(kube_client)
     api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", example_topic("payments"))
     # As on a real server: status sent to the main resource is dropped, spec sent to /status is dropped.
-    api.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", "payments",
-                                       {"status": {"phase": "Accepted"}})
-    api.patch_namespaced_custom_object_status(GROUP, VERSION, NAMESPACE, "tieredtopics", "payments",
-                                              {"status": {"phase": "Invalid"}, "spec": {"paused": True}})
+    api.patch_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, "tieredtopics", "payments", {"status": {"phase": "Accepted"}}
+    )
+    api.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        NAMESPACE,
+        "tieredtopics",
+        "payments",
+        {"status": {"phase": "Invalid"}, "spec": {"paused": True}},
+    )
     current = api.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", "payments")
     assert current["status"] == {"phase": "Invalid"}
     assert current["spec"]["paused"] is False

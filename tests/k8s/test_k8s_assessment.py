@@ -20,7 +20,9 @@ def accepted(status: dict[str, object]) -> dict[str, object]:
 
 
 def test_valid_spec_is_accepted() -> None:
-    status = status_after_assessment(assess(TieredTopicSpec, GOOD), generation=3, previous_conditions=[], now=T0)
+    status = status_after_assessment(
+        assess(TieredTopicSpec, GOOD), generation=3, previous_conditions=[], now=T0
+    )
     assert status["phase"] == "Accepted"
     assert status["observedGeneration"] == 3
     condition = accepted(status)
@@ -38,7 +40,9 @@ def test_invalid_spec_message_is_the_problem() -> None:
 
 
 def test_status_matches_the_status_model() -> None:
-    status = status_after_assessment(assess(TieredTopicSpec, BAD), generation=None, previous_conditions=[], now=T0)
+    status = status_after_assessment(
+        assess(TieredTopicSpec, BAD), generation=None, previous_conditions=[], now=T0
+    )
     assert ResourceStatus.model_validate(status).model_dump(by_alias=True, mode="json") == status
 
 

@@ -26,8 +26,9 @@ EXPECTED_API_VERSIONS = {
 
 
 def render(*extra: str) -> list[dict[str, Any]]:
-    out = run_tool("helm", ["template", "tk", str(CHART), "--namespace", RELEASE_NAMESPACE, "--include-crds",
-                            *extra]).stdout
+    out = run_tool(
+        "helm", ["template", "tk", str(CHART), "--namespace", RELEASE_NAMESPACE, "--include-crds", *extra]
+    ).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -57,8 +58,16 @@ def test_helm_lint_passes() -> None:
 def test_rendered_kinds_and_api_versions() -> None:
     docs = render()
     kinds = sorted(doc["kind"] for doc in docs)
-    assert kinds == sorted(["CustomResourceDefinition", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-                            "ClusterRoleBinding", "Deployment"])
+    assert kinds == sorted(
+        [
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+        ]
+    )
     for doc in docs:
         assert doc["apiVersion"] == EXPECTED_API_VERSIONS[doc["kind"]], doc["kind"]
         assert doc["metadata"]["name"]
@@ -66,8 +75,10 @@ def test_rendered_kinds_and_api_versions() -> None:
 
 def test_chart_installs_exactly_the_repository_crds() -> None:
     rendered = {doc["metadata"]["name"]: doc for doc in render() if doc["kind"] == "CustomResourceDefinition"}
-    on_disk = {doc["metadata"]["name"]: doc for doc in
-               (yaml.safe_load(path.read_text()) for path in sorted((REPO_ROOT / "crds").glob("*.yaml")))}
+    on_disk = {
+        doc["metadata"]["name"]: doc
+        for doc in (yaml.safe_load(path.read_text()) for path in sorted((REPO_ROOT / "crds").glob("*.yaml")))
+    }
     assert rendered == on_disk
 
 
@@ -88,8 +99,17 @@ def test_deployment_runs_non_root_on_a_read_only_root() -> None:
 
 
 def test_image_and_arguments_come_from_values() -> None:
-    deployment = only(render("--set", "image.repository=registry.example/tk", "--set", "image.tag=1.2.3",
-                             "--set", "watchNamespaces={kafka,streams}"), "Deployment")
+    deployment = only(
+        render(
+            "--set",
+            "image.repository=registry.example/tk",
+            "--set",
+            "image.tag=1.2.3",
+            "--set",
+            "watchNamespaces={kafka,streams}",
+        ),
+        "Deployment",
+    )
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example/tk:1.2.3"
     assert container["args"][:3] == ["operator", "--namespace=kafka", "--namespace=streams"]
@@ -103,8 +123,12 @@ def test_image_and_arguments_come_from_values() -> None:
 
 def test_cluster_role_is_least_privilege() -> None:
     rules = only(render(), "ClusterRole")["rules"]
-    grants = {(group, resource): set(rule["verbs"])
-              for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]}
+    grants = {
+        (group, resource): set(rule["verbs"])
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
     for (group, resource), verbs in grants.items():
         assert "*" not in verbs and group != "*" and resource != "*", (group, resource)
     assert grants[("tierkeeper.io", "tieredtopics")] == {"get", "list", "watch", "patch"}
@@ -119,8 +143,17 @@ def test_cluster_role_is_least_privilege() -> None:
 
 
 def test_rbac_and_service_account_can_be_disabled() -> None:
-    kinds = {doc["kind"] for doc in render("--set", "rbac.create=false", "--set", "serviceAccount.create=false",
-                                           "--set", "serviceAccount.name=existing")}
+    kinds = {
+        doc["kind"]
+        for doc in render(
+            "--set",
+            "rbac.create=false",
+            "--set",
+            "serviceAccount.create=false",
+            "--set",
+            "serviceAccount.name=existing",
+        )
+    }
     assert kinds == {"CustomResourceDefinition", "Deployment"}
 
 

@@ -18,9 +18,25 @@ CHART_CRD_DIR = REPO_ROOT / "charts" / "tierkeeper" / "crds"
 # Every keyword a structural schema of ours may use; the walker below fails on anything else, so a
 # new pydantic construct cannot slip through unreviewed.
 ALLOWED_KEYWORDS = {
-    "description", "type", "format", "nullable", "enum", "minimum", "maximum", "minLength", "maxLength",
-    "pattern", "minItems", "maxItems", "required", "properties", "items", "additionalProperties",
-    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-preserve-unknown-fields",
+    "description",
+    "type",
+    "format",
+    "nullable",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "required",
+    "properties",
+    "items",
+    "additionalProperties",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-preserve-unknown-fields",
 }
 FORBIDDEN_KEYWORDS = {"$ref", "$defs", "definitions", "anyOf", "allOf", "oneOf", "not", "title", "const"}
 
@@ -48,7 +64,9 @@ def open_api_schemas() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def test_crd_files_are_not_stale() -> None:
     stale = crdgen.stale_files(CRD_DIR)
-    assert stale == [], f"{stale} differ from the models; run: python -m tierkeeper_operator.crdgen --out crds/"
+    assert stale == [], (
+        f"{stale} differ from the models; run: python -m tierkeeper_operator.crdgen --out crds/"
+    )
 
 
 def test_one_crd_file_per_kind_and_nothing_else() -> None:
@@ -71,7 +89,9 @@ def test_schema_is_structural(name: str, schema: dict[str, Any]) -> None:
         assert node.get("type") or node.get("x-kubernetes-preserve-unknown-fields"), f"{where}: untyped"
         if "properties" in node:
             assert node["type"] == "object", where
-            assert "additionalProperties" not in node, f"{where}: properties and additionalProperties together"
+            assert "additionalProperties" not in node, (
+                f"{where}: properties and additionalProperties together"
+            )
             assert set(node.get("required", [])) <= node["properties"].keys(), where
         assert node.get("additionalProperties", {}) is not False, f"{where}: additionalProperties false"
         if node.get("x-kubernetes-list-type") == "map":

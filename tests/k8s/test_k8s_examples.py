@@ -28,10 +28,17 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[st
     if value is None:
         return [] if schema.get("nullable") else [f"{path}: null"]
     kinds: dict[str, type | tuple[type, ...]] = {
-        "object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float),
+        "object": dict,
+        "array": list,
+        "string": str,
+        "boolean": bool,
+        "integer": int,
+        "number": (int, float),
     }
     expected = schema.get("type")
-    if expected and (not isinstance(value, kinds[expected]) or (expected == "integer" and isinstance(value, bool))):
+    if expected and (
+        not isinstance(value, kinds[expected]) or (expected == "integer" and isinstance(value, bool))
+    ):
         return [f"{path}: {value!r} is not {expected}"]
     errors = []
     if "enum" in schema and value not in schema["enum"]:
@@ -93,7 +100,9 @@ def test_example_matches_the_crd_schema(name: str) -> None:
 def test_schema_and_model_agree_on_a_bad_interval() -> None:
     doc = load_example("tieredtopic.yaml")
     doc["spec"]["copy"]["intervalSeconds"] = -5
-    assert schema_errors(doc, crd_schema("tieredtopics.tierkeeper.io.yaml")) == [".spec.copy.intervalSeconds: -5 < 10"]
+    assert schema_errors(doc, crd_schema("tieredtopics.tierkeeper.io.yaml")) == [
+        ".spec.copy.intervalSeconds: -5 < 10"
+    ]
     assert not assess(TieredTopicSpec, doc["spec"]).valid
 
 

@@ -84,7 +84,9 @@ class TestTieredTopicRejections:
         assert "localRetentionMs" in problem and "remoteRetentionMs" in problem
 
     def test_infinite_local_with_finite_remote(self) -> None:
-        problem = problem_of(TieredTopicSpec, topic_spec(localRetentionBytes=-1, remoteRetentionBytes=1 << 30))
+        problem = problem_of(
+            TieredTopicSpec, topic_spec(localRetentionBytes=-1, remoteRetentionBytes=1 << 30)
+        )
         assert "localRetentionBytes -1 (infinite)" in problem
 
     def test_unknown_field_is_reported(self) -> None:
@@ -110,19 +112,28 @@ class TestTieredTopicRejections:
         assert problem.startswith("spec.remote.url:")
 
     def test_schedule_and_interval_are_exclusive(self) -> None:
-        problem = problem_of(TieredTopicSpec, topic_spec(copy={"intervalSeconds": 60, "schedule": "*/5 * * * *"}))
+        problem = problem_of(
+            TieredTopicSpec, topic_spec(copy={"intervalSeconds": 60, "schedule": "*/5 * * * *"})
+        )
         assert "mutually exclusive" in problem
 
     @pytest.mark.parametrize("schedule", ["*/5 * * * *", "0 3 * * MON-FRI", "@hourly"])
     def test_cron_schedules_accepted(self, schedule: str) -> None:
-        assert TieredTopicSpec.model_validate(topic_spec(copy={"schedule": schedule})).copy_policy.schedule == schedule
+        assert (
+            TieredTopicSpec.model_validate(topic_spec(copy={"schedule": schedule})).copy_policy.schedule
+            == schedule
+        )
 
     @pytest.mark.parametrize("schedule", ["every hour", "* * * *", "@sometimes"])
     def test_bad_cron_rejected(self, schedule: str) -> None:
-        assert problem_of(TieredTopicSpec, topic_spec(copy={"schedule": schedule})).startswith("spec.copy.schedule:")
+        assert problem_of(TieredTopicSpec, topic_spec(copy={"schedule": schedule})).startswith(
+            "spec.copy.schedule:"
+        )
 
     def test_several_problems_stay_on_one_line(self) -> None:
-        problem = problem_of(TieredTopicSpec, {"topic": "", "copy": {"intervalSeconds": 0}, "paused": "maybe"})
+        problem = problem_of(
+            TieredTopicSpec, {"topic": "", "copy": {"intervalSeconds": 0}, "paused": "maybe"}
+        )
         assert problem.count("; ") >= 3
         assert problem.endswith("more")
 
@@ -171,7 +182,9 @@ class TestReplicaFetchers:
         assert "replicaFetchers.value is required" in problem
 
     def test_fixed_with_bounds_is_rejected(self) -> None:
-        problem = problem_of(TieredBrokerSpec, broker_spec(replicaFetchers={"mode": "fixed", "value": 4, "max": 8}))
+        problem = problem_of(
+            TieredBrokerSpec, broker_spec(replicaFetchers={"mode": "fixed", "value": 4, "max": 8})
+        )
         assert "min/max apply to mode auto only" in problem
 
     def test_auto_with_value_is_rejected(self) -> None:
@@ -189,4 +202,4 @@ class TestReplicaFetchers:
     def test_models_are_immutable(self) -> None:
         fetchers = ReplicaFetchers.model_validate({"mode": "fixed", "value": 2})
         with pytest.raises(ValidationError):
-            setattr(fetchers, "value", 3)
+            fetchers.value = 3

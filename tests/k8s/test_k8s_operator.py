@@ -23,7 +23,9 @@ def example(kind_file: str, name: str) -> dict[str, Any]:
     return doc
 
 
-def status_when(api: Any, plural: str, name: str, phase: str, generation: int, timeout: float = 30) -> dict[str, Any]:
+def status_when(
+    api: Any, plural: str, name: str, phase: str, generation: int, timeout: float = 30
+) -> dict[str, Any]:
     """The object's status once it reports ``phase`` for ``generation``; whatever it has on timeout."""
 
     def probe() -> dict[str, Any] | None:
@@ -35,20 +37,27 @@ def status_when(api: Any, plural: str, name: str, phase: str, generation: int, t
     found = wait_until(probe, timeout)
     if found:
         return dict(found)
-    last: dict[str, Any] = api.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, plural, name).get("status") or {}
+    last: dict[str, Any] = (
+        api.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, plural, name).get("status") or {}
+    )
     return last
 
 
 def warning_events(kube_client: Any, name: str) -> list[dict[str, Any]]:
     raw = kubernetes.client.CoreV1Api(kube_client).list_namespaced_event(NAMESPACE, _preload_content=False)
-    return [event for event in json.loads(raw.data)["items"]
-            if event["type"] == "Warning" and event["involvedObject"]["name"] == name]
+    return [
+        event
+        for event in json.loads(raw.data)["items"]
+        if event["type"] == "Warning" and event["involvedObject"]["name"] == name
+    ]
 
 
 def test_valid_and_malformed_topics(kube_api: KubeApiServer, kube_client: Any) -> None:
     api = kubernetes.client.CustomObjectsApi(kube_client)
     # Created before the operator starts: handled on resume. Created while it runs: handled on create.
-    api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", example("tieredtopic.yaml", "good"))
+    api.create_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, "tieredtopics", example("tieredtopic.yaml", "good")
+    )
     negative = example("tieredtopic.yaml", "negative-interval")
     negative["spec"]["copy"]["intervalSeconds"] = -5
     wrong_type = example("tieredtopic.yaml", "wrong-type")
@@ -88,8 +97,9 @@ def test_fixing_an_invalid_spec_is_accepted(kube_api: KubeApiServer, kube_client
 
     with running_operator(kube_api) as runner:
         before = status_when(api, "tieredtopics", "fix-me", "Invalid", 1)
-        api.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredtopics", "fix-me",
-                                           {"spec": {"localRetentionMs": 3600000}})
+        api.patch_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, "tieredtopics", "fix-me", {"spec": {"localRetentionMs": 3600000}}
+        )
         after = status_when(api, "tieredtopics", "fix-me", "Accepted", 2)
 
     assert before.get("phase") == "Invalid", runner.output
@@ -104,8 +114,9 @@ def test_tieredbroker_is_validated(kube_api: KubeApiServer, kube_client: Any) ->
     fixed_without_value["spec"]["replicaFetchers"] = {"mode": "fixed"}
 
     with running_operator(kube_api) as runner:
-        api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredbrokers",
-                                            example("tieredbroker.yaml", "broker-0"))
+        api.create_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, "tieredbrokers", example("tieredbroker.yaml", "broker-0")
+        )
         api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "tieredbrokers", fixed_without_value)
         good = status_when(api, "tieredbrokers", "broker-0", "Accepted", 1)
         bad = status_when(api, "tieredbrokers", "broker-1", "Invalid", 1)

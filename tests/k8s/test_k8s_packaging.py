@@ -41,23 +41,36 @@ def test_namespace_and_all_namespaces_exclude_each_other() -> None:
 
 
 def test_python_dash_m_help() -> None:
-    proc = subprocess.run([sys.executable, "-m", "tierkeeper_operator", "--help"], capture_output=True, text=True,
-                          check=False, cwd=REPO_ROOT / "operator")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tierkeeper_operator", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT / "operator",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "--all-namespaces" in proc.stdout
 
 
 def test_nothing_is_importable_as_operator_from_the_repository() -> None:
     assert not (REPO_ROOT / "operator" / "__init__.py").exists()
-    proc = subprocess.run([sys.executable, "-c", "import operator; print(operator.__file__)"], capture_output=True,
-                          text=True, check=True, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import operator; print(operator.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+    )
     location = proc.stdout.strip()  # a namespace package made of our folder would print None
     assert location.endswith("operator.py") and not location.startswith(str(REPO_ROOT)), location
 
 
 def test_dockerfile_shape() -> None:
-    lines = [line.strip() for line in (REPO_ROOT / "Dockerfile").read_text().splitlines()
-             if line.strip() and not line.lstrip().startswith("#")]
+    lines = [
+        line.strip()
+        for line in (REPO_ROOT / "Dockerfile").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     froms = [line for line in lines if line.startswith("FROM ")]
     assert froms and all(line.split()[1] == "python:3.11-slim" for line in froms)
     assert lines[-2:] == ['ENTRYPOINT ["tierkeeper"]', 'CMD ["--help"]']

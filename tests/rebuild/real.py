@@ -27,8 +27,13 @@ REBUILT = 3
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "storage_core.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "storage_core.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def cli_args(*args: str) -> list[str]:
@@ -36,14 +41,27 @@ def cli_args(*args: str) -> list[str]:
 
 
 def rebuild_json(cluster: KafkaCluster, remote: str, *extra: str) -> dict[str, Any]:
-    proc = run_cli("rebuild", "--log-dir", str(cluster.log_dir(REBUILT)), "--bootstrap-servers",
-                   cluster.bootstrap_servers, "--broker-id", str(REBUILT), "--remote", remote, "--json", *extra)
+    proc = run_cli(
+        "rebuild",
+        "--log-dir",
+        str(cluster.log_dir(REBUILT)),
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--broker-id",
+        str(REBUILT),
+        "--remote",
+        remote,
+        "--json",
+        *extra,
+    )
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Any] = json.loads(proc.stdout)
     return out
 
 
-def create_topic(cluster: KafkaCluster, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+def create_topic(
+    cluster: KafkaCluster, topic: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     cfg = {"internal.segment.bytes": str(SEGMENT_BYTES), **(config or {})}
     for fut in admin.create_topics([NewTopic(topic, partitions, 3, config=cfg)]).values():
@@ -51,20 +69,38 @@ def create_topic(cluster: KafkaCluster, topic: str, partitions: int, config: dic
     cluster.wait_topic(topic, partitions)
 
 
-def produce(cluster: KafkaCluster, topic: str, partitions: int, bytes_per_partition: int, *, seed: int,
-            idempotent: bool = True) -> None:
+def produce(
+    cluster: KafkaCluster,
+    topic: str,
+    partitions: int,
+    bytes_per_partition: int,
+    *,
+    seed: int,
+    idempotent: bool = True,
+) -> None:
     rng = random.Random(seed)
     errors: list[object] = []
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": idempotent,
-                         "linger.ms": 5, "batch.size": 16384, "acks": "all"})
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "enable.idempotence": idempotent,
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "acks": "all",
+        }
+    )
     for p in range(partitions):
         sent = 0
         while sent < bytes_per_partition:
             value = rng.randbytes(rng.randint(100, 400))
             while True:
                 try:
-                    producer.produce(topic, value=value, partition=p,
-                                     on_delivery=lambda err, _m: errors.append(err) if err else None)
+                    producer.produce(
+                        topic,
+                        value=value,
+                        partition=p,
+                        on_delivery=lambda err, _m: errors.append(err) if err else None,
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -76,8 +112,14 @@ def produce(cluster: KafkaCluster, topic: str, partitions: int, bytes_per_partit
 def produce_transactions(cluster: KafkaCluster, topic: str, count: int, *, seed: int) -> None:
     """``count`` transactions of 40 records on partition 0, every third aborted."""
     rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": f"{topic}-{seed}",
-                         "linger.ms": 5, "batch.size": 16384})
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "transactional.id": f"{topic}-{seed}",
+            "linger.ms": 5,
+            "batch.size": 16384,
+        }
+    )
     producer.init_transactions(60)
     for t in range(count):
         producer.begin_transaction()
@@ -90,8 +132,17 @@ def produce_transactions(cluster: KafkaCluster, topic: str, count: int, *, seed:
 def tier(cluster: KafkaCluster, remote: str, *topics: str) -> dict[str, Any]:
     """``tierkeeper copy`` of broker 1's log dir (any replica's dir will do)."""
     args = [a for t in topics for a in ("--topic", t)]
-    proc = run_cli("copy", "--log-dir", str(cluster.log_dir(1)), "--bootstrap-servers", cluster.bootstrap_servers,
-                   "--remote", remote, "--json", *args)
+    proc = run_cli(
+        "copy",
+        "--log-dir",
+        str(cluster.log_dir(1)),
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--remote",
+        remote,
+        "--json",
+        *args,
+    )
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Any] = json.loads(proc.stdout)
     assert out["failed_partitions"] == 0
@@ -150,7 +201,9 @@ def wait_in_sync(cluster: KafkaCluster, topics: list[str], timeout: float = 180)
         mine = {(t, p): _safe_log_end(cluster.log_dir(REBUILT) / f"{t}-{p}") for t, p in described}
         if in_isr and mine == ends:
             return time.monotonic() - start
-        assert time.monotonic() - start < timeout, f"broker {REBUILT} not in sync: {described}, ends {mine} vs {ends}"
+        assert time.monotonic() - start < timeout, (
+            f"broker {REBUILT} not in sync: {described}, ends {mine} vs {ends}"
+        )
         time.sleep(0.3)
 
 

@@ -22,8 +22,14 @@ class Seg:
     snapshot: bool = True
 
 
-def build_segments(specs: Sequence[Seg], *, start: int = 0, partition: int = 0, topic_id: str = TOPIC_ID,
-                   epochs_every: int = 4) -> list[SegmentMetadata]:
+def build_segments(
+    specs: Sequence[Seg],
+    *,
+    start: int = 0,
+    partition: int = 0,
+    topic_id: str = TOPIC_ID,
+    epochs_every: int = 4,
+) -> list[SegmentMetadata]:
     """Contiguous segments from ``start``; a new leader epoch begins every ``epochs_every`` segments."""
     out: list[SegmentMetadata] = []
     offset = start
@@ -31,16 +37,29 @@ def build_segments(specs: Sequence[Seg], *, start: int = 0, partition: int = 0, 
     for i, spec in enumerate(specs):
         if i % epochs_every == 0:
             epochs.append((len(epochs), offset))
-        objects = {SegmentObject.LOG: StoredObject(size=spec.size, crc32c=i),
-                   SegmentObject.OFFSET_INDEX: StoredObject(size=8 * (i % 5), crc32c=None),
-                   SegmentObject.TIME_INDEX: StoredObject(size=12 * (i % 5), crc32c=None)}
+        objects = {
+            SegmentObject.LOG: StoredObject(size=spec.size, crc32c=i),
+            SegmentObject.OFFSET_INDEX: StoredObject(size=8 * (i % 5), crc32c=None),
+            SegmentObject.TIME_INDEX: StoredObject(size=12 * (i % 5), crc32c=None),
+        }
         if spec.snapshot:
             objects[SegmentObject.PRODUCER_SNAPSHOT] = StoredObject(size=10 + 46 * (i % 3), crc32c=None)
-        out.append(SegmentMetadata(
-            topic=TOPIC, topic_id=topic_id, partition=partition, segment_id=uuid.UUID(int=i + 1),
-            base_offset=offset, end_offset=offset + spec.records - 1, next_offset=offset + spec.records,
-            max_timestamp=spec.max_ts, size_bytes=spec.size, leader_epochs=list(epochs),
-            state=SegmentState.COPY_FINISHED, objects=objects))
+        out.append(
+            SegmentMetadata(
+                topic=TOPIC,
+                topic_id=topic_id,
+                partition=partition,
+                segment_id=uuid.UUID(int=i + 1),
+                base_offset=offset,
+                end_offset=offset + spec.records - 1,
+                next_offset=offset + spec.records,
+                max_timestamp=spec.max_ts,
+                size_bytes=spec.size,
+                leader_epochs=list(epochs),
+                state=SegmentState.COPY_FINISHED,
+                objects=objects,
+            )
+        )
         offset += spec.records
     return out
 

@@ -26,8 +26,12 @@ from storage_core.remote.metadata import SegmentMetadata, StoredObject
 TOPIC = "payments"
 TOPIC_ID = "q0nC4cY1Rk2H9b8hQ1XW3w"
 BROKER = 3
-_FILES = ((SegmentObject.LOG, ".log"), (SegmentObject.OFFSET_INDEX, ".index"),
-          (SegmentObject.TIME_INDEX, ".timeindex"), (SegmentObject.PRODUCER_SNAPSHOT, ".snapshot"))
+_FILES = (
+    (SegmentObject.LOG, ".log"),
+    (SegmentObject.OFFSET_INDEX, ".index"),
+    (SegmentObject.TIME_INDEX, ".timeindex"),
+    (SegmentObject.PRODUCER_SNAPSHOT, ".snapshot"),
+)
 
 
 @dataclass
@@ -42,8 +46,10 @@ class SyntheticTier:
         return RemoteLayout(self.store.root).object_key(meta.tp, meta.base_offset, meta.segment_id, obj)
 
     def cluster(self) -> list[AssignedPartition]:
-        return [AssignedPartition(TOPIC, p, TOPIC_ID, 1, (1, 2, BROKER), 0, segs[-1].next_offset + self.tail, {})
-                for p, segs in self.segments.items()]
+        return [
+            AssignedPartition(TOPIC, p, TOPIC_ID, 1, (1, 2, BROKER), 0, segs[-1].next_offset + self.tail, {})
+            for p, segs in self.segments.items()
+        ]
 
     def expected_files(self, partition: int) -> dict[str, bytes]:
         """Every file a rebuild with no window restores for ``partition`` (snapshot: none before offset 0)."""
@@ -60,13 +66,25 @@ def log_object(rng: random.Random, size: int, first_offset: int) -> tuple[bytes,
     batches: list[bytes] = []
     while sum(map(len, batches)) < size:
         value = rng.randbytes(rng.randint(100, 64 << 10))
-        batches.append(build_batch([Rec(0, 1_000 + len(batches), b"k", value)],
-                                   base_offset=first_offset + len(batches), leader_epoch=1))
+        batches.append(
+            build_batch(
+                [Rec(0, 1_000 + len(batches), b"k", value)],
+                base_offset=first_offset + len(batches),
+                leader_epoch=1,
+            )
+        )
     return b"".join(batches), len(batches), crc32c(b"".join(b[:CRC_START] for b in batches))
 
 
-def write_tier(root: Path, *, partitions: int = 2, segments: int = 6, seed: int = 405,
-               big_segment: int | None = None, legacy_log_crc: bool = False) -> SyntheticTier:
+def write_tier(
+    root: Path,
+    *,
+    partitions: int = 2,
+    segments: int = 6,
+    seed: int = 405,
+    big_segment: int | None = None,
+    legacy_log_crc: bool = False,
+) -> SyntheticTier:
     """COPY_FINISHED segments with markers, as the copier leaves them; ``big_segment`` bytes for the last
     log of partition 0 (to cross the download chunk size)."""
     rng = random.Random(seed)
@@ -85,19 +103,30 @@ def write_tier(root: Path, *, partitions: int = 2, segments: int = 6, seed: int 
             else:
                 log, records, chain = log_object(rng, size, offset)
                 stored_log = StoredObject(size=len(log), batch_chain_crc32c=chain)
-            meta = SegmentMetadata(topic=TOPIC, topic_id=TOPIC_ID, partition=p,
-                                   segment_id=uuid.UUID(int=rng.getrandbits(128)),
-                                   base_offset=offset, end_offset=offset + records - 1, next_offset=offset + records,
-                                   max_timestamp=1_000 * i, size_bytes=len(log), leader_epochs=[(0, 0), (1, offset)],
-                                   state=SegmentState.COPY_FINISHED)
+            meta = SegmentMetadata(
+                topic=TOPIC,
+                topic_id=TOPIC_ID,
+                partition=p,
+                segment_id=uuid.UUID(int=rng.getrandbits(128)),
+                base_offset=offset,
+                end_offset=offset + records - 1,
+                next_offset=offset + records,
+                max_timestamp=1_000 * i,
+                size_bytes=len(log),
+                leader_epochs=[(0, 0), (1, offset)],
+                state=SegmentState.COPY_FINISHED,
+            )
             objects = {}
             for obj, _ in _FILES:
                 data = log if obj is SegmentObject.LOG else rng.randbytes(rng.randint(0, 300))
                 key = tier.key(meta, obj)
                 tier.store.put_chunks(key, [data])
                 tier.blobs[key] = data
-                objects[obj] = stored_log if obj is SegmentObject.LOG else StoredObject(size=len(data),
-                                                                                         crc32c=crc32c(data))
+                objects[obj] = (
+                    stored_log
+                    if obj is SegmentObject.LOG
+                    else StoredObject(size=len(data), crc32c=crc32c(data))
+                )
             meta = meta.model_copy(update={"objects": objects})
             catalog.write_marker(meta.with_state(SegmentState.COPY_STARTED, 1))
             catalog.write_marker(meta)
@@ -110,8 +139,10 @@ def write_tier(root: Path, *, partitions: int = 2, segments: int = 6, seed: int 
 def format_log_dir(path: Path, node_id: int = BROKER) -> bytes:
     """A log dir as kafka-storage format leaves it; returns the meta.properties bytes."""
     path.mkdir(parents=True, exist_ok=True)
-    meta = (f"#\n#Thu Nov 20 10:00:00 UTC 2025\nnode.id={node_id}\ndirectory.id=Xm2tXo9jS0aXq3vJ9uC7BQ\nversion=1\n"
-            "cluster.id=7x2hHk5DTlqdNf6mPq0Ang\n").encode()
+    meta = (
+        f"#\n#Thu Nov 20 10:00:00 UTC 2025\nnode.id={node_id}\ndirectory.id=Xm2tXo9jS0aXq3vJ9uC7BQ\nversion=1\n"
+        "cluster.id=7x2hHk5DTlqdNf6mPq0Ang\n"
+    ).encode()
     (path / "meta.properties").write_bytes(meta)
     return meta
 

@@ -24,24 +24,53 @@ LAYOUT = RemoteLayout("bucket/prefix")
 NOW = 10_000_000
 
 
-def observation(segments: list, *, hw: int, log_start: int = 0, policy: RetentionPolicy | None = None,
-                partition: int = 0, leader: int | None = 1) -> PartitionObservation:
-    return PartitionObservation(TOPIC, partition, TOPIC_ID, leader, (1, 2, 3), log_start, hw,
-                                policy or RetentionPolicy(), (TOPIC_ID,),
-                                manifest_of(segments, partition=partition) if segments else None)
+def observation(
+    segments: list,
+    *,
+    hw: int,
+    log_start: int = 0,
+    policy: RetentionPolicy | None = None,
+    partition: int = 0,
+    leader: int | None = 1,
+) -> PartitionObservation:
+    return PartitionObservation(
+        TOPIC,
+        partition,
+        TOPIC_ID,
+        leader,
+        (1, 2, 3),
+        log_start,
+        hw,
+        policy or RetentionPolicy(),
+        (TOPIC_ID,),
+        manifest_of(segments, partition=partition) if segments else None,
+    )
 
 
-seg_specs = st.lists(st.builds(Seg, records=st.integers(1, 50), size=st.integers(1, 5000),
-                               max_ts=st.integers(NOW - 100_000, NOW), snapshot=st.booleans()),
-                     min_size=0, max_size=25)
+seg_specs = st.lists(
+    st.builds(
+        Seg,
+        records=st.integers(1, 50),
+        size=st.integers(1, 5000),
+        max_ts=st.integers(NOW - 100_000, NOW),
+        snapshot=st.booleans(),
+    ),
+    min_size=0,
+    max_size=25,
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(specs=seg_specs, hw_extra=st.integers(-60, 60), start_frac=st.floats(0, 1),
-       ms=st.one_of(st.just(UNLIMITED), st.integers(0, 120_000)),
-       size_limit=st.one_of(st.just(UNLIMITED), st.integers(0, 60_000)))
-def test_restored_run_meets_every_rule(specs: list[Seg], hw_extra: int, start_frac: float, ms: int,
-                                       size_limit: int) -> None:
+@given(
+    specs=seg_specs,
+    hw_extra=st.integers(-60, 60),
+    start_frac=st.floats(0, 1),
+    ms=st.one_of(st.just(UNLIMITED), st.integers(0, 120_000)),
+    size_limit=st.one_of(st.just(UNLIMITED), st.integers(0, 60_000)),
+)
+def test_restored_run_meets_every_rule(
+    specs: list[Seg], hw_extra: int, start_frac: float, ms: int, size_limit: int
+) -> None:
     segments = build_segments(specs, start=7)
     end = segments[-1].next_offset if segments else 7
     hw = max(0, end + hw_extra)
@@ -61,13 +90,18 @@ def test_restored_run_meets_every_rule(specs: list[Seg], hw_extra: int, start_fr
     # limit keeps the newest segments that fit. The run is the larger of neither-rule survivors.
     keep_time = len(committed)
     if ms != UNLIMITED:
-        keep_time = next((len(committed) - i for i, s in enumerate(committed) if s.max_timestamp >= NOW - ms), 0)
+        keep_time = next(
+            (len(committed) - i for i, s in enumerate(committed) if s.max_timestamp >= NOW - ms), 0
+        )
     keep_bytes = len(committed)
     if size_limit != UNLIMITED:
         keep_bytes = 0
-        while keep_bytes < len(committed) and sum(s.size_bytes for s in committed[-keep_bytes - 1:]) <= size_limit:
+        while (
+            keep_bytes < len(committed)
+            and sum(s.size_bytes for s in committed[-keep_bytes - 1 :]) <= size_limit
+        ):
             keep_bytes += 1
-    by_window = committed[len(committed) - min(keep_time, keep_bytes):]
+    by_window = committed[len(committed) - min(keep_time, keep_bytes) :]
     assert chosen == [s for s in by_window if s.next_offset > log_start]
     # Files: the three segment files each, plus the snapshot that the segment before the run took.
     names = [f.name for f in plan.files]
@@ -88,13 +122,16 @@ def test_restored_run_meets_every_rule(specs: list[Seg], hw_extra: int, start_fr
 
 def test_snapshot_comes_from_the_segment_before_the_window() -> None:
     segments = build_segments([Seg(10, 100, NOW)] * 6)
-    plan = plan_partition(observation(segments, hw=60, policy=RetentionPolicy(retention_bytes=250)), LAYOUT, NOW)
+    plan = plan_partition(
+        observation(segments, hw=60, policy=RetentionPolicy(retention_bytes=250)), LAYOUT, NOW
+    )
     assert [s.base_offset for s in plan.segments] == [40, 50]
     snapshot = [f for f in plan.files if f.name.endswith(".snapshot")]
     assert [f.name for f in snapshot] == ["00000000000000000040.snapshot"]
     third = segments[3]
-    assert snapshot[0].key == LAYOUT.object_key(third.tp, third.base_offset, third.segment_id,
-                                                SegmentObject.PRODUCER_SNAPSHOT)
+    assert snapshot[0].key == LAYOUT.object_key(
+        third.tp, third.base_offset, third.segment_id, SegmentObject.PRODUCER_SNAPSHOT
+    )
 
 
 def test_segments_above_the_high_watermark_are_not_restored() -> None:
@@ -124,15 +161,27 @@ def test_untiered_partition_restores_nothing() -> None:
 
 
 def test_other_topic_incarnation_is_refused() -> None:
-    obs = PartitionObservation(TOPIC, 0, TOPIC_ID, 1, (1, 2, 3), 0, 100, RetentionPolicy(), (OTHER_TOPIC_ID,), None)
+    obs = PartitionObservation(
+        TOPIC, 0, TOPIC_ID, 1, (1, 2, 3), 0, 100, RetentionPolicy(), (OTHER_TOPIC_ID,), None
+    )
     with pytest.raises(RebuildRefused, match="topic id"):
         plan_partition(obs, LAYOUT, NOW)
 
 
 def test_metadata_of_another_topic_id_is_refused() -> None:
     segments = build_segments([Seg(10, 100, NOW)] * 2, topic_id=OTHER_TOPIC_ID)
-    obs = PartitionObservation(TOPIC, 0, TOPIC_ID, 1, (1, 2, 3), 0, 100, RetentionPolicy(), (TOPIC_ID,),
-                               manifest_of(segments, topic_id=OTHER_TOPIC_ID))
+    obs = PartitionObservation(
+        TOPIC,
+        0,
+        TOPIC_ID,
+        1,
+        (1, 2, 3),
+        0,
+        100,
+        RetentionPolicy(),
+        (TOPIC_ID,),
+        manifest_of(segments, topic_id=OTHER_TOPIC_ID),
+    )
     with pytest.raises(RebuildRefused):
         plan_partition(obs, LAYOUT, NOW)
 
@@ -140,7 +189,9 @@ def test_metadata_of_another_topic_id_is_refused() -> None:
 def test_leaderless_partition_is_refused_and_reported_with_the_rest() -> None:
     segments = build_segments([Seg(10, 100, NOW)] * 2)
     good = observation(segments, hw=20, partition=0)
-    leaderless = observation(build_segments([Seg(10, 100, NOW)], partition=1), hw=10, partition=1, leader=None)
+    leaderless = observation(
+        build_segments([Seg(10, 100, NOW)], partition=1), hw=10, partition=1, leader=None
+    )
     not_mine = PartitionObservation(TOPIC, 2, TOPIC_ID, 1, (1, 2), 0, 0, RetentionPolicy(), (TOPIC_ID,), None)
     plan = plan_rebuild(3, [leaderless, good, not_mine], LAYOUT, NOW)
     assert [p.partition for p in plan.partitions] == [0]
@@ -149,16 +200,19 @@ def test_leaderless_partition_is_refused_and_reported_with_the_rest() -> None:
 
 def test_policy_resolution_prefers_flags_then_real_topic_values() -> None:
     config = {"local.retention.ms": "-2", "local.retention.bytes": "4096"}
-    assert resolve_policy(config, retention_ms=None, retention_bytes=None) == \
-        RetentionPolicy(retention_ms=UNLIMITED, retention_bytes=4096)
-    assert resolve_policy(config, retention_ms=60_000, retention_bytes=-1) == \
-        RetentionPolicy(retention_ms=60_000, retention_bytes=UNLIMITED)
+    assert resolve_policy(config, retention_ms=None, retention_bytes=None) == RetentionPolicy(
+        retention_ms=UNLIMITED, retention_bytes=4096
+    )
+    assert resolve_policy(config, retention_ms=60_000, retention_bytes=-1) == RetentionPolicy(
+        retention_ms=60_000, retention_bytes=UNLIMITED
+    )
     assert resolve_policy({}, retention_ms=None, retention_bytes=None) == RetentionPolicy()
 
 
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 1000)), max_size=12), st.integers(0, 1200))
-def test_epochs_cover_the_restored_start_like_kafkas_truncate_from_start(entries: list[tuple[int, int]],
-                                                                         start: int) -> None:
+def test_epochs_cover_the_restored_start_like_kafkas_truncate_from_start(
+    entries: list[tuple[int, int]], start: int
+) -> None:
     entries = sorted({(e, s) for e, s in entries}, key=lambda x: (x[1], x[0]))
     got = epochs_from(entries, start)
     assert all(e.start_offset >= start for e in got)

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from storage_core.errors import CorruptDataError, RemoteObjectNotFound
-from storage_core.formats.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata, topic_id_to_string
+from storage_core.formats.checkpoints import (
+    read_leader_epoch_checkpoint,
+    read_partition_metadata,
+    topic_id_to_string,
+)
 from storage_core.rebuild.plan import RebuildRefused
 from storage_core.rebuild.restore import CHUNK, TMP_SUFFIX
 from storage_core.rebuild.run import RebuildOptions, RebuildOutcome, rebuild_log_dir
@@ -56,16 +60,22 @@ def test_fresh_rebuild_restores_exactly_the_plan(tmp_path: Path) -> None:
         epochs = files.pop("leader-epoch-checkpoint")
         assert files == tier.expected_files(p)
         assert metadata == f"version: 0\ntopic_id: {TOPIC_ID}".encode()
-        assert topic_id_to_string(read_partition_metadata(log_dir / f"{TOPIC}-{p}" / "partition.metadata")) == TOPIC_ID
+        assert (
+            topic_id_to_string(read_partition_metadata(log_dir / f"{TOPIC}-{p}" / "partition.metadata"))
+            == TOPIC_ID
+        )
         last = tier.segments[p][-1]
-        assert [(e.epoch, e.start_offset) for e in read_leader_epoch_checkpoint(
-            log_dir / f"{TOPIC}-{p}" / "leader-epoch-checkpoint")] == [tuple(e) for e in last.leader_epochs]
+        assert [
+            (e.epoch, e.start_offset)
+            for e in read_leader_epoch_checkpoint(log_dir / f"{TOPIC}-{p}" / "leader-epoch-checkpoint")
+        ] == [tuple(e) for e in last.leader_epochs]
         assert epochs.startswith(b"0\n2\n")
     assert (log_dir / META).read_bytes() == meta
     assert not (log_dir / META_ASIDE).exists() and not (log_dir / STAGING_DIR).exists()
     assert not (log_dir / CLEAN_SHUTDOWN).exists(), "a clean-shutdown marker would skip Kafka's recovery"
-    assert outcome.restore.downloaded_bytes == sum(len(b) for p in range(tier.partitions)
-                                                   for b in tier.expected_files(p).values())
+    assert outcome.restore.downloaded_bytes == sum(
+        len(b) for p in range(tier.partitions) for b in tier.expected_files(p).values()
+    )
     summary = {s.partition: s for s in outcome.partitions}
     assert summary[0].restored_end == tier.segments[0][-1].next_offset
     assert summary[0].expected_tail == tier.tail
@@ -96,9 +106,13 @@ def test_a_failed_restore_leaves_a_guarded_dir_that_the_next_run_completes(tmp_p
         rebuild(log_dir, tier, RebuildOptions(broker_id=BROKER, parallelism=1))
     rdir = RebuildDir(log_dir)
     assert classify(rdir.observe(), log_dir) is Situation.INTERRUPTED
-    assert (log_dir / STAGING_DIR).is_dir() and (log_dir / META_ASIDE).is_file() and not (log_dir / META).exists()
+    assert (
+        (log_dir / STAGING_DIR).is_dir()
+        and (log_dir / META_ASIDE).is_file()
+        and not (log_dir / META).exists()
+    )
     assert not any((log_dir / f"{TOPIC}-{p}").exists() for p in range(tier.partitions))
-    staged = [f for f in (log_dir / STAGING_DIR).rglob("*.log")]
+    staged = list((log_dir / STAGING_DIR).rglob("*.log"))
     assert staged, "downloads before the failure stay for the next run"
 
     Path(victim + ".away").rename(victim)
@@ -137,13 +151,17 @@ def test_leftovers_and_damaged_files_in_staging_are_replaced(tmp_path: Path) -> 
 
 # Where the damage is -> what catches it: a record's bytes fail their batch's CRC; a batch's leader epoch
 # (before the CRC's range) fails the batch chain; in older metadata, the whole-object CRC-32C.
-@pytest.mark.parametrize(("where", "legacy", "caught_by"), [
-    (100, False, "record batch CRC mismatch"),
-    (12, False, "batch chain CRC-32C"),
-    (None, True, "CRC-32C 0x"),
-])
-def test_a_corrupted_remote_object_is_never_installed(tmp_path: Path, where: int | None, legacy: bool,
-                                                      caught_by: str) -> None:
+@pytest.mark.parametrize(
+    ("where", "legacy", "caught_by"),
+    [
+        (100, False, "record batch CRC mismatch"),
+        (12, False, "batch chain CRC-32C"),
+        (None, True, "CRC-32C 0x"),
+    ],
+)
+def test_a_corrupted_remote_object_is_never_installed(
+    tmp_path: Path, where: int | None, legacy: bool, caught_by: str
+) -> None:
     tier = write_tier(tmp_path / "remote", partitions=1, legacy_log_crc=legacy)
     key = tier.key(tier.segments[0][2], SegmentObject.LOG)
     data = bytearray(Path(key).read_bytes())
@@ -155,7 +173,9 @@ def test_a_corrupted_remote_object_is_never_installed(tmp_path: Path, where: int
         rebuild(log_dir, tier)
     assert key in str(err.value)
     name = f"{tier.segments[0][2].base_offset:020d}.log"
-    assert not list((log_dir / STAGING_DIR).rglob(name)), "a file with its real name must be whole and verified"
+    assert not list((log_dir / STAGING_DIR).rglob(name)), (
+        "a file with its real name must be whole and verified"
+    )
     assert not (log_dir / META).exists(), "Kafka must not be able to start on this dir"
 
 
@@ -165,8 +185,10 @@ def test_objects_larger_than_a_chunk_stream_intact(tmp_path: Path) -> None:
     format_log_dir(log_dir)
     rebuild(log_dir, tier, RebuildOptions(broker_id=BROKER, parallelism=2))
     files = partition_files(log_dir, 0)
-    assert files[f"{tier.segments[0][-1].base_offset:020d}.log"] == tier.blobs[
-        tier.key(tier.segments[0][-1], SegmentObject.LOG)]
+    assert (
+        files[f"{tier.segments[0][-1].base_offset:020d}.log"]
+        == tier.blobs[tier.key(tier.segments[0][-1], SegmentObject.LOG)]
+    )
 
 
 def test_a_crash_after_the_restore_is_finished_by_installing(tmp_path: Path) -> None:
@@ -238,10 +260,16 @@ def test_a_held_lock_means_a_running_broker(tmp_path: Path) -> None:
     log_dir = tmp_path / "data"
     format_log_dir(log_dir)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time\n"
-         f"fd = os.open({str(log_dir / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-         "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(log_dir / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(RebuildRefused, match="locked"):
@@ -283,8 +311,13 @@ def test_a_rate_limited_rebuild_waits_for_its_rate_and_restores_the_same(tmp_pat
     total = sum(len(b) for p in range(tier.partitions) for b in tier.expected_files(p).values())
     rate = total // 4
     seen: list[int] = []
-    outcome = rebuild_log_dir(log_dir, tier.store, tier.cluster, OPTIONS,
-                              progress=limited(seen.append, RateLimiter(rate, clock=lambda: 0.0, sleep=sleep)))
+    outcome = rebuild_log_dir(
+        log_dir,
+        tier.store,
+        tier.cluster,
+        OPTIONS,
+        progress=limited(seen.append, RateLimiter(rate, clock=lambda: 0.0, sleep=sleep)),
+    )
     assert outcome.action == "rebuilt" and outcome.restore.downloaded_bytes == total == sum(seen)
     assert max(slept) == pytest.approx((total - rate) / rate)
     for p in range(tier.partitions):
@@ -292,17 +325,32 @@ def test_a_rate_limited_rebuild_waits_for_its_rate_and_restores_the_same(tmp_pat
         assert {k: v for k, v in files.items() if k in tier.expected_files(p)} == tier.expected_files(p)
 
 
-@pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--max-bytes-per-second", "-1", "--max-bytes-per-second must be > 0"),
-    ("--parallelism", "0", "--parallelism must be >= 1, got 0"),
-])
-def test_rebuild_refuses_a_non_positive_rate_or_parallelism(tmp_path: Path, flag: str, value: str,
-                                                            message: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-bytes-per-second", "-1", "--max-bytes-per-second must be > 0"),
+        ("--parallelism", "0", "--parallelism must be >= 1, got 0"),
+    ],
+)
+def test_rebuild_refuses_a_non_positive_rate_or_parallelism(
+    tmp_path: Path, flag: str, value: str, message: str
+) -> None:
     from harness.tierkeeper_cli import run_cli
 
     log_dir = tmp_path / "data"
     format_log_dir(log_dir)
-    proc = run_cli("rebuild", "--log-dir", str(log_dir), "--bootstrap-servers", "127.0.0.1:9", "--broker-id", "3",
-                   "--remote", f"file://{tmp_path / 'remote'}", flag, value)
+    proc = run_cli(
+        "rebuild",
+        "--log-dir",
+        str(log_dir),
+        "--bootstrap-servers",
+        "127.0.0.1:9",
+        "--broker-id",
+        "3",
+        "--remote",
+        f"file://{tmp_path / 'remote'}",
+        flag,
+        value,
+    )
     assert proc.returncode != 0 and message in proc.stderr
     assert "Traceback" not in proc.stderr

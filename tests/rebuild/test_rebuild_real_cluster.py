@@ -22,8 +22,8 @@ import pytest
 from harness.kafka import KafkaCluster
 from harness.kafka_dist import HarnessError
 from storage_core.adapters.kafka_admin import KafkaAdmin
-from storage_core.errors import KafkaAdminError
 from storage_core.adapters.store import RemoteStore
+from storage_core.errors import KafkaAdminError
 from storage_core.formats.segment_files import parse_partition_dir_name
 from storage_core.rebuild.plan import RebuildRefused
 from storage_core.rebuild.state import MARKER, META, META_ASIDE, STAGING_DIR, RebuildDir, Situation, classify
@@ -86,8 +86,9 @@ class Rebuilt:
     seconds_to_sync: float
 
     def partition(self, topic: str, p: int) -> dict[str, Any]:
-        found: dict[str, Any] = next(x for x in self.summary["partitions"]
-                                     if x["topic"] == topic and x["partition"] == p)
+        found: dict[str, Any] = next(
+            x for x in self.summary["partitions"] if x["topic"] == topic and x["partition"] == p
+        )
         return found
 
 
@@ -123,27 +124,35 @@ def test_the_restored_dir_holds_only_what_kafka_needs(rebuilt: Rebuilt) -> None:
     assert STAGING_DIR not in rebuilt.listing and META_ASIDE not in rebuilt.listing
 
 
-def test_window_and_full_restores_follow_the_remote_manifest(rebuilt: Rebuilt, tiered: Tiered,
-                                                             cluster: KafkaCluster) -> None:
+def test_window_and_full_restores_follow_the_remote_manifest(
+    rebuilt: Rebuilt, tiered: Tiered, cluster: KafkaCluster
+) -> None:
     ends = KafkaAdmin(cluster.bootstrap_servers).high_watermarks(
-        [(t, p) for t, n in tiered.partitions.items() for p in range(n)])
+        [(t, p) for t, n in tiered.partitions.items() for p in range(n)]
+    )
     for topic, count in tiered.partitions.items():
         for p in range(count):
             got = rebuilt.partition(topic, p)
             segments = manifest_segments(tiered, topic, p)
             restored = [s for s in segments if s.base_offset >= got["restored_start"]]
-            assert got["restored_end"] == segments[-1].next_offset, "everything tiered up to the newest segment"
+            assert got["restored_end"] == segments[-1].next_offset, (
+                "everything tiered up to the newest segment"
+            )
             assert got["segments"] == len(restored)
             assert got["expected_tail"] == ends[(topic, p)] - got["restored_end"] > 0
             if topic == tiered.windowed_topic:
                 size = sum(s.size_bytes for s in restored)
                 older = segments[len(segments) - len(restored) - 1]
-                assert size <= tiered.window_bytes < size + older.size_bytes, "newest segments that fit the window"
+                assert size <= tiered.window_bytes < size + older.size_bytes, (
+                    "newest segments that fit the window"
+                )
             else:
                 assert got["restored_start"] == segments[0].base_offset == 0
 
 
-def test_it_rejoins_the_isr_at_the_leaders_log_end(rebuilt: Rebuilt, tiered: Tiered, cluster: KafkaCluster) -> None:
+def test_it_rejoins_the_isr_at_the_leaders_log_end(
+    rebuilt: Rebuilt, tiered: Tiered, cluster: KafkaCluster
+) -> None:
     admin = KafkaAdmin(cluster.bootstrap_servers)
     described = admin.describe(tiered.topics)
     ends = admin.high_watermarks(list(described))
@@ -153,8 +162,9 @@ def test_it_rejoins_the_isr_at_the_leaders_log_end(rebuilt: Rebuilt, tiered: Tie
         assert mine == ends[(topic, p)] == log_end(replica_dir(cluster, topic, p))
 
 
-def test_nothing_restored_is_renamed_stray_or_truncated(rebuilt: Rebuilt, tiered: Tiered,
-                                                         cluster: KafkaCluster) -> None:
+def test_nothing_restored_is_renamed_stray_or_truncated(
+    rebuilt: Rebuilt, tiered: Tiered, cluster: KafkaCluster
+) -> None:
     data = cluster.log_dir(REBUILT)
     assert not [n for n in os.listdir(data) if n.endswith("-stray")]
     log = server_log_since_last_start(cluster, REBUILT)
@@ -163,7 +173,9 @@ def test_nothing_restored_is_renamed_stray_or_truncated(rebuilt: Rebuilt, tiered
         topic, p = name.rsplit("-", 1)
         restored_end = rebuilt.partition(topic, int(p))["restored_end"]
         # The follower fetched from the end of what was restored, not from a high watermark of 0.
-        assert re.search(rf"Follower {name} starts at leader epoch \d+ from offset {restored_end} ", log), name
+        assert re.search(rf"Follower {name} starts at leader epoch \d+ from offset {restored_end} ", log), (
+            name
+        )
         last = max(files)
         for file_name, content in files.items():
             now = (data / name / file_name).read_bytes()
@@ -179,15 +191,18 @@ def test_only_the_untiered_tail_is_replicated(rebuilt: Rebuilt, cluster: KafkaCl
         after = sum(len(b) for b in log_files(data / name).values())
         replicated = after - sum(len(b) for b in files.values())
         tail_bytes, _ = batches_from(replica_dir(cluster, topic, int(p)), restored_end)
-        assert replicated == tail_bytes, f"{name}: replicated {replicated} bytes, the leader's tail is {tail_bytes}"
+        assert replicated == tail_bytes, (
+            f"{name}: replicated {replicated} bytes, the leader's tail is {tail_bytes}"
+        )
         total_replicated += replicated
         total_tail += tail_bytes
     restored = sum(len(b) for files in rebuilt.before.values() for b in files.values())
     assert total_replicated == total_tail < restored
 
 
-def test_producer_state_older_than_the_window_survives(rebuilt: Rebuilt, tiered: Tiered,
-                                                       cluster: KafkaCluster) -> None:
+def test_producer_state_older_than_the_window_survives(
+    rebuilt: Rebuilt, tiered: Tiered, cluster: KafkaCluster
+) -> None:
     for p in range(tiered.partitions[tiered.windowed_topic]):
         got = rebuilt.partition(tiered.windowed_topic, p)
         assert got["restored_start"] > 0
@@ -202,8 +217,18 @@ def test_producer_state_older_than_the_window_survives(rebuilt: Rebuilt, tiered:
 
 def test_rerun_on_the_rebuilt_dir_is_a_no_op(rebuilt: Rebuilt, tiered: Tiered, cluster: KafkaCluster) -> None:
     data = cluster.log_dir(REBUILT)
-    args = ("rebuild", "--log-dir", str(data), "--bootstrap-servers", cluster.bootstrap_servers,
-            "--broker-id", str(REBUILT), "--remote", tiered.remote, "--json")
+    args = (
+        "rebuild",
+        "--log-dir",
+        str(data),
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--broker-id",
+        str(REBUILT),
+        "--remote",
+        tiered.remote,
+        "--json",
+    )
     cluster.stop_broker(REBUILT)
     before = {str(f): (f.stat().st_mtime_ns, f.stat().st_size) for f in data.rglob("*")}
     again = run_cli(*args)
@@ -256,15 +281,30 @@ def _whole_or_unstartable(data: Path, reference: dict[str, bytes]) -> None:
 
 def _tree(data: Path) -> dict[str, bytes]:
     """meta.properties and the partition dirs (a refused Kafka start may leave its metadata log behind)."""
-    return {str(f.relative_to(data)): f.read_bytes() for f in sorted(data.rglob("*"))
-            if f.is_file() and (f.name == META or parse_partition_dir_name(f.relative_to(data).parts[0]))}
+    return {
+        str(f.relative_to(data)): f.read_bytes()
+        for f in sorted(data.rglob("*"))
+        if f.is_file() and (f.name == META or parse_partition_dir_name(f.relative_to(data).parts[0]))
+    }
 
 
 def test_kill_9_during_rebuild_always_converges(cluster: KafkaCluster, tiered: Tiered) -> None:
     stop_and_wipe(cluster)
     data = cluster.log_dir(REBUILT)
-    args = cli_args("rebuild", "--log-dir", str(data), "--bootstrap-servers", cluster.bootstrap_servers,
-                    "--broker-id", str(REBUILT), "--remote", tiered.remote, "--parallelism", "2", "--json")
+    args = cli_args(
+        "rebuild",
+        "--log-dir",
+        str(data),
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--broker-id",
+        str(REBUILT),
+        "--remote",
+        tiered.remote,
+        "--parallelism",
+        "2",
+        "--json",
+    )
     started = time.monotonic()
     assert subprocess.run(args, capture_output=True, check=False).returncode == 0
     full_run = time.monotonic() - started
@@ -339,8 +379,16 @@ def test_another_incarnation_of_a_topic_is_refused(cluster: KafkaCluster, tiered
 
     stop_and_wipe(cluster)
     data = cluster.log_dir(REBUILT)
-    base = ("rebuild", "--log-dir", str(data), "--bootstrap-servers", cluster.bootstrap_servers,
-            "--remote", tiered.remote, "--dry-run")
+    base = (
+        "rebuild",
+        "--log-dir",
+        str(data),
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--remote",
+        tiered.remote,
+        "--dry-run",
+    )
     refused = run_cli(*base, "--broker-id", str(REBUILT))
     assert refused.returncode == 1
     line = refused.stderr.strip().splitlines()[-1]

@@ -43,20 +43,34 @@ class Rec:
         return self.timestamp, self.key, self.value, self.headers
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "storage_core.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout, check=False)
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "storage_core.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
 
 
 def start_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "storage_core.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "storage_core.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _check(errors: list[object]) -> Callable[[Any, Any], None]:
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
             errors.append(err)
+
     return on_delivery
 
 
@@ -82,8 +96,14 @@ def produce_history(bootstrap: str, topic: str) -> int:
     # Recent timestamps, so the recreated topic's default retention keeps what is restored.
     base_ts = int(time.time() * 1000) - 3_600_000
     txp = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5})
-    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-                      "compression.type": "zstd"})
+    plain = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "compression.type": "zstd",
+        }
+    )
     txp.init_transactions(60)
     produced = 0
     for block in range(RECORDS_PER_PARTITION // TXN_SIZE):
@@ -93,11 +113,25 @@ def produce_history(bootstrap: str, topic: str) -> int:
                 i = block * TXN_SIZE + j
                 key, value, headers = _record(rng, i)
                 if j % 3 == 0:  # interleaved non-transactional records
-                    plain.produce(topic, key=key, value=value, headers=headers, partition=p,
-                                  timestamp=base_ts + i * 5, on_delivery=_check(errors))
+                    plain.produce(
+                        topic,
+                        key=key,
+                        value=value,
+                        headers=headers,
+                        partition=p,
+                        timestamp=base_ts + i * 5,
+                        on_delivery=_check(errors),
+                    )
                 else:
-                    txp.produce(topic, key=key, value=value, headers=headers, partition=p,
-                                timestamp=base_ts + i * 5, on_delivery=_check(errors))
+                    txp.produce(
+                        topic,
+                        key=key,
+                        value=value,
+                        headers=headers,
+                        partition=p,
+                        timestamp=base_ts + i * 5,
+                        on_delivery=_check(errors),
+                    )
                 produced += 1
         plain.poll(0)
         txp.flush(60)
@@ -110,8 +144,15 @@ def produce_history(bootstrap: str, topic: str) -> int:
 
 def consume(bootstrap: str, topic: str, partition: int, isolation: str = "read_committed") -> list[Rec]:
     """Every record a real consumer returns from the start of the partition to its end."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}", "enable.auto.commit": False,
-                         "isolation.level": isolation, "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{topic}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
     out: list[Rec] = []
     deadline = time.monotonic() + 120
@@ -150,6 +191,8 @@ def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
         md = consumer.list_topics(topic, timeout=30).topics.get(topic)
         if md is None or md.error is not None:
             return {}
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions
+        }
     finally:
         consumer.close()

@@ -67,15 +67,35 @@ def test_progress_survives_its_encoding_and_ignores_foreign_metadata() -> None:
 # ---- plan -------------------------------------------------------------------------------------------
 
 
-def _incarnation(topic_id: str, ends: dict[int, int | None], copied_at: int = 1_700_000_000_000) -> Incarnation:
+def _incarnation(
+    topic_id: str, ends: dict[int, int | None], copied_at: int = 1_700_000_000_000
+) -> Incarnation:
     partitions = {}
     for p, end in ends.items():
         tp = TopicPartitionId("t", topic_id, p)
-        segments = [] if end is None else [SegmentMetadata(
-            topic="t", topic_id=topic_id, partition=p, segment_id=uuid.uuid4(), base_offset=0, end_offset=end,
-            next_offset=end + 1, size_bytes=100, first_timestamp=1000, max_timestamp=2000,
-            state=SegmentState.COPY_FINISHED, event_time_ms=copied_at)]
-        partitions[p] = PartitionHistory(tp, Manifest(topic="t", topic_id=topic_id, partition=p, segments=segments))
+        segments = (
+            []
+            if end is None
+            else [
+                SegmentMetadata(
+                    topic="t",
+                    topic_id=topic_id,
+                    partition=p,
+                    segment_id=uuid.uuid4(),
+                    base_offset=0,
+                    end_offset=end,
+                    next_offset=end + 1,
+                    size_bytes=100,
+                    first_timestamp=1000,
+                    max_timestamp=2000,
+                    state=SegmentState.COPY_FINISHED,
+                    event_time_ms=copied_at,
+                )
+            ]
+        )
+        partitions[p] = PartitionHistory(
+            tp, Manifest(topic="t", topic_id=topic_id, partition=p, segments=segments)
+        )
     return Incarnation("t", topic_id, partitions)
 
 
@@ -88,8 +108,7 @@ def test_a_missing_topic_is_created_with_the_remote_partition_count() -> None:
     plan = plan_topic("t", _incarnation(OLD, {0: 9, 1: None, 2: 4}), None, [], 5, PlanOptions())
     assert (plan.create, plan.partitions, plan.replication_factor) == (True, 3, 3)
     assert plan_topic("t", _incarnation(OLD, {0: 9}), None, [], 2, PlanOptions()).replication_factor == 2
-    assert plan_topic("t", _incarnation(OLD, {0: 9}), None, [], 2,
-                      PlanOptions(partitions=6)).partitions == 6
+    assert plan_topic("t", _incarnation(OLD, {0: 9}), None, [], 2, PlanOptions(partitions=6)).partitions == 6
 
 
 def test_impossible_sizes_are_refused() -> None:
@@ -103,7 +122,10 @@ def test_a_foreign_non_empty_topic_is_refused_unless_allowed() -> None:
     live = LiveTopic(NEW, 1, records=5)
     with pytest.raises(ConfigError, match="refusing to mix"):
         plan_topic("t", _incarnation(OLD, {0: 9}), live, [], 1, PlanOptions())
-    assert plan_topic("t", _incarnation(OLD, {0: 9}), live, [], 1, PlanOptions(allow_non_empty=True)).create is False
+    assert (
+        plan_topic("t", _incarnation(OLD, {0: 9}), live, [], 1, PlanOptions(allow_non_empty=True)).create
+        is False
+    )
     assert plan_topic("t", _incarnation(OLD, {0: 9}), live, [], 1, PlanOptions(restore=False)).create is False
 
 
@@ -156,8 +178,11 @@ def test_target_configs_that_would_lose_data_are_refused() -> None:
         check_target_configs({"message.timestamp.before.max.ms": "1000"}, (now - 5000, now), now)
     with pytest.raises(ConfigError, match="after.max.ms"):
         check_target_configs({"message.timestamp.after.max.ms": "1000"}, (now, now + 5000), now)
-    ok = {"message.timestamp.type": "CreateTime", "retention.ms": "-1",
-          "message.timestamp.before.max.ms": str(2**63 - 1)}
+    ok = {
+        "message.timestamp.type": "CreateTime",
+        "retention.ms": "-1",
+        "message.timestamp.before.max.ms": str(2**63 - 1),
+    }
     assert check_target_configs(ok, (0, now), now) == []
 
 

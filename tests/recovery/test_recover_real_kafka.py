@@ -25,9 +25,20 @@ from .conftest import Deleted, Remote
 from .history import PARTITIONS, Rec, consume, delete_topic, high_watermarks, run_cli, start_cli
 
 
-def _recover(d: Deleted, remote: Remote, *extra: str, json_out: bool = True) -> subprocess.CompletedProcess[str]:
-    return run_cli("recover", "--topic", d.topic, "--bootstrap-servers", d.bootstrap, *remote.flags, *extra,
-                   *(["--json"] if json_out else []), env=remote.env)
+def _recover(
+    d: Deleted, remote: Remote, *extra: str, json_out: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        "recover",
+        "--topic",
+        d.topic,
+        "--bootstrap-servers",
+        d.bootstrap,
+        *remote.flags,
+        *extra,
+        *(["--json"] if json_out else []),
+        env=remote.env,
+    )
 
 
 def _old_to_new(summary: dict[str, Any], partition: int) -> dict[int, int]:
@@ -35,7 +46,9 @@ def _old_to_new(summary: dict[str, Any], partition: int) -> dict[int, int]:
     return {old + i: new + i for old, new, length in detail["mapping"] for i in range(length)}
 
 
-def _assert_restored(d: Deleted, summary: dict[str, Any], isolations: tuple[str, ...] = ("read_committed",)) -> None:
+def _assert_restored(
+    d: Deleted, summary: dict[str, Any], isolations: tuple[str, ...] = ("read_committed",)
+) -> None:
     """The recreated topic holds exactly the tiered committed history, once, in order, and the reported
     offset mapping says where each old record went."""
     assert summary["complete"] is True
@@ -69,7 +82,9 @@ def _read_back(line: dict[str, Any]) -> Rec:
     return Rec(line["offset"], line["timestamp"], 1, _decode(line["key"]), _decode(line["value"]), headers)
 
 
-def test_recover_from_file_tier_restores_history_and_keeps_the_old_incarnation_readable(deleted_topic: Deleted) -> None:
+def test_recover_from_file_tier_restores_history_and_keeps_the_old_incarnation_readable(
+    deleted_topic: Deleted,
+) -> None:
     d = deleted_topic
     delete_topic(d.bootstrap, d.topic)
     proc = _recover(d, d.file)
@@ -113,20 +128,38 @@ def test_recover_from_s3_tier(deleted_topic: Deleted) -> None:
     with d.s3.reader() as reader:
         for p, want in d.expected.items():
             tp = reader.resolve(d.topic, p, d.topic_id)
-            got = [(r.offset, (r.timestamp, r.key, r.value, r.headers)) for r in reader.read_from_offset(tp, 0)]
+            got = [
+                (r.offset, (r.timestamp, r.key, r.value, r.headers)) for r in reader.read_from_offset(tp, 0)
+            ]
             assert got == [(w.offset, w.content()) for w in want], f"partition {p}"
 
 
 @pytest.mark.parametrize("kill_at", [0.15, 0.5, 0.8])
-def test_kill_9_mid_recover_then_rerun_restores_each_record_once(deleted_topic: Deleted, kill_at: float) -> None:
+def test_kill_9_mid_recover_then_rerun_restores_each_record_once(
+    deleted_topic: Deleted, kill_at: float
+) -> None:
     d = deleted_topic
     delete_topic(d.bootstrap, d.topic)
     total = sum(len(v) for v in d.expected.values())
-    history_bytes = sum(len(r.key or b"") + len(r.value or b"") + sum(len(k) + len(v or b"") for k, v in r.headers)
-                        for v in d.expected.values() for r in v)
+    history_bytes = sum(
+        len(r.key or b"") + len(r.value or b"") + sum(len(k) + len(v or b"") for k, v in r.headers)
+        for v in d.expected.values()
+        for r in v
+    )
     # Throttled to about eight seconds, in transactions of 100 records, so the kill lands mid-restore.
-    proc = start_cli("recover", "--topic", d.topic, "--bootstrap-servers", d.bootstrap, *d.file.flags,
-                     "--transaction-records", "100", "--max-bytes-per-second", str(history_bytes // 8), "--json")
+    proc = start_cli(
+        "recover",
+        "--topic",
+        d.topic,
+        "--bootstrap-servers",
+        d.bootstrap,
+        *d.file.flags,
+        "--transaction-records",
+        "100",
+        "--max-bytes-per-second",
+        str(history_bytes // 8),
+        "--json",
+    )
     admin = KafkaAdmin(d.bootstrap)
     try:
         deadline = time.monotonic() + 120
@@ -156,8 +189,9 @@ def test_kill_9_mid_recover_then_rerun_restores_each_record_once(deleted_topic: 
     _assert_restored(d, summary)
 
 
-def test_several_incarnations_need_topic_id(deleted_topic: Deleted, kafka_broker: KafkaCluster,
-                                            tmp_path: Path) -> None:
+def test_several_incarnations_need_topic_id(
+    deleted_topic: Deleted, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     d = deleted_topic
     delete_topic(d.bootstrap, d.topic)
     root = tmp_path / "tier"
@@ -167,8 +201,16 @@ def test_several_incarnations_need_topic_id(deleted_topic: Deleted, kafka_broker
     first = _recover(d, remote, "--config", "internal.segment.bytes=65536")
     assert first.returncode == 0, first.stderr
     second_id = json.loads(first.stdout)["target_topic_id"]
-    copy = run_cli("copy", "--log-dir", str(kafka_broker.log_dir(1)), "--bootstrap-servers", d.bootstrap,
-                   "--topic", d.topic, *remote.flags)
+    copy = run_cli(
+        "copy",
+        "--log-dir",
+        str(kafka_broker.log_dir(1)),
+        "--bootstrap-servers",
+        d.bootstrap,
+        "--topic",
+        d.topic,
+        *remote.flags,
+    )
     assert copy.returncode == 0, copy.stderr
     delete_topic(d.bootstrap, d.topic)
 
@@ -219,4 +261,3 @@ def test_unknown_topic_is_a_clear_error(deleted_topic: Deleted) -> None:
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no-such-topic" in lines[0] and "no tiered data" in lines[0], proc.stderr
-

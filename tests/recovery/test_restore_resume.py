@@ -94,25 +94,54 @@ def _source() -> list[Record]:
     out, offset = [], 0
     for i in range(230):
         offset += 1 if i % 17 else 4
-        out.append(Record(offset, 1_000 + i, TimestampType.CREATE_TIME, f"k{i}".encode(), bytes([i % 256]) * 10,
-                          (("h", str(i).encode()),), 0, -1, -1, False, False, None))
+        out.append(
+            Record(
+                offset,
+                1_000 + i,
+                TimestampType.CREATE_TIME,
+                f"k{i}".encode(),
+                bytes([i % 256]) * 10,
+                (("h", str(i).encode()),),
+                0,
+                -1,
+                -1,
+                False,
+                False,
+                None,
+            )
+        )
     return out
 
 
 def _reader(records: list[Record]) -> Callable[[int], Iterator[Record]]:
     def read_from(offset: int) -> Iterator[Record]:
         return iter([r for r in records if r.offset >= offset])
+
     return read_from
 
 
-def _run(log: PartitionLog, state: RecoveryState, records: list[Record], sink: FakeSink,
-         limiter: RateLimiter | None = None) -> None:
+def _run(
+    log: PartitionLog,
+    state: RecoveryState,
+    records: list[Record],
+    sink: FakeSink,
+    limiter: RateLimiter | None = None,
+) -> None:
     start_old, end_old = records[0].offset, records[-1].offset
     progress = log.committed[1] if log.committed else None
-    start = PartitionStart(0, progress.next_old if progress else start_old, end_old,
-                           progress.restored if progress else 0)
-    restore_partition(start, SOURCE, _reader(records), sink, state.write_chunk, ChunkLimits(records=40),
-                      limiter, lambda n: None)
+    start = PartitionStart(
+        0, progress.next_old if progress else start_old, end_old, progress.restored if progress else 0
+    )
+    restore_partition(
+        start,
+        SOURCE,
+        _reader(records),
+        sink,
+        state.write_chunk,
+        ChunkLimits(records=40),
+        limiter,
+        lambda n: None,
+    )
 
 
 STEPS = [(step, n) for step in ("produce", "before_commit", "after_commit") for n in (1, 3, 6)]
@@ -174,21 +203,40 @@ def test_the_restore_is_held_to_the_rate_limit() -> None:
 
     store = RemoteStore(f"memory://recover-{uuid.uuid4().hex}")
     log = PartitionLog()
-    _run(log, RecoveryState(store, "t", SOURCE, TARGET), records, TimedSink(log),
-         RateLimiter(rate, clock=lambda: now[0], sleep=sleep))
+    _run(
+        log,
+        RecoveryState(store, "t", SOURCE, TARGET),
+        records,
+        TimedSink(log),
+        RateLimiter(rate, clock=lambda: now[0], sleep=sleep),
+    )
     assert [r for _, r in log.read_committed()] == records
     assert sum(slept) == pytest.approx((total - rate) / rate)  # 4 seconds: 5 seconds' worth, 1 of burst
-    assert produced_at[-1] == pytest.approx(sum(slept)), "the last chunk waited its turn before it was produced"
+    assert produced_at[-1] == pytest.approx(sum(slept)), (
+        "the last chunk waited its turn before it was produced"
+    )
 
 
-@pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--max-bytes-per-second", "0", "--max-bytes-per-second must be > 0"),
-    ("--transaction-records", "0", "--transaction-records must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-bytes-per-second", "0", "--max-bytes-per-second must be > 0"),
+        ("--transaction-records", "0", "--transaction-records must be >= 1, got 0"),
+    ],
+)
 def test_recover_refuses_a_non_positive_rate_or_count(flag: str, value: str, message: str) -> None:
     from harness.tierkeeper_cli import run_cli
 
-    proc = run_cli("recover", "--topic", "t", "--bootstrap-servers", "127.0.0.1:9",
-                   "--remote", f"memory://recover-{uuid.uuid4().hex}", flag, value)
+    proc = run_cli(
+        "recover",
+        "--topic",
+        "t",
+        "--bootstrap-servers",
+        "127.0.0.1:9",
+        "--remote",
+        f"memory://recover-{uuid.uuid4().hex}",
+        flag,
+        value,
+    )
     assert proc.returncode != 0 and message in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -13,11 +13,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.kafka import KafkaCluster
+from harness.tierkeeper_cli import run_cli
 from storage_core.adapters.store import RemoteStore
 from storage_core.remote.metadata import SegmentMetadata
 from storage_core.remote.reader import RemoteReader
-
-from harness.tierkeeper_cli import run_cli
 
 RECORDS = 3000
 STEP_MS = 10_000
@@ -43,21 +42,43 @@ class TieredTopic:
 
 def make_topic(cluster: KafkaCluster, name: str, tmp: Path) -> TieredTopic:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topics([NewTopic(name, 1, 1, config={"internal.segment.bytes": "65536",
-                                                      "retention.ms": "-1"})])[name].result(60)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
-                         "batch.size": 16384, "linger.ms": 5})
+    admin.create_topics(
+        [NewTopic(name, 1, 1, config={"internal.segment.bytes": "65536", "retention.ms": "-1"})]
+    )[name].result(60)
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "enable.idempotence": True,
+            "batch.size": 16384,
+            "linger.ms": 5,
+        }
+    )
     now = int(time.time() * 1000)
     errors: list[object] = []
     for i in range(RECORDS):
         # Oldest first, one record every 10 s of the past 8+ hours: retention by time has a clear answer.
-        producer.produce(name, value=f"{i:06d}".encode() * 30, key=str(i).encode(), partition=0,
-                         timestamp=now - (RECORDS - i) * STEP_MS,
-                         on_delivery=lambda err, _m: errors.append(err) if err else None)
+        producer.produce(
+            name,
+            value=f"{i:06d}".encode() * 30,
+            key=str(i).encode(),
+            partition=0,
+            timestamp=now - (RECORDS - i) * STEP_MS,
+            on_delivery=lambda err, _m: errors.append(err) if err else None,
+        )
     assert producer.flush(60) == 0 and errors == []
     baseline = tmp / "baseline"
-    proc = run_cli("copy", "--log-dir", str(cluster.log_dir(1)), "--topic", name, "--bootstrap-servers",
-                   cluster.bootstrap_servers, "--remote", f"file://{baseline}", "--json")
+    proc = run_cli(
+        "copy",
+        "--log-dir",
+        str(cluster.log_dir(1)),
+        "--topic",
+        name,
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--remote",
+        f"file://{baseline}",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["copied_segments"] >= 8
     return TieredTopic(name, cluster.bootstrap_servers, cluster.log_dir(1), baseline, now)

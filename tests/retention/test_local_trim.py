@@ -30,7 +30,9 @@ def trim_topic(kafka_broker: KafkaCluster, tmp_path_factory: pytest.TempPathFact
 
 
 def _broker_offsets(bootstrap: str, topic: str, start: int, end: int) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "trim-check", "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "trim-check", "enable.auto.commit": False}
+    )
     consumer.assign([TopicPartition(topic, 0, start)])
     out: list[int] = []
     try:
@@ -63,8 +65,9 @@ def _assert_continuous(topic: TieredTopic, remote: Path, admin: KafkaAdmin) -> N
     assert union == list(range(remote_offsets[0], high)), "a gap between the tiers"
 
 
-def test_local_trim_by_time_then_bytes_never_passes_the_tiered_end(trim_topic: TieredTopic,
-                                                                     tmp_path: Path) -> None:
+def test_local_trim_by_time_then_bytes_never_passes_the_tiered_end(
+    trim_topic: TieredTopic, tmp_path: Path
+) -> None:
     remote = trim_topic.fresh_remote(tmp_path / "remote")
     admin = KafkaAdmin(trim_topic.bootstrap)
     key = (trim_topic.topic, 0)
@@ -74,41 +77,81 @@ def test_local_trim_by_time_then_bytes_never_passes_the_tiered_end(trim_topic: T
 
     boundary = (segments[2].max_timestamp + segments[3].max_timestamp) // 2
     window_ms = int(time.time() * 1000) - boundary
-    proc = run_cli("cleanup", "--remote", f"file://{remote}", "--bootstrap-servers", trim_topic.bootstrap,
-                   "--local-retention-ms", str(window_ms), "--json")
+    proc = run_cli(
+        "cleanup",
+        "--remote",
+        f"file://{remote}",
+        "--bootstrap-servers",
+        trim_topic.bootstrap,
+        "--local-retention-ms",
+        str(window_ms),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     trim = json.loads(proc.stdout)["partitions"][0]["local_trim"]
     assert trim["to"] == segments[3].base_offset
     assert admin.log_start_offsets([key])[key] == segments[3].base_offset
     _assert_continuous(trim_topic, remote, admin)
 
-    proc = run_cli("cleanup", "--remote", f"file://{remote}", "--bootstrap-servers", trim_topic.bootstrap,
-                   "--local-retention-bytes", "1", "--json")
+    proc = run_cli(
+        "cleanup",
+        "--remote",
+        f"file://{remote}",
+        "--bootstrap-servers",
+        trim_topic.bootstrap,
+        "--local-retention-bytes",
+        "1",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
-    assert admin.log_start_offsets([key])[key] == tiered_end + 1, "trim must stop at the highest tiered offset + 1"
+    assert admin.log_start_offsets([key])[key] == tiered_end + 1, (
+        "trim must stop at the highest tiered offset + 1"
+    )
     _assert_continuous(trim_topic, remote, admin)
     # The log start we moved ourselves never deletes remote data.
     assert [m.segment_id for m in trim_topic.segments(remote)] == [m.segment_id for m in segments]
 
-    dry = run_cli("cleanup", "--remote", f"file://{remote}", "--bootstrap-servers", trim_topic.bootstrap,
-                  "--local-retention-bytes", "1", "--dry-run", "--json")
+    dry = run_cli(
+        "cleanup",
+        "--remote",
+        f"file://{remote}",
+        "--bootstrap-servers",
+        trim_topic.bootstrap,
+        "--local-retention-bytes",
+        "1",
+        "--dry-run",
+        "--json",
+    )
     assert json.loads(dry.stdout)["partitions"][0].get("local_trim") is None, "nothing more is safe to trim"
 
 
-def test_a_log_start_we_did_not_set_deletes_remote_data_below_it(trim_topic: TieredTopic, tmp_path: Path) -> None:
+def test_a_log_start_we_did_not_set_deletes_remote_data_below_it(
+    trim_topic: TieredTopic, tmp_path: Path
+) -> None:
     remote = trim_topic.fresh_remote(tmp_path / "remote")
     admin = KafkaAdmin(trim_topic.bootstrap)
     key = (trim_topic.topic, 0)
     segments = trim_topic.segments(remote)
     user_start = max(admin.log_start_offsets([key])[key], segments[-2].base_offset)
     admin.delete_records({key: user_start})  # a user's DeleteRecords, not ours
-    proc = run_cli("cleanup", "--remote", f"file://{remote}", "--bootstrap-servers", trim_topic.bootstrap, "--json")
+    proc = run_cli(
+        "cleanup", "--remote", f"file://{remote}", "--bootstrap-servers", trim_topic.bootstrap, "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     deleted = json.loads(proc.stdout)["partitions"][0]["deleted"]
     assert deleted and all("below the log start offset" in d["reason"] for d in deleted)
     remaining = trim_topic.segments(remote)
     assert all(m.end_offset >= user_start for m in remaining)
-    assert [m.base_offset for m in segments if m.end_offset >= user_start] == [m.base_offset for m in remaining]
-    ignored = run_cli("cleanup", "--remote", f"file://{trim_topic.fresh_remote(tmp_path / 'other')}",
-                      "--bootstrap-servers", trim_topic.bootstrap, "--ignore-log-start", "--json")
+    assert [m.base_offset for m in segments if m.end_offset >= user_start] == [
+        m.base_offset for m in remaining
+    ]
+    ignored = run_cli(
+        "cleanup",
+        "--remote",
+        f"file://{trim_topic.fresh_remote(tmp_path / 'other')}",
+        "--bootstrap-servers",
+        trim_topic.bootstrap,
+        "--ignore-log-start",
+        "--json",
+    )
     assert json.loads(ignored.stdout)["partitions"][0]["deleted"] == []

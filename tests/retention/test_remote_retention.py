@@ -14,20 +14,20 @@ from pathlib import Path
 
 import pytest
 
+from harness.tierkeeper_cli import run_cli
 from storage_core.adapters.store import RemoteStore
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState
 from storage_core.remote.metadata import SegmentMetadata
 from storage_core.remote.reader import RemoteReader
 
-from harness.tierkeeper_cli import run_cli
 from .conftest import TieredTopic
 
 
 def _catalog(remote: Path, topic: str) -> PartitionCatalog:
     store = RemoteStore(f"file://{remote}")
     layout = RemoteLayout(store.root)
-    (name, topic_id), = [t for t in list_topics(store, layout) if t[0] == topic]
+    ((name, topic_id),) = [t for t in list_topics(store, layout) if t[0] == topic]
     from storage_core.remote.layout import TopicPartitionId
 
     return PartitionCatalog(store, layout, TopicPartitionId(name, topic_id, 0))
@@ -48,31 +48,61 @@ def _retention_between(segments: list[SegmentMetadata], keep_from: int) -> int:
     return int(time.time() * 1000) - boundary
 
 
-def test_retention_by_time_deletes_exactly_the_expired_segments(tiered_topic: TieredTopic, tmp_path: Path) -> None:
+def test_retention_by_time_deletes_exactly_the_expired_segments(
+    tiered_topic: TieredTopic, tmp_path: Path
+) -> None:
     remote = tiered_topic.fresh_remote(tmp_path / "remote")
     before = tiered_topic.segments(remote)
     keep_from = 3
-    proc = run_cli("cleanup", "--remote", f"file://{remote}", "--remote-retention-ms",
-                   str(_retention_between(before, keep_from)), "--json")
+    proc = run_cli(
+        "cleanup",
+        "--remote",
+        f"file://{remote}",
+        "--remote-retention-ms",
+        str(_retention_between(before, keep_from)),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert [d["base_offset"] for d in report["partitions"][0]["deleted"]] == \
-        [m.base_offset for m in before[:keep_from]]
+    assert [d["base_offset"] for d in report["partitions"][0]["deleted"]] == [
+        m.base_offset for m in before[:keep_from]
+    ]
     assert all("older than remote retention" in d["reason"] for d in report["partitions"][0]["deleted"])
     after = tiered_topic.segments(remote)
     assert [m.segment_id for m in after] == [m.segment_id for m in before[keep_from:]]
     _assert_deleted(remote, tiered_topic.topic, before[:keep_from])
 
-    below = run_cli("read", "--remote", f"file://{remote}", "--topic", tiered_topic.topic, "--partition", "0",
-                    "--from-offset", str(before[0].base_offset))
+    below = run_cli(
+        "read",
+        "--remote",
+        f"file://{remote}",
+        "--topic",
+        tiered_topic.topic,
+        "--partition",
+        "0",
+        "--from-offset",
+        str(before[0].base_offset),
+    )
     assert below.returncode == 1
     assert f"outside the remote tier [{after[0].base_offset}," in below.stderr
     assert "Traceback" not in below.stderr
-    above = run_cli("read", "--remote", f"file://{remote}", "--topic", tiered_topic.topic, "--partition", "0",
-                    "--from-offset", str(after[0].base_offset), "--max-records", "5")
+    above = run_cli(
+        "read",
+        "--remote",
+        f"file://{remote}",
+        "--topic",
+        tiered_topic.topic,
+        "--partition",
+        "0",
+        "--from-offset",
+        str(after[0].base_offset),
+        "--max-records",
+        "5",
+    )
     assert above.returncode == 0
-    assert [json.loads(line)["offset"] for line in above.stdout.splitlines()] == \
-        list(range(after[0].base_offset, after[0].base_offset + 5))
+    assert [json.loads(line)["offset"] for line in above.stdout.splitlines()] == list(
+        range(after[0].base_offset, after[0].base_offset + 5)
+    )
 
 
 def test_retention_by_bytes_keeps_the_newest_that_fit(tiered_topic: TieredTopic, tmp_path: Path) -> None:
@@ -80,7 +110,9 @@ def test_retention_by_bytes_keeps_the_newest_that_fit(tiered_topic: TieredTopic,
     before = tiered_topic.segments(remote)
     keep = 4
     limit = sum(m.size_bytes for m in before[-keep:])
-    proc = run_cli("cleanup", "--remote", f"file://{remote}", "--remote-retention-bytes", str(limit), "--json")
+    proc = run_cli(
+        "cleanup", "--remote", f"file://{remote}", "--remote-retention-bytes", str(limit), "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     after = tiered_topic.segments(remote)
     assert [m.segment_id for m in after] == [m.segment_id for m in before[-keep:]]
@@ -88,7 +120,9 @@ def test_retention_by_bytes_keeps_the_newest_that_fit(tiered_topic: TieredTopic,
     # One byte less and one more segment has to go.
     proc = run_cli("cleanup", "--remote", f"file://{remote}", "--remote-retention-bytes", str(limit - 1))
     assert proc.returncode == 0
-    assert [m.segment_id for m in tiered_topic.segments(remote)] == [m.segment_id for m in before[-keep + 1:]]
+    assert [m.segment_id for m in tiered_topic.segments(remote)] == [
+        m.segment_id for m in before[-keep + 1 :]
+    ]
 
 
 def test_dry_run_changes_nothing(tiered_topic: TieredTopic, tmp_path: Path) -> None:
@@ -100,15 +134,20 @@ def test_dry_run_changes_nothing(tiered_topic: TieredTopic, tmp_path: Path) -> N
     assert sorted(p.relative_to(remote) for p in remote.rglob("*")) == files_before
 
 
-def test_orphan_sweep_removes_unfinished_attempts_and_never_finished_data(tiered_topic: TieredTopic,
-                                                                          tmp_path: Path) -> None:
+def test_orphan_sweep_removes_unfinished_attempts_and_never_finished_data(
+    tiered_topic: TieredTopic, tmp_path: Path
+) -> None:
     remote = tiered_topic.fresh_remote(tmp_path / "remote")
     catalog = _catalog(remote, tiered_topic.topic)
     finished = tiered_topic.segments(remote)
     # An abandoned copy attempt (COPY_STARTED + half its objects) and objects with no marker at all.
-    abandoned = finished[-1].model_copy(update={"segment_id": uuid.uuid4(), "state": SegmentState.COPY_STARTED})
+    abandoned = finished[-1].model_copy(
+        update={"segment_id": uuid.uuid4(), "state": SegmentState.COPY_STARTED}
+    )
     catalog.write_marker(abandoned)
-    log_key = catalog.layout.object_key(catalog.tp, abandoned.base_offset, abandoned.segment_id, SegmentObject.LOG)
+    log_key = catalog.layout.object_key(
+        catalog.tp, abandoned.base_offset, abandoned.segment_id, SegmentObject.LOG
+    )
     catalog.store.put_chunks(log_key, [b"partial"])
     markerless = catalog.layout.object_key(catalog.tp, 999_999, uuid.uuid4(), SegmentObject.OFFSET_INDEX)
     catalog.store.put_chunks(markerless, [b"x" * 16])
@@ -129,16 +168,20 @@ def test_orphan_sweep_removes_unfinished_attempts_and_never_finished_data(tiered
     assert offsets == list(range(finished[-1].end_offset + 1))
 
 
-def test_duplicate_finished_copy_is_removed_through_delete_states(tiered_topic: TieredTopic,
-                                                                  tmp_path: Path) -> None:
+def test_duplicate_finished_copy_is_removed_through_delete_states(
+    tiered_topic: TieredTopic, tmp_path: Path
+) -> None:
     remote = tiered_topic.fresh_remote(tmp_path / "remote")
     catalog = _catalog(remote, tiered_topic.topic)
     original = tiered_topic.segments(remote)[2]
     twin_id = uuid.uuid4()
-    for obj, stored in original.objects.items():
-        data = catalog.store.get(catalog.layout.object_key(catalog.tp, original.base_offset,
-                                                           original.segment_id, obj))
-        catalog.store.put_chunks(catalog.layout.object_key(catalog.tp, original.base_offset, twin_id, obj), [data])
+    for obj in original.objects:
+        data = catalog.store.get(
+            catalog.layout.object_key(catalog.tp, original.base_offset, original.segment_id, obj)
+        )
+        catalog.store.put_chunks(
+            catalog.layout.object_key(catalog.tp, original.base_offset, twin_id, obj), [data]
+        )
     twin = original.model_copy(update={"segment_id": twin_id, "event_time_ms": original.event_time_ms + 1})
     catalog.write_marker(twin.with_state(SegmentState.COPY_STARTED, twin.event_time_ms))
     catalog.write_marker(twin)
@@ -167,12 +210,23 @@ def test_killed_cleanup_converges(tiered_topic: TieredTopic, tmp_path: Path) -> 
     interrupted = 0
     for trial in range(12):
         remote = tiered_topic.fresh_remote(tmp_path / f"remote-{trial}")
-        argv = [sys.executable, "-m", "storage_core.cli", "cleanup", "--remote", f"file://{remote}",
-                "--remote-retention-bytes", limit]
+        argv = [
+            sys.executable,
+            "-m",
+            "storage_core.cli",
+            "cleanup",
+            "--remote",
+            f"file://{remote}",
+            "--remote-retention-bytes",
+            limit,
+        ]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline and \
-                not any(remote.rglob("*.DELETE_STARTED.json")):
+        while (
+            proc.poll() is None
+            and time.monotonic() < deadline
+            and not any(remote.rglob("*.DELETE_STARTED.json"))
+        ):
             time.sleep(0.002)
         time.sleep(rng.uniform(0, 0.05))
         proc.send_signal(signal.SIGKILL)

@@ -18,8 +18,14 @@ def test_second_resolution_needs_no_maven(tmp_path: Path) -> None:
     bare.mkdir()
     (bare / "python").symlink_to(sys.executable)
     env = {**os.environ, "PATH": str(bare)}
-    proc = subprocess.run([str(bare / "python"), "-m", "harness.kafka_dist"], capture_output=True, text=True,
-                          env=env, cwd=Path(__file__).resolve().parents[1], check=False)
+    proc = subprocess.run(
+        [str(bare / "python"), "-m", "harness.kafka_dist"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(libs)
     assert "resolving" not in proc.stderr

@@ -10,21 +10,33 @@ from harness.kafka import KafkaCluster
 
 def test_produce_consume_and_segments_on_disk(kafka_broker: KafkaCluster) -> None:
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
-    admin.create_topics([NewTopic("smoke", 1, 1, config={"internal.segment.bytes": "65536"})])["smoke"].result(30)
+    admin.create_topics([NewTopic("smoke", 1, 1, config={"internal.segment.bytes": "65536"})])[
+        "smoke"
+    ].result(30)
 
     # Batches must stay below the 64 KiB segment size, or the broker refuses them.
-    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers, "linger.ms": 5,
-                         "batch.size": 16384})
+    producer = Producer(
+        {"bootstrap.servers": kafka_broker.bootstrap_servers, "linger.ms": 5, "batch.size": 16384}
+    )
     errors: list[object] = []
     sent = [f"value-{i:05d}".encode() * 20 for i in range(1000)]
     for i, value in enumerate(sent):
-        producer.produce("smoke", key=str(i).encode(), value=value,
-                         on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        producer.produce(
+            "smoke",
+            key=str(i).encode(),
+            value=value,
+            on_delivery=lambda err, _msg: errors.append(err) if err else None,
+        )
     assert producer.flush(30) == 0
     assert errors == []
 
-    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "smoke",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap_servers,
+            "group.id": "smoke",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition("smoke", 0, OFFSET_BEGINNING)])
     got: list[bytes] = []
     while len(got) < len(sent):

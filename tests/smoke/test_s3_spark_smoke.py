@@ -24,5 +24,7 @@ def test_spark_job(spark: Any) -> None:
         [x for x in range(10_000) if (2 * x) % 3 == 0]
     )
     df = spark.createDataFrame([(i % 7, i) for i in range(1000)], ["k", "v"])
-    rows = {r["k"]: r["total"] for r in df.groupBy("k").sum("v").withColumnRenamed("sum(v)", "total").collect()}
+    rows = {
+        r["k"]: r["total"] for r in df.groupBy("k").sum("v").withColumnRenamed("sum(v)", "total").collect()
+    }
     assert rows == {k: sum(v for v in range(1000) if v % 7 == k) for k in range(7)}

@@ -46,8 +46,12 @@ class Dataset:
 def _topic_config() -> dict[str, str]:
     # Records carry 2023 timestamps; without retention.ms=-1 the broker's time retention would delete
     # them mid-test (it did: "segment vanished before it was copied").
-    return {"internal.segment.bytes": str(SEGMENT_BYTES), "compression.type": "producer",
-            "message.timestamp.type": "CreateTime", "retention.ms": "-1"}
+    return {
+        "internal.segment.bytes": str(SEGMENT_BYTES),
+        "compression.type": "producer",
+        "message.timestamp.type": "CreateTime",
+        "retention.ms": "-1",
+    }
 
 
 def _delivery_errors(errors: list[object]):  # type: ignore[no-untyped-def]
@@ -67,7 +71,7 @@ def produce_dataset(bootstrap: str, prefix: str) -> Dataset:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     codec_topics = [f"{prefix}-codec-{c}" for c in CODECS]
     txn_topic, open_topic = f"{prefix}-txn", f"{prefix}-txn-open"
-    partitions = {**{t: 2 for t in codec_topics}, txn_topic: 1, open_topic: 1}
+    partitions = {**dict.fromkeys(codec_topics, 2), txn_topic: 1, open_topic: 1}
     futures = admin.create_topics([NewTopic(t, n, 1, config=_topic_config()) for t, n in partitions.items()])
     for fut in futures.values():
         fut.result(60)
@@ -75,14 +79,28 @@ def produce_dataset(bootstrap: str, prefix: str) -> Dataset:
     errors: list[object] = []
     total = 0
     for codec, topic in zip(CODECS, codec_topics):
-        producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5,
-                             "batch.size": 16384, "enable.idempotence": codec in ("lz4", "zstd")})
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "compression.type": codec,
+                "linger.ms": 5,
+                "batch.size": 16384,
+                "enable.idempotence": codec in ("lz4", "zstd"),
+            }
+        )
         for p in range(2):
             for i in range(RECORDS_PER_PARTITION):
                 key, value, headers = _record(rng, i)
                 # Three records share each timestamp, so by-timestamp reads meet ties.
-                producer.produce(topic, key=key, value=value, headers=headers, partition=p,
-                                 timestamp=BASE_TS + (i // 3) * 10, on_delivery=_delivery_errors(errors))
+                producer.produce(
+                    topic,
+                    key=key,
+                    value=value,
+                    headers=headers,
+                    partition=p,
+                    timestamp=BASE_TS + (i // 3) * 10,
+                    on_delivery=_delivery_errors(errors),
+                )
                 total += 1
                 if i % 1000 == 0:
                     producer.poll(0)
@@ -96,8 +114,15 @@ def produce_dataset(bootstrap: str, prefix: str) -> Dataset:
 
 def _produce_transactions(bootstrap: str, topic: str, rng: random.Random, errors: list[object]) -> int:
     """40 transactions of 250 records, every third aborted, with plain records interleaved."""
-    txp = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5,
-                    "batch.size": 16384, "compression.type": "lz4"})
+    txp = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"{topic}-tx",
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "compression.type": "lz4",
+        }
+    )
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
     txp.init_transactions(60)
     n = 0
@@ -105,12 +130,25 @@ def _produce_transactions(bootstrap: str, topic: str, rng: random.Random, errors
         txp.begin_transaction()
         for i in range(250):
             key, value, headers = _record(rng, n)
-            txp.produce(topic, key=key, value=value, headers=headers, partition=0,
-                        timestamp=BASE_TS + n * 10, on_delivery=_delivery_errors(errors))
+            txp.produce(
+                topic,
+                key=key,
+                value=value,
+                headers=headers,
+                partition=0,
+                timestamp=BASE_TS + n * 10,
+                on_delivery=_delivery_errors(errors),
+            )
             n += 1
             if i % 50 == 0:
-                plain.produce(topic, key=b"plain", value=rng.randbytes(100), partition=0,
-                              timestamp=BASE_TS + n * 10, on_delivery=_delivery_errors(errors))
+                plain.produce(
+                    topic,
+                    key=b"plain",
+                    value=rng.randbytes(100),
+                    partition=0,
+                    timestamp=BASE_TS + n * 10,
+                    on_delivery=_delivery_errors(errors),
+                )
                 plain.poll(0)
                 n += 1
         txp.flush(60)
@@ -119,11 +157,19 @@ def _produce_transactions(bootstrap: str, topic: str, rng: random.Random, errors
     return n
 
 
-def _produce_open_transaction(bootstrap: str, topic: str, rng: random.Random,
-                              errors: list[object]) -> tuple[Producer, int]:
+def _produce_open_transaction(
+    bootstrap: str, topic: str, rng: random.Random, errors: list[object]
+) -> tuple[Producer, int]:
     """Committed data, then a transaction left open, then plain data that rolls segments past it."""
-    txp = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5,
-                    "batch.size": 16384, "transaction.timeout.ms": 900000})
+    txp = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"{topic}-tx",
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "transaction.timeout.ms": 900000,
+        }
+    )
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
     txp.init_transactions(60)
     n = 0
@@ -147,9 +193,15 @@ def _produce_open_transaction(bootstrap: str, topic: str, rng: random.Random,
 
 def consume(bootstrap: str, topic: str, partition: int, isolation: str, until_offset: int) -> list[Expected]:
     """Every record a real consumer returns from the start of the partition up to ``until_offset``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"expect-{topic}",
-                         "enable.auto.commit": False, "isolation.level": isolation,
-                         "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"expect-{topic}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
     out: list[Expected] = []
     tp = TopicPartition(topic, partition)
@@ -159,8 +211,15 @@ def consume(bootstrap: str, topic: str, partition: int, isolation: str, until_of
             if msg is not None and not msg.error():
                 if msg.offset() > until_offset:
                     break
-                out.append(Expected(msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
-                                    tuple((k, v) for k, v in (msg.headers() or []))))
+                out.append(
+                    Expected(
+                        msg.offset(),
+                        msg.timestamp()[1],
+                        msg.key(),
+                        msg.value(),
+                        tuple((k, v) for k, v in (msg.headers() or [])),
+                    )
+                )
                 continue
             if msg is not None and msg.error().code() != -191:  # anything but _PARTITION_EOF
                 raise AssertionError(f"consumer error on {topic}-{partition}: {msg.error()}")

@@ -51,6 +51,8 @@ def wait_for_checkpoint(broker_log_dir: Path, topics: list[str], timeout: float 
     deadline = time.monotonic() + timeout
     while eligible_log_bytes(broker_log_dir, topics) < rolled_log_bytes(broker_log_dir, topics):
         if time.monotonic() > deadline:
-            raise AssertionError(f"the broker's high-watermark checkpoint never covered the rolled segments of "
-                                 f"{topics} within {timeout:.0f} s")
+            raise AssertionError(
+                f"the broker's high-watermark checkpoint never covered the rolled segments of "
+                f"{topics} within {timeout:.0f} s"
+            )
         time.sleep(0.5)

@@ -22,8 +22,8 @@ from harness.moto_s3 import MotoServer
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.errors import CorruptDataError
 from storage_core.formats.record_batch import iter_batches
-from storage_core.formats.source import bytes_fetcher
 from storage_core.formats.records import iter_records
+from storage_core.formats.source import bytes_fetcher
 from storage_core.remote.catalog import PartitionCatalog
 from storage_core.remote.layout import SegmentObject, SegmentState
 from storage_core.remote.reader import Isolation
@@ -33,8 +33,12 @@ from .dataset import Dataset
 
 
 @pytest.fixture(scope="module", params=["file", "s3"])
-def tiered(request: pytest.FixtureRequest, dataset: Dataset, kafka_broker: KafkaCluster,
-           tmp_path_factory: pytest.TempPathFactory) -> tuple[Remote, dict[str, Any]]:
+def tiered(
+    request: pytest.FixtureRequest,
+    dataset: Dataset,
+    kafka_broker: KafkaCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Remote, dict[str, Any]]:
     """The dataset copied by the real CLI into a file:// or moto s3:// remote tier."""
     if request.param == "file":
         remote = file_remote(tmp_path_factory.mktemp("remote"))
@@ -46,8 +50,17 @@ def tiered(request: pytest.FixtureRequest, dataset: Dataset, kafka_broker: Kafka
         s3fs.S3FileSystem(**options).mkdir("tiered-dataset")
         remote = s3_remote(moto, "s3://tiered-dataset/some/prefix", options)
     topics = [arg for t in dataset.partitions for arg in ("--topic", t)]
-    proc = run_cli("copy", "--log-dir", str(kafka_broker.log_dir(1)), "--bootstrap-servers",
-                   dataset.bootstrap, "--json", *topics, *remote.flags, env=remote.env)
+    proc = run_cli(
+        "copy",
+        "--log-dir",
+        str(kafka_broker.log_dir(1)),
+        "--bootstrap-servers",
+        dataset.bootstrap,
+        "--json",
+        *topics,
+        *remote.flags,
+        env=remote.env,
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -66,8 +79,9 @@ def test_dataset_is_big_enough(dataset: Dataset) -> None:
     assert dataset.total_records >= 50_000
 
 
-def test_tiered_logs_are_byte_identical(tiered: tuple[Remote, dict[str, Any]], dataset: Dataset,
-                                        kafka_broker: KafkaCluster) -> None:
+def test_tiered_logs_are_byte_identical(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset, kafka_broker: KafkaCluster
+) -> None:
     remote, summary = tiered
     store = remote.store()
     assert summary["failed_partitions"] == 0
@@ -77,22 +91,29 @@ def test_tiered_logs_are_byte_identical(tiered: tuple[Remote, dict[str, Any]], d
         for meta in segments:
             local = kafka_broker.log_dir(1) / f"{topic}-{p}" / f"{meta.base_offset:020d}.log"
             key = PartitionCatalog(store, remote.reader().layout, meta.tp).layout.object_key(
-                meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
+                meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG
+            )
             assert store.get(key) == local.read_bytes(), f"{topic}-{p} segment {meta.base_offset} differs"
-            for obj, ext in ((SegmentObject.OFFSET_INDEX, ".index"), (SegmentObject.TIME_INDEX, ".timeindex")):
+            for obj, ext in (
+                (SegmentObject.OFFSET_INDEX, ".index"),
+                (SegmentObject.TIME_INDEX, ".timeindex"),
+            ):
                 okey = key.rsplit(".", 1)[0] + "." + obj.value
                 assert store.get(okey) == local.with_suffix(ext).read_bytes()
             count += 1
     assert count >= 50
 
 
-def test_only_rolled_segments_below_the_lso_are_copied(tiered: tuple[Remote, dict[str, Any]], dataset: Dataset,
-                                                       kafka_broker: KafkaCluster) -> None:
+def test_only_rolled_segments_below_the_lso_are_copied(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset, kafka_broker: KafkaCluster
+) -> None:
     remote, _ = tiered
     admin = KafkaAdmin(dataset.bootstrap)
     lso = admin.last_stable_offsets(dataset.all_partitions())
     hw = admin.high_watermarks(dataset.all_partitions())
-    assert lso[(dataset.open_txn_topic, 0)] < hw[(dataset.open_txn_topic, 0)], "the open transaction must hold the LSO"
+    assert lso[(dataset.open_txn_topic, 0)] < hw[(dataset.open_txn_topic, 0)], (
+        "the open transaction must hold the LSO"
+    )
     for (topic, p), segments in _finished(remote, dataset).items():
         bases = sorted(int(f.stem) for f in (kafka_broker.log_dir(1) / f"{topic}-{p}").glob("*.log"))
         expected = [b for b, nxt in zip(bases, bases[1:]) if nxt <= lso[(topic, p)]]
@@ -105,8 +126,9 @@ def test_only_rolled_segments_below_the_lso_are_copied(tiered: tuple[Remote, dic
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-def test_remote_reads_equal_a_real_consumer(tiered: tuple[Remote, dict[str, Any]], dataset: Dataset,
-                                            isolation: str) -> None:
+def test_remote_reads_equal_a_real_consumer(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset, isolation: str
+) -> None:
     remote, _ = tiered
     reader = remote.reader(Isolation(isolation))
     for topic, p in dataset.all_partitions():
@@ -114,15 +136,18 @@ def test_remote_reads_equal_a_real_consumer(tiered: tuple[Remote, dict[str, Any]
         manifest = reader.manifest(tp)
         assert manifest.end_offset is not None
         want = expected_records(dataset, topic, p, isolation, manifest.end_offset)
-        got = [(r.offset, r.timestamp, r.key, r.value, r.headers)
-               for r in reader.read_from_offset(tp, manifest.start_offset or 0)]
+        got = [
+            (r.offset, r.timestamp, r.key, r.value, r.headers)
+            for r in reader.read_from_offset(tp, manifest.start_offset or 0)
+        ]
         assert got == [(e.offset, e.timestamp, e.key, e.value, e.headers) for e in want], f"{topic}-{p}"
     reader.close()
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-def test_batch_reads_are_the_brokers_batches(tiered: tuple[Remote, dict[str, Any]], dataset: Dataset,
-                                             kafka_broker: KafkaCluster, isolation: str) -> None:
+def test_batch_reads_are_the_brokers_batches(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset, kafka_broker: KafkaCluster, isolation: str
+) -> None:
     """read_batches_from_offset serves the broker's own batches byte for byte (on file:// from the mapped
     object, on s3:// through the read-ahead), in order, without control batches, and decoding them gives
     what a real consumer reads."""
@@ -140,7 +165,9 @@ def test_batch_reads_are_the_brokers_batches(tiered: tuple[Remote, dict[str, Any
             assert offsets == sorted(set(offsets)), f"{topic}-{p}: batches out of order"
             assert not any(b.header.is_control for b in batches)
             for batch in batches:
-                assert bytes(batch.data) == local[batch.header.base_offset], f"{topic}-{p} @{batch.header.base_offset}"
+                assert bytes(batch.data) == local[batch.header.base_offset], (
+                    f"{topic}-{p} @{batch.header.base_offset}"
+                )
             want = expected_records(dataset, topic, p, isolation, manifest.end_offset)
             got = [(r.offset, r.key, r.value) for b in batches for r in iter_records(b) if r.offset >= start]
             assert got == [(e.offset, e.key, e.value) for e in want], f"{topic}-{p}"
@@ -156,9 +183,9 @@ def _local_batches(partition_dir: Path) -> dict[int, bytes]:
 
 
 @pytest.mark.parametrize("damage", ["flipped byte", "cut at a batch boundary"])
-def test_a_damaged_remote_object_is_refused_where_it_is_damaged(tiered: tuple[Remote, dict[str, Any]],
-                                                                 dataset: Dataset, tmp_path: Path,
-                                                                 damage: str) -> None:
+def test_a_damaged_remote_object_is_refused_where_it_is_damaged(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset, tmp_path: Path, damage: str
+) -> None:
     """A byte flipped in a tiered .log object (on a copy of the remote tier) stops the read at the damaged
     batch, naming its offset; an object cut short at a batch boundary (which framing alone cannot see)
     stops it where the data ends. Every record before the damage is returned first; batch reads stop at
@@ -185,7 +212,7 @@ def test_a_damaged_remote_object_is_refused_where_it_is_damaged(tiered: tuple[Re
         if damage == "flipped byte":
             data[victim.position + 70] ^= 0xFF  # inside the CRC-covered part
         else:
-            del data[victim.position:]
+            del data[victim.position :]
         store.delete([key])
         store.put_atomic(key, bytes(data))
         start = segments[0].base_offset
@@ -205,8 +232,9 @@ def test_a_damaged_remote_object_is_refused_where_it_is_damaged(tiered: tuple[Re
         assert str(again.value) == str(err.value)
 
 
-def test_aborted_records_differ_between_isolation_levels(tiered: tuple[Remote, dict[str, Any]],
-                                                         dataset: Dataset) -> None:
+def test_aborted_records_differ_between_isolation_levels(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset
+) -> None:
     remote, _ = tiered
     counts = {}
     for isolation in Isolation:
@@ -229,7 +257,9 @@ def test_read_from_the_middle_of_a_segment(tiered: tuple[Remote, dict[str, Any]]
             assert got == [e.offset for e in want if e.offset >= start][:50]
 
 
-def test_read_by_timestamp_matches_list_offsets(tiered: tuple[Remote, dict[str, Any]], dataset: Dataset) -> None:
+def test_read_by_timestamp_matches_list_offsets(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset
+) -> None:
     remote, _ = tiered
     consumer = Consumer({"bootstrap.servers": dataset.bootstrap, "group.id": "ts-check"})
     rng = random.Random(11)
@@ -243,7 +273,9 @@ def test_read_by_timestamp_matches_list_offsets(tiered: tuple[Remote, dict[str, 
                 lo = min(s.first_timestamp for s in segments)
                 hi = max(s.max_timestamp for s in segments)
                 for target in [lo - 5, lo, hi] + [rng.randint(lo, hi) for _ in range(8)]:
-                    kafka = consumer.offsets_for_times([TopicPartition(topic, 0, target)], timeout=30)[0].offset
+                    kafka = consumer.offsets_for_times([TopicPartition(topic, 0, target)], timeout=30)[
+                        0
+                    ].offset
                     ours = list(itertools.islice(reader.read_from_timestamp(tp, target), 400))
                     assert ours[0].offset == kafka, f"{topic} ts={target}"
                     assert ours[0].timestamp >= target
@@ -262,10 +294,13 @@ def test_decoder_agrees_with_dump_log_segments(dataset: Dataset, kafka_broker: K
     dump = kafka_broker.dump_log_segments(files)
     sections = re.split(r"^Dumping (.+)$", dump, flags=re.M)[1:]
     assert len(sections) == 2 * len(files)
-    batch_re = re.compile(r"^baseOffset: (\d+) lastOffset: (\d+) count: (\d+) .*?producerId: (-?\d+) .*?"
-                          r"partitionLeaderEpoch: (-?\d+) isTransactional: (\w+) isControl: (\w+) .*?"
-                          r"position: (\d+) (?:CreateTime|LogAppendTime): (-?\d+) size: (\d+) magic: 2 "
-                          r"compresscodec: (\w+) crc: (\d+) isvalid: (\w+)$", re.M)
+    batch_re = re.compile(
+        r"^baseOffset: (\d+) lastOffset: (\d+) count: (\d+) .*?producerId: (-?\d+) .*?"
+        r"partitionLeaderEpoch: (-?\d+) isTransactional: (\w+) isControl: (\w+) .*?"
+        r"position: (\d+) (?:CreateTime|LogAppendTime): (-?\d+) size: (\d+) magic: 2 "
+        r"compresscodec: (\w+) crc: (\d+) isvalid: (\w+)$",
+        re.M,
+    )
     record_re = re.compile(r"^\| offset: (\d+) (?:CreateTime|LogAppendTime): (-?\d+)", re.M)
     batches_checked = 0
     for path, text in zip(sections[0::2], sections[1::2]):
@@ -276,10 +311,23 @@ def test_decoder_agrees_with_dump_log_segments(dataset: Dataset, kafka_broker: K
         with open(path.strip(), "rb") as f:
             for batch in iter_batches(f, path=path):
                 h = batch.header
-                ours.append((str(h.base_offset), str(h.last_offset), str(h.records_count), str(h.producer_id),
-                             str(h.partition_leader_epoch), str(h.is_transactional).lower(),
-                             str(h.is_control).lower(), str(batch.position), str(h.max_timestamp),
-                             str(h.size_in_bytes), h.codec.name.lower(), str(h.crc), "true"))
+                ours.append(
+                    (
+                        str(h.base_offset),
+                        str(h.last_offset),
+                        str(h.records_count),
+                        str(h.producer_id),
+                        str(h.partition_leader_epoch),
+                        str(h.is_transactional).lower(),
+                        str(h.is_control).lower(),
+                        str(batch.position),
+                        str(h.max_timestamp),
+                        str(h.size_in_bytes),
+                        h.codec.name.lower(),
+                        str(h.crc),
+                        "true",
+                    )
+                )
                 our_records.extend((r.offset, r.timestamp) for r in iter_records(batch, verify_crc=False))
         assert ours == theirs, path
         assert our_records == their_records, path
@@ -287,13 +335,22 @@ def test_decoder_agrees_with_dump_log_segments(dataset: Dataset, kafka_broker: K
     assert batches_checked > 100
 
 
-def test_rerun_is_idempotent(tiered: tuple[Remote, dict[str, Any]], dataset: Dataset,
-                             kafka_broker: KafkaCluster) -> None:
+def test_rerun_is_idempotent(
+    tiered: tuple[Remote, dict[str, Any]], dataset: Dataset, kafka_broker: KafkaCluster
+) -> None:
     remote, _ = tiered
     before = {k: [m.segment_id for m in v] for k, v in _finished(remote, dataset).items()}
     topics = [arg for t in dataset.partitions for arg in ("--topic", t)]
-    proc = run_cli("copy", "--log-dir", str(kafka_broker.log_dir(1)), "--bootstrap-servers", dataset.bootstrap,
-                   *topics, *remote.flags, env=remote.env)
+    proc = run_cli(
+        "copy",
+        "--log-dir",
+        str(kafka_broker.log_dir(1)),
+        "--bootstrap-servers",
+        dataset.bootstrap,
+        *topics,
+        *remote.flags,
+        env=remote.env,
+    )
     assert proc.returncode == 0, proc.stderr
     after = {k: [m.segment_id for m in v] for k, v in _finished(remote, dataset).items()}
     assert after == before

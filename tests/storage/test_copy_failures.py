@@ -23,8 +23,8 @@ from harness.kafka import KafkaCluster
 from harness.ports import free_ports
 from storage_core.adapters.store import RemoteStore
 from storage_core.errors import RemoteStoreError
-from storage_core.logdir import LogDir
 from storage_core.formats.record_batch import HEADER_SIZE, iter_batch_headers
+from storage_core.logdir import LogDir
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout
 from storage_core.tiering import partition_copy
@@ -42,7 +42,8 @@ def _file_store(path: Path) -> RemoteStore:
 
 
 def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
-        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]  # uncompressed
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -68,21 +69,33 @@ def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
     store = RemoteStore(f"file://{remote}")
     layout = RemoteLayout(store.root)
     tp = next(t for t in list_partitions(store, layout, *list_topics(store, layout)[0]) if t.partition == 0)
-    leftovers = [e for e in PartitionCatalog(store, layout, tp).listing().segments.values()
-                 if e.base_offset == bases[2]]
+    leftovers = [
+        e
+        for e in PartitionCatalog(store, layout, tp).listing().segments.values()
+        if e.base_offset == bases[2]
+    ]
     assert leftovers == [], "a refused segment leaves nothing behind"
 
 
-def test_unreachable_bucket_fails_with_one_line(dataset: Dataset, kafka_broker: KafkaCluster,
-                                                tmp_path: Path) -> None:
+def test_unreachable_bucket_fails_with_one_line(
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     closed_port = free_ports(1)[0]
     started = time.monotonic()
-    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", "s3://nowhere/prefix",
-                   "--endpoint-url", f"http://127.0.0.1:{closed_port}", "--path-style",
-                   env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_MAX_ATTEMPTS": "2"},
-                   timeout=240)
+    proc = run_cli(
+        "copy",
+        "--log-dir",
+        str(log_dir),
+        "--remote",
+        "s3://nowhere/prefix",
+        "--endpoint-url",
+        f"http://127.0.0.1:{closed_port}",
+        "--path-style",
+        env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_MAX_ATTEMPTS": "2"},
+        timeout=240,
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("tierkeeper copy: error:")]
@@ -102,14 +115,28 @@ def _wait_for_first_object(remote: Path, proc: subprocess.Popen[bytes]) -> float
 
 
 def _copy_process(log_dir: Path, remote: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "storage_core.cli", "copy", "--log-dir", str(log_dir),
-                             "--remote", f"file://{remote}", "--parallelism", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "storage_core.cli",
+            "copy",
+            "--log-dir",
+            str(log_dir),
+            "--remote",
+            f"file://{remote}",
+            "--parallelism",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.slow
-def test_sigkill_never_leaves_readable_partial_data(dataset: Dataset, kafka_broker: KafkaCluster,
-                                                    tmp_path: Path) -> None:
+def test_sigkill_never_leaves_readable_partial_data(
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     expected = {p: rolled_segments(log_dir, topic, p) for p in (0, 1)}
@@ -137,9 +164,9 @@ def test_sigkill_never_leaves_readable_partial_data(dataset: Dataset, kafka_brok
             bases = finished.get((topic, p), [])
             if 0 < len(bases) < len(expected[p]):
                 killed_mid_copy += 1
-            assert bases == expected[p][:len(bases)], "finished segments must be a gap-free prefix"
+            assert bases == expected[p][: len(bases)], "finished segments must be a gap-free prefix"
             offsets = read_offsets(_file_store(remote), topic, p) if bases else []
-            assert offsets == full_offsets[p][:len(offsets)], "every readable offset once, in order"
+            assert offsets == full_offsets[p][: len(offsets)], "every readable offset once, in order"
         rerun = _copy_process(log_dir, remote)
         assert rerun.wait(120) == 0
         for p in (0, 1):
@@ -149,8 +176,9 @@ def test_sigkill_never_leaves_readable_partial_data(dataset: Dataset, kafka_brok
     os.sync()
 
 
-def test_transactional_data_needs_the_last_stable_offset(dataset: Dataset, kafka_broker: KafkaCluster,
-                                                         tmp_path: Path) -> None:
+def test_transactional_data_needs_the_last_stable_offset(
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     """Without a broker to ask for the LSO, the checkpointed high watermark may only stand in for
     partitions without transactions: the transactional partition is refused, the plain one tiers."""
     plain = dataset.codec_topics[0]
@@ -168,8 +196,13 @@ class _SlowSmallWrites(RemoteStore):
     """The S3 store (moto) with small-object writes that take 50 ms longer, as over a real network; it
     records when each small write and each .log upload ran, and fails the small writes ``fails`` picks."""
 
-    def __init__(self, url: str, options: dict[str, Any], fails: Callable[[str], bool] = lambda _key: False,
-                 delay: float = 0.05) -> None:
+    def __init__(
+        self,
+        url: str,
+        options: dict[str, Any],
+        fails: Callable[[str], bool] = lambda _key: False,
+        delay: float = 0.05,
+    ) -> None:
         super().__init__(url, options)
         self.fails = fails
         self.delay = delay
@@ -180,7 +213,9 @@ class _SlowSmallWrites(RemoteStore):
         self.log_spans: list[tuple[float, float]] = []
         self.spans_by_key: dict[str, tuple[float, float]] = {}
 
-    def put_from_file(self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> int:
+    def put_from_file(
+        self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]
+    ) -> int:
         started = time.monotonic()
         try:
             return super().put_from_file(key, source, size, inspect)
@@ -212,8 +247,10 @@ class _SlowSmallWrites(RemoteStore):
                 self.spans_by_key[key] = self.small_spans[-1]
 
     def logs_overlapped_by_small_writes(self) -> int:
-        return sum(any(s < log_end and e > log_start for s, e in self.small_spans)
-                   for log_start, log_end in self.log_spans)
+        return sum(
+            any(s < log_end and e > log_start for s, e in self.small_spans)
+            for log_start, log_end in self.log_spans
+        )
 
 
 def _active_base(log_dir: Path, topic: str) -> int:
@@ -221,15 +258,25 @@ def _active_base(log_dir: Path, topic: str) -> int:
     return LogDir(log_dir).partitions({topic})[0].segments()[-1].base_offset
 
 
-def _copy_task(log_dir: Path, topic: str, store: RemoteStore, segments_in_flight: int | None = None) -> CopyTask:
+def _copy_task(
+    log_dir: Path, topic: str, store: RemoteStore, segments_in_flight: int | None = None
+) -> CopyTask:
     """Partition 0 of ``topic``, every rolled segment eligible."""
-    return CopyTask(log_dir=str(log_dir), topic=topic, partition=0, remote_url=store.url,
-                    storage_options=store.storage_options, last_stable_offset=_active_base(log_dir, topic),
-                    high_watermark=None, segments_in_flight=segments_in_flight)
+    return CopyTask(
+        log_dir=str(log_dir),
+        topic=topic,
+        partition=0,
+        remote_url=store.url,
+        storage_options=store.storage_options,
+        last_stable_offset=_active_base(log_dir, topic),
+        high_watermark=None,
+        segments_in_flight=segments_in_flight,
+    )
 
 
 def test_small_objects_go_up_beside_the_log_on_an_object_store(
-        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+    dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -244,7 +291,8 @@ def test_small_objects_go_up_beside_the_log_on_an_object_store(
 
 
 def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
-        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+    dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -261,7 +309,11 @@ def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
     layout = RemoteLayout(store.root)
     tp = list_partitions(store, layout, *list_topics(store, layout)[0])[0]
-    left = [e for e in PartitionCatalog(store, layout, tp).listing().segments.values() if e.base_offset == bases[1]]
+    left = [
+        e
+        for e in PartitionCatalog(store, layout, tp).listing().segments.values()
+        if e.base_offset == bases[1]
+    ]
     assert left == [], "the failed attempt's objects and marker are removed"
     again = RemoteStore(store.url, store.storage_options)
     rerun = copy_partition(_copy_task(log_dir, topic, again), again)
@@ -269,11 +321,14 @@ def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
 
 
 def _span(store: _SlowSmallWrites, base: int, ext: str) -> tuple[float, float]:
-    return next(span for key, span in store.spans_by_key.items() if f"/{base:020d}-" in key and key.endswith(ext))
+    return next(
+        span for key, span in store.spans_by_key.items() if f"/{base:020d}-" in key and key.endswith(ext)
+    )
 
 
 def test_a_segment_is_finished_while_the_next_one_goes_up(
-        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+    dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -283,8 +338,9 @@ def test_a_segment_is_finished_while_the_next_one_goes_up(
     for before, after in zip(bases, bases[1:]):
         # Finishing a segment takes at least one slow small write (its remote indexes), so the next
         # segment's .log must have started going up before the COPY_FINISHED marker was written.
-        assert _span(store, after, ".log")[0] < _span(store, before, "COPY_FINISHED.json")[0], \
+        assert _span(store, after, ".log")[0] < _span(store, before, "COPY_FINISHED.json")[0], (
             f"segment {after}'s .log should go up while segment {before} is finished"
+        )
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases
     assert read_offsets(store, topic, 0) == list(range(_active_base(log_dir, topic)))
 
@@ -292,14 +348,21 @@ def test_a_segment_is_finished_while_the_next_one_goes_up(
 def _segment_entries(store: RemoteStore, base: int) -> list[Any]:
     layout = RemoteLayout(store.root)
     tp = list_partitions(store, layout, *list_topics(store, layout)[0])[0]
-    return [e for e in PartitionCatalog(store, layout, tp).listing().segments.values() if e.base_offset == base]
+    return [
+        e for e in PartitionCatalog(store, layout, tp).listing().segments.values() if e.base_offset == base
+    ]
 
 
 @pytest.mark.parametrize("in_flight", [1, 2])
 @pytest.mark.parametrize("next_one_corrupt", [False, True])
 def test_when_finishing_a_segment_fails_the_next_one_is_removed_too(
-        dataset: Dataset, kafka_broker: KafkaCluster, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path,
-        next_one_corrupt: bool, in_flight: int) -> None:
+    dataset: Dataset,
+    kafka_broker: KafkaCluster,
+    s3_bucket: tuple[str, dict[str, Any]],
+    tmp_path: Path,
+    next_one_corrupt: bool,
+    in_flight: int,
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -319,8 +382,9 @@ def test_when_finishing_a_segment_fails_the_next_one_is_removed_too(
     time.sleep(0.3)  # a write still running after the copy returned would land by now
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
     for base in bases[1:]:
-        assert _segment_entries(store, base) == [], \
+        assert _segment_entries(store, base) == [], (
             f"segment {base}: the failed segment and every one started after it are removed"
+        )
     if next_one_corrupt:
         return
     again = RemoteStore(store.url, store.storage_options)
@@ -341,7 +405,9 @@ class _PairedLogs(RemoteStore):
         self.in_flight = 0
         self.most_in_flight = 0
 
-    def put_from_file(self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> int:
+    def put_from_file(
+        self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]
+    ) -> int:
         with self._lock:
             self.logs_begun += 1
             pair = self.logs_begun <= 2
@@ -357,7 +423,8 @@ class _PairedLogs(RemoteStore):
 
 
 def test_two_segments_are_stored_at_once_on_a_local_filesystem(
-        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -380,7 +447,8 @@ def _flip_in_batch(segment: Path, which: int) -> int:
 
 
 def test_with_segments_in_flight_the_first_failure_in_offset_order_is_reported(
-        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path) -> None:
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
@@ -399,8 +467,15 @@ def test_with_segments_in_flight_the_first_failure_in_offset_order_is_reported(
 
 
 def test_copy_refuses_fewer_than_one_segment_in_flight(tmp_path: Path) -> None:
-    proc = run_cli("copy", "--log-dir", str(tmp_path), "--remote", f"file://{tmp_path / 'remote'}",
-                   "--segments-in-flight", "0")
+    proc = run_cli(
+        "copy",
+        "--log-dir",
+        str(tmp_path),
+        "--remote",
+        f"file://{tmp_path / 'remote'}",
+        "--segments-in-flight",
+        "0",
+    )
     assert proc.returncode != 0 and "--segments-in-flight must be >= 1, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "remote").exists()
 
@@ -416,7 +491,8 @@ class _CountedManifests(RemoteStore):
 
 
 def test_the_manifest_is_rewritten_at_most_once_per_interval(
-        dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(partition_copy._Publisher, "MANIFEST_INTERVAL", 3600.0)
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")

@@ -22,7 +22,9 @@ MiB = 1 << 20
 
 def _source(tmp_path: Path, size: int, seed: int = 7) -> Path:
     path = tmp_path / "source.bin"
-    path.write_bytes(os.urandom(size) if seed < 0 else bytes((i * seed + i // 251) % 256 for i in range(size)))
+    path.write_bytes(
+        os.urandom(size) if seed < 0 else bytes((i * seed + i // 251) % 256 for i in range(size))
+    )
     return path
 
 
@@ -39,14 +41,26 @@ def _small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("first,largest", [(MiB, 32 * MiB), (256 << 10, MiB), (4096, 4096)])
 def test_ranges_cover_the_file_in_order_small_at_both_ends(first: int, largest: int) -> None:
-    sizes = [0, 1, first - 1, first, first + 1, 2 * first, 3 * first + 5, largest, 4 * largest + 12_345,
-             128 * MiB, 128 * MiB + 4095, 1000 * MiB + 3]
+    sizes = [
+        0,
+        1,
+        first - 1,
+        first,
+        first + 1,
+        2 * first,
+        3 * first + 5,
+        largest,
+        4 * largest + 12_345,
+        128 * MiB,
+        128 * MiB + 4095,
+        1000 * MiB + 3,
+    ]
     for size in sizes:
         ranges = local_copy.plan_ranges(size, largest, first)
         assert sum(length for _, length in ranges) == size
         position = 0
         for start, length in ranges:
-            assert start == position and start % 4096 == 0 and 0 < length
+            assert start == position and start % 4096 == 0 and length > 0
             position += length
         # Every range but the last is a whole number of ``first``s no larger than ``largest``; the last
         # also carries the bytes past the final multiple of ``first``.
@@ -61,7 +75,8 @@ def test_ranges_cover_the_file_in_order_small_at_both_ends(first: int, largest: 
 @pytest.mark.parametrize("small_ranges", [False, True])
 @pytest.mark.parametrize("size", [0, 1, MiB - 1, MiB, 3 * MiB + 12_345])
 def test_the_object_equals_the_source_and_inspect_saw_every_byte_in_order(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, small_ranges: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, small_ranges: bool
+) -> None:
     if small_ranges:
         _small_ranges(monkeypatch)
     src = _source(tmp_path, size, seed=-1)
@@ -73,7 +88,9 @@ def test_the_object_equals_the_source_and_inspect_saw_every_byte_in_order(
     assert _copier_threads() == []
 
 
-def test_inspect_reads_the_stored_object_not_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inspect_reads_the_stored_object_not_the_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A copy that stores something other than the source is caught: the check runs on what was written."""
     _small_ranges(monkeypatch)
     src = _source(tmp_path, 2 * MiB + 100)
@@ -94,7 +111,9 @@ def test_inspect_reads_the_stored_object_not_the_source(tmp_path: Path, monkeypa
     assert [i for i in range(len(original)) if seen[i] != original[i]] == [MiB + 5]
 
 
-def test_a_failing_inspection_stops_the_copy_and_propagates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_inspection_stops_the_copy_and_propagates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _small_ranges(monkeypatch)
     size = 64 * MiB
     src = _source(tmp_path, size, seed=-1)
@@ -115,8 +134,9 @@ def test_a_failing_inspection_stops_the_copy_and_propagates(tmp_path: Path, monk
 
 
 @pytest.mark.parametrize("small_ranges", [False, True])
-def test_a_source_shorter_than_announced_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   small_ranges: bool) -> None:
+def test_a_source_shorter_than_announced_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_ranges: bool
+) -> None:
     if small_ranges:
         _small_ranges(monkeypatch)
     src = _source(tmp_path, MiB + 10)
@@ -136,12 +156,12 @@ def other_filesystem() -> Iterator[Path]:
 
 
 def test_across_filesystems_it_falls_back_to_reading_and_writing(
-        tmp_path: Path, other_filesystem: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, other_filesystem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _small_ranges(monkeypatch)
     src = other_filesystem / "source.bin"
     src.write_bytes(os.urandom(2 * MiB + 3))
-    with open(src, "rb") as f, open(tmp_path / "probe", "wb") as probe, \
-            pytest.raises(OSError) as refused:
+    with open(src, "rb") as f, open(tmp_path / "probe", "wb") as probe, pytest.raises(OSError) as refused:
         os.copy_file_range(f.fileno(), probe.fileno(), 1, 0, 0)
     # The fallback is what is under test: this kernel must refuse the cross-filesystem copy.
     assert refused.value.errno in local_copy._UNSUPPORTED, refused.value
@@ -161,7 +181,8 @@ def test_a_full_device_is_reported_not_swallowed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fsync", [True, False])
 def test_the_store_fsyncs_data_and_markers_only_when_asked(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
     store = RemoteStore(f"file://{tmp_path}/tier", fsync=fsync)
     src = _source(tmp_path, 3 * MiB)
     synced: list[int] = []
@@ -206,7 +227,8 @@ def test_other_stores_inspect_the_chunks_on_their_way_up(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("fsync", [True, False])
 def test_a_durable_copy_starts_each_ranges_disk_write_as_it_goes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
     _small_ranges(monkeypatch)
     started: list[tuple[int, int]] = []
     monkeypatch.setattr(local_copy, "_writeback_starter", lambda: lambda _fd, o, n: started.append((o, n)))
@@ -214,8 +236,14 @@ def test_a_durable_copy_starts_each_ranges_disk_write_as_it_goes(
     with open(src, "rb") as f:
         local_copy.copy_inspected(f, 3 * MiB + 5, str(tmp_path / "out"), lambda _v: None, fsync=fsync)
     # 256 KiB doubling to 512 KiB, 1 MiB in the middle, halving again; the 5 odd bytes end the last range.
-    expected = [(0, 256 << 10), (256 << 10, 512 << 10), (768 << 10, MiB), (1792 << 10, 512 << 10),
-                (2304 << 10, 512 << 10), (2816 << 10, (256 << 10) + 5)]
+    expected = [
+        (0, 256 << 10),
+        (256 << 10, 512 << 10),
+        (768 << 10, MiB),
+        (1792 << 10, 512 << 10),
+        (2304 << 10, 512 << 10),
+        (2816 << 10, (256 << 10) + 5),
+    ]
     assert started == (expected if fsync else [])
 
 

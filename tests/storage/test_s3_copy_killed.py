@@ -37,11 +37,17 @@ def _produce_big_topic(kafka: KafkaCluster) -> str:
     config = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
     admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(60)
     kafka.wait_topic(topic, 1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "none"})
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "none",
+        }
+    )
     value = os.urandom(10_000)
     for i in range(4_000):  # ~40 MB: three rolled segments and the active one
-        producer.produce(topic, key=str(i).encode(), value=value[i % 100:] + value[:i % 100])
+        producer.produce(topic, key=str(i).encode(), value=value[i % 100 :] + value[: i % 100])
         if i % 500 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
@@ -61,8 +67,8 @@ def _wait_for_first_object(store: RemoteStore, proc: subprocess.Popen[bytes]) ->
 
 
 def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_aborts_the_rest(
-        kafka_broker: KafkaCluster, moto_server: MotoServer, s3_bucket: tuple[str, dict[str, Any]],
-        tmp_path: Path) -> None:
+    kafka_broker: KafkaCluster, moto_server: MotoServer, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
     topic = _produce_big_topic(kafka_broker)
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = [s.base_offset for s in LogDir(log_dir).partitions({topic})[0].segments()]
@@ -72,9 +78,21 @@ def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_ab
     url, options = s3_bucket
 
     def start(remote: Any) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "storage_core.cli", "copy", "--log-dir", str(log_dir),
-                                 *kafka, *remote.flags], env={**os.environ, **remote.env},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "storage_core.cli",
+                "copy",
+                "--log-dir",
+                str(log_dir),
+                *kafka,
+                *remote.flags,
+            ],
+            env={**os.environ, **remote.env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     calibration = s3_remote(moto_server, f"{url}/calibrate", options)
     copier = start(calibration)
@@ -99,8 +117,10 @@ def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_ab
         store.invalidate()
         if open_uploads(store, store.root):
             killed_inside_uploads += 1
-        finished = finished_segments_complete(store, log_dir).get((topic, 0), []) if store.exists(store.root) else []
-        assert finished == rolled[:len(finished)], "finished segments must be a gap-free prefix"
+        finished = (
+            finished_segments_complete(store, log_dir).get((topic, 0), []) if store.exists(store.root) else []
+        )
+        assert finished == rolled[: len(finished)], "finished segments must be a gap-free prefix"
         if finished:
             offsets = read_offsets(store, topic, 0)
             assert offsets == list(range(len(offsets))), "every readable offset once, in order"
@@ -114,6 +134,9 @@ def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_ab
         swept = run_cli("cleanup", *remote.flags, "--orphan-grace-ms", "0", "--json", env=remote.env)
         assert swept.returncode == 0, swept.stderr
         assert open_uploads(store, store.root) == [], "the sweep aborts what the kill left open"
-        assert finished_segments_complete(store, log_dir)[(topic, 0)] == rolled, \
+        assert finished_segments_complete(store, log_dir)[(topic, 0)] == rolled, (
             "the sweep never touches finished segments"
-    assert killed_inside_uploads >= 3, f"only {killed_inside_uploads} of 8 kills landed inside multipart uploads"
+        )
+    assert killed_inside_uploads >= 3, (
+        f"only {killed_inside_uploads} of 8 kills landed inside multipart uploads"
+    )

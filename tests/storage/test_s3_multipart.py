@@ -27,8 +27,14 @@ MiB = 1 << 20
 class CallWatch:
     """Wraps an s3fs instance's ``_call_s3``: counts calls per method and the most parts ever in flight."""
 
-    def __init__(self, fs: Any, monkeypatch: pytest.MonkeyPatch, *, part_delay: float = 0.0,
-                 fail_part: int | None = None) -> None:
+    def __init__(
+        self,
+        fs: Any,
+        monkeypatch: pytest.MonkeyPatch,
+        *,
+        part_delay: float = 0.0,
+        fail_part: int | None = None,
+    ) -> None:
         self.calls: Counter[str] = Counter()
         self.in_flight = self.max_in_flight = 0
         original = fs._call_s3
@@ -54,7 +60,7 @@ def _chunks(data: bytes, sizes: Iterator[int]) -> Iterator[bytes]:
     pos = 0
     while pos < len(data):
         size = next(sizes)
-        yield data[pos:pos + size]
+        yield data[pos : pos + size]
         pos += size
 
 
@@ -65,8 +71,9 @@ def _store(s3_bucket: tuple[str, dict[str, Any]]) -> RemoteStore:
     return store
 
 
-def test_large_object_is_a_concurrent_multipart_upload(s3_bucket: tuple[str, dict[str, Any]],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_object_is_a_concurrent_multipart_upload(
+    s3_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = _store(s3_bucket)
     watch = CallWatch(store.fs, monkeypatch, part_delay=0.2)
     data = os.urandom(29 * MiB + 12_345)  # 3 full 8 MiB parts and a short last one
@@ -84,8 +91,9 @@ def test_large_object_is_a_concurrent_multipart_upload(s3_bucket: tuple[str, dic
     assert open_uploads(store) == []
 
 
-def test_object_below_one_part_is_a_single_put(s3_bucket: tuple[str, dict[str, Any]],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_object_below_one_part_is_a_single_put(
+    s3_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = _store(s3_bucket)
     watch = CallWatch(store.fs, monkeypatch)
     data = os.urandom(3 * MiB)
@@ -106,8 +114,9 @@ def test_empty_object_is_written(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     assert store.get(key) == b""
 
 
-def test_corrupt_source_aborts_the_upload_and_leaves_nothing(s3_bucket: tuple[str, dict[str, Any]],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corrupt_source_aborts_the_upload_and_leaves_nothing(
+    s3_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = _store(s3_bucket)
     watch = CallWatch(store.fs, monkeypatch, part_delay=0.1)
     key = f"{store.root}/t-x/0/00000000000000000000-b.log"
@@ -126,8 +135,9 @@ def test_corrupt_source_aborts_the_upload_and_leaves_nothing(s3_bucket: tuple[st
     assert not store.exists(key)
 
 
-def test_failed_part_aborts_the_upload_with_the_key_in_the_error(s3_bucket: tuple[str, dict[str, Any]],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_part_aborts_the_upload_with_the_key_in_the_error(
+    s3_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = _store(s3_bucket)
     watch = CallWatch(store.fs, monkeypatch, fail_part=2)
     key = f"{store.root}/t-x/0/00000000000000000000-c.log"
@@ -173,7 +183,8 @@ store.put_chunks(layout.object_key(tp, 0, meta.segment_id, SegmentObject.LOG), e
 
 
 def test_upload_of_a_killed_copy_is_aborted_by_cleanup_after_the_grace_period(
-        s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
     import json
     import signal
     import subprocess
@@ -185,8 +196,9 @@ def test_upload_of_a_killed_copy_is_aborted_by_cleanup_after_the_grace_period(
     url, options = s3_bucket
     store = RemoteStore(f"{url}/tier", options)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    copier = subprocess.Popen([sys.executable, "-c", _KILLED_COPY, store.url, json.dumps(options)], env=env,
-                              stderr=subprocess.PIPE)
+    copier = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_COPY, store.url, json.dumps(options)], env=env, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 60
         while not _uploaded_parts(store):
@@ -236,14 +248,25 @@ def test_deleting_a_topics_tier_aborts_its_open_uploads(s3_bucket: tuple[str, di
     store = _store(s3_bucket)
     layout = RemoteLayout(store.root)
     tp = TopicPartitionId("orders", "q0nC4cY1Rk2H9b8hQ1XW3w", 0)
-    meta = SegmentMetadata(topic=tp.topic, topic_id=tp.topic_id, partition=0, segment_id=uuid.uuid4(),
-                           base_offset=0, end_offset=9, next_offset=10, max_timestamp=0, size_bytes=1 << 30,
-                           leader_epochs=[(0, 0)], state=SegmentState.COPY_STARTED)
+    meta = SegmentMetadata(
+        topic=tp.topic,
+        topic_id=tp.topic_id,
+        partition=0,
+        segment_id=uuid.uuid4(),
+        base_offset=0,
+        end_offset=9,
+        next_offset=10,
+        max_timestamp=0,
+        size_bytes=1 << 30,
+        leader_epochs=[(0, 0)],
+        state=SegmentState.COPY_STARTED,
+    )
     PartitionCatalog(store, layout, tp).write_marker(meta)
     bucket, key, _ = store.fs.split_path(layout.object_key(tp, 0, meta.segment_id, SegmentObject.LOG))
     upload = store.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
-    store.fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1,
-                     Body=bytes(5 << 20))
+    store.fs.call_s3(
+        "upload_part", Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=bytes(5 << 20)
+    )
 
     preview = delete_topic(store, "orders", dry_run=True)
     assert preview["deleted_topics"][0]["uploads_aborted"] == [f"{bucket}/{key}"]

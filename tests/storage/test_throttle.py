@@ -78,8 +78,9 @@ def test_bad_rates_are_refused_and_no_limit_leaves_progress_alone() -> None:
     assert limited(report, None) is report
 
 
-def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(dataset: Dataset, kafka_broker: KafkaCluster,
-                                                        tmp_path: Path) -> None:
+def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(
+    dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     # The limit counts the .log bytes of the segments copied (rolled, below the checkpointed high watermark).
@@ -87,14 +88,29 @@ def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(dataset: Dataset, kafka_
     assert log_bytes == rolled_log_bytes(log_dir, [topic]) > 0
     rate = log_bytes // 3
 
-    bad = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{tmp_path / 'bad'}",
-                  "--max-bytes-per-second", "0")
+    bad = run_cli(
+        "copy",
+        "--log-dir",
+        str(log_dir),
+        "--remote",
+        f"file://{tmp_path / 'bad'}",
+        "--max-bytes-per-second",
+        "0",
+    )
     assert bad.returncode != 0 and "--max-bytes-per-second must be > 0" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "bad").exists()
 
     started = time.monotonic()
-    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{tmp_path / 'remote'}",
-                   "--max-bytes-per-second", str(rate), "--json")
+    proc = run_cli(
+        "copy",
+        "--log-dir",
+        str(log_dir),
+        "--remote",
+        f"file://{tmp_path / 'remote'}",
+        "--max-bytes-per-second",
+        str(rate),
+        "--json",
+    )
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["failed_partitions"] == 0
@@ -103,8 +119,13 @@ def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(dataset: Dataset, kafka_
 
 
 @pytest.mark.parametrize("flag", [[], ["--no-fsync"]])
-def test_copy_flushes_to_disk_unless_told_not_to(dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch, flag: list[str]) -> None:
+def test_copy_flushes_to_disk_unless_told_not_to(
+    dataset: Dataset,
+    kafka_broker: KafkaCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flag: list[str],
+) -> None:
     """`--no-fsync` tiers the same bytes but leaves them to the page cache (in-process, to watch fsync)."""
     from storage_core.cli.main import main
 
@@ -115,11 +136,15 @@ def test_copy_flushes_to_disk_unless_told_not_to(dataset: Dataset, kafka_broker:
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     remote = tmp_path / "remote"
     assert main(["copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}", "--json", *flag]) == 0
-    rolled = [s.path(p.path, SegmentFileKind.LOG) for p in LogDir(log_dir).partitions({topic})
-              for s in p.segments()[:-1]]
+    rolled = [
+        s.path(p.path, SegmentFileKind.LOG)
+        for p in LogDir(log_dir).partitions({topic})
+        for s in p.segments()[:-1]
+    ]
     tiered = {(p.parent.name, p.name[:20]): p.read_bytes() for p in remote.rglob("*.log")}
     assert len(rolled) > 0 and len(tiered) == len(rolled)
-    assert all(tiered[(path.parent.name.rpartition("-")[2], path.name[:20])] == path.read_bytes()
-               for path in rolled)
+    assert all(
+        tiered[(path.parent.name.rpartition("-")[2], path.name[:20])] == path.read_bytes() for path in rolled
+    )
     # Durable: each segment's data objects and markers, and each manifest; without: none at all.
     assert (len(synced) >= 4 * len(rolled)) if not flag else synced == []
