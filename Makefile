@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: test demo setup harness lint crds clean
+.PHONY: test demo setup harness lint format crds clean
 
 setup: $(STAMP)
 
@@ -21,12 +21,18 @@ harness: setup
 	PYTHONPATH=tests $(PY) -m harness.prepare
 
 lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m tierkeeper_operator.crdgen --out crds/ --check
 
 test: harness lint
 	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest $(PYTEST_ARGS)
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 crds: setup
 	$(PY) -m tierkeeper_operator.crdgen --out crds/

@@ -115,7 +115,7 @@ class RemoteStore:
             return local_copy.copy_inspected(source, size, key, inspect, fsync=self.fsync)
 
     def abort_stale_uploads(self, path: str, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
-        """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return their keys.
+        """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return keys.
 
         Only S3 has them; on other stores a killed upload leaves a visible object, which the orphan sweep
         of the segment listing removes.

@@ -55,12 +55,16 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def require_positive(args: argparse.Namespace, *names: str) -> None:
-    """Refuse a count flag (``args.<name>``, e.g. ``parallelism`` for ``--parallelism``) given below 1."""
+def require_positive(args: argparse.Namespace, *names: str, flags: dict[str, str] | None = None) -> None:
+    """Refuse a count flag (``args.<name>``, e.g. ``parallelism`` for ``--parallelism``) given below 1.
+
+    ``flags`` names the flag of a destination that is not spelled like it (``{"minimum": "--min"}``).
+    """
     for name in names:
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+            flag = (flags or {}).get(name, f"--{name.replace('_', '-')}")
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
 
 
 def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:

@@ -18,15 +18,15 @@ from storage_core.cli.common import (
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from storage_core.recovery.recover import RecoverySummary
+    from storage_core.jobs.recover import RecoverySummary
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "recover",
         help="recreate a deleted topic from the remote tier and restore its history",
-        description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka and "
-        "re-produce its committed history into it exactly once (resumable). The old incarnation stays "
+        description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka "
+        "and re-produce its committed history into it exactly once (resumable). The old incarnation stays "
         "readable with `tierkeeper read --topic-id`.",
     )
     p.add_argument("--topic", required=True)
@@ -151,8 +151,8 @@ def read_command(args: argparse.Namespace, topic_id: str, partition: int, offset
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.adapters.kafka_admin import KafkaAdmin
+    from storage_core.jobs.recover import RecoverRequest, recover
     from storage_core.recovery.plan import PlanOptions
-    from storage_core.recovery.recover import RecoverRequest, recover
     from storage_core.recovery.restore import ChunkLimits
 
     require_positive(args, "replication_factor", "partitions", "transaction_records", "transaction_bytes")

@@ -140,12 +140,3 @@ class PartitionState(BaseModel):
         default=None,
         description="highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)",
     )
-
-
-def build_manifest(tp: TopicPartitionId, markers: Iterable[SegmentMetadata]) -> Manifest:
-    return Manifest(
-        topic=tp.topic,
-        topic_id=tp.topic_id,
-        partition=tp.partition,
-        segments=readable_segments(current_states(markers).values()),
-    )

@@ -142,7 +142,8 @@ class RemoteReader:
             raise OffsetOutOfRangeError(f"{tp}: nothing is tiered")
         if offset < manifest.start_offset or offset > manifest.end_offset:
             raise OffsetOutOfRangeError(
-                f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, {manifest.end_offset}]"
+                f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, "
+                f"{manifest.end_offset}]"
             )
         index = manifest.segment_for_offset(offset)
         assert index is not None
@@ -152,7 +153,7 @@ class RemoteReader:
                 yield from self._segment_batches(meta, start)
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
-        """From the first record (in offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
+        """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
         manifest = self.manifest(tp, refresh=True)
         index = manifest.segment_for_timestamp(timestamp)
         if index is None:

@@ -69,4 +69,4 @@ class CopyTask:
     broker_id: int | None = None
     index_entry_bytes: int = 1 << 20
     segments_in_flight: int | None = None
-    """Segments of this partition stored at once; None leaves it to the store (``ObjectStore.segments_in_flight``)."""
+    """Segments of this partition stored at once; None: the store decides (``segments_in_flight``)."""

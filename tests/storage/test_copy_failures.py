@@ -438,7 +438,7 @@ def test_two_segments_are_stored_at_once_on_a_local_filesystem(
 
 
 def _flip_in_batch(segment: Path, which: int) -> int:
-    """Flip a byte inside the records of batch ``which`` (covered by its CRC); return that batch's base offset."""
+    """Flip a byte inside the records of batch ``which`` (covered by its CRC); return the batch's base."""
     data = bytearray(segment.read_bytes())
     position, header = list(iter_batch_headers(io.BytesIO(bytes(data))))[which]
     data[position + HEADER_SIZE + (header.size_in_bytes - HEADER_SIZE) // 2] ^= 0x40

@@ -6,13 +6,14 @@ this module never talks to Kafka itself; the remote tier is read through the Obj
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from storage_core.formats.segment_files import TopicPartition
 from storage_core.rebuild.plan import (
+    AssignedPartition,
     PartitionObservation,
     PartitionPlan,
     RebuildPlan,
@@ -31,20 +32,6 @@ from storage_core.rebuild.state import (
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.store_api import ObjectStore
-
-
-@dataclass(frozen=True)
-class AssignedPartition:
-    """A partition as Kafka describes it, with the leader's offsets and the topic's config."""
-
-    topic: str
-    partition: int
-    topic_id: str
-    leader: int | None
-    replicas: tuple[int, ...]
-    log_start_offset: int
-    high_watermark: int
-    topic_config: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,17 +81,9 @@ def observe(
             retention_ms=options.local_retention_ms,
             retention_bytes=options.local_retention_bytes,
         )
+        kafka_view = {f.name: getattr(a, f.name) for f in fields(AssignedPartition)}
         return PartitionObservation(
-            a.topic,
-            a.partition,
-            a.topic_id,
-            a.leader,
-            a.replicas,
-            a.log_start_offset,
-            a.high_watermark,
-            policy,
-            tuple(ids.get(a.topic, [])),
-            manifest,
+            **kafka_view, policy=policy, remote_topic_ids=tuple(ids.get(a.topic, [])), manifest=manifest
         )
 
     with ThreadPoolExecutor(max_workers=max(1, options.parallelism)) as pool:
