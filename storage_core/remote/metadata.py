@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from storage_core.remote.layout import STATE_ORDER, SegmentObject, SegmentState, TopicPartitionId
+from storage_core.remote.layout import SegmentObject, SegmentState, TopicPartitionId
 
 MANIFEST_VERSION = 1
 
@@ -66,16 +66,6 @@ class SegmentMetadata(BaseModel):
 
     def with_state(self, state: SegmentState, event_time_ms: int, **changes: object) -> SegmentMetadata:
         return self.model_copy(update={"state": state, "event_time_ms": event_time_ms, **changes})
-
-
-def current_states(markers: Iterable[SegmentMetadata]) -> dict[uuid.UUID, SegmentMetadata]:
-    """Latest marker per segment id: the segment's state is the furthest it has reached."""
-    latest: dict[uuid.UUID, SegmentMetadata] = {}
-    for marker in markers:
-        have = latest.get(marker.segment_id)
-        if have is None or STATE_ORDER[marker.state] > STATE_ORDER[have.state]:
-            latest[marker.segment_id] = marker
-    return latest
 
 
 def readable_segments(states: Iterable[SegmentMetadata]) -> list[SegmentMetadata]:
