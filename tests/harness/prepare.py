@@ -1,4 +1,5 @@
-"""Fetch everything the tests start, once per machine: Kafka's jars and the helm/kubectl binaries."""
+"""Fetch everything the tests start, once per machine: Kafka's jars, the helm/kubectl binaries and the
+kstatus checker (built from tests/kstatus with Go)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ def main() -> int:
             return 0
         for name, path in tools.ensure_tools().items():
             print(f"[harness] {name}: {path}")
+        from harness.kstatus import ensure_kstatus
+
+        print(f"[harness] kstatus checker: {ensure_kstatus()}")
     except HarnessError as exc:
         print(f"[harness] cannot prepare the test harness: {exc}", file=sys.stderr)
         return 1
