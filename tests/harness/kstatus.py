@@ -92,8 +92,17 @@ def kstatus_binary() -> Path:
 
 def kstatus_of(documents: str) -> list[KstatusResult]:
     """kstatus's verdict for each object in ``documents`` (YAML or JSON, several separated by ``---``)."""
+    return _run([], documents)
+
+
+def kstatus_live(kubeconfig: Path, gvr: str, namespace: str, name: str) -> list[KstatusResult]:
+    """kstatus's verdict for one live object; ``gvr`` is ``group/version/plural``."""
+    return _run(["-kubeconfig", str(kubeconfig), "-gvr", gvr, "-namespace", namespace, name], None)
+
+
+def _run(args: list[str], stdin: str | None) -> list[KstatusResult]:
     proc = subprocess.run(
-        [str(kstatus_binary())], input=documents, capture_output=True, text=True, timeout=60, check=False
+        [str(kstatus_binary()), *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
     )
     if proc.returncode != 0:
         raise HarnessError(f"kstatus checker failed: {proc.stderr.strip()}")

@@ -39,7 +39,8 @@ end
 
 local generation = obj.metadata.generation
 local observed = obj.status.observedGeneration
-if generation ~= nil and observed ~= nil and observed < generation then
+-- Any difference counts, as in kstatus: the conditions describe another spec than the current one.
+if generation ~= nil and observed ~= nil and observed ~= generation then
   hs.status = "Progressing"
   hs.message = "Waiting for the operator to act on generation " .. generation
     .. " (it last acted on " .. observed .. ")"
