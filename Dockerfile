@@ -58,8 +58,11 @@ LABEL org.opencontainers.image.source="https://github.com/tierkeeper/tierkeeper"
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.base.name="docker.io/library/python:3.11.16-slim-bookworm"
+# HOME=/tmp: the pods run with a read-only root filesystem and an emptyDir at /tmp, the one place where
+# tools that want a home (Spark, caches) can write.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
     PATH=/opt/tierkeeper/bin:$PATH
 RUN groupadd --system --gid 10001 tierkeeper \
  && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \

@@ -8,12 +8,14 @@ shown catching a broken variant, so a rule that silently stopped matching would 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Callable
 
 import pytest
 from dockerfile_rules import ALL_RULES, Dockerfile, parse, problems
 
 from harness.paths import REPO_ROOT
+from harness.shellcheck import shellcheck_path
 
 DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
 Rule = Callable[[Dockerfile], list[str]]
@@ -80,3 +82,13 @@ def test_rule_catches_a_broken_dockerfile(rule: Rule) -> None:
 def test_every_rule_has_a_broken_variant() -> None:
     assert sorted(BROKEN) == sorted(rule.__name__ for rule in ALL_RULES)
     assert problems(DOCKERFILE) == []
+
+
+def test_install_script_is_executable_posix_sh_and_shellcheck_clean() -> None:
+    script = REPO_ROOT / "docker" / "install-venv.sh"
+    assert script.stat().st_mode & 0o111, "the Dockerfile runs it directly"
+    assert script.read_text().startswith("#!/bin/sh\n")  # slim images have bash, but sh is the contract
+    proc = subprocess.run(
+        [str(shellcheck_path()), str(script)], capture_output=True, text=True, check=False, cwd=REPO_ROOT
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
