@@ -73,8 +73,10 @@ print(json.dumps({
     "spec": {"restartPolicy": "Never", "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
              "containers": [{"name": "run", "image": image, "imagePullPolicy": "Never", "command": command,
                              "envFrom": [{"secretRef": {"name": "tierkeeper-s3"}}],
+                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                              "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                                 "capabilities": {"drop": ["ALL"]}}}]}}))
+                                                 "capabilities": {"drop": ["ALL"]}}}],
+             "volumes": [{"name": "tmp", "emptyDir": {}}]}}))
 PY
   if ! kubectl -n "$KAFKA_NAMESPACE" wait --for=jsonpath='{.status.phase}'=Succeeded --timeout="$TIMEOUT" \
     "pod/$name" >/dev/null; then
