@@ -1,5 +1,5 @@
-# syntax=docker/dockerfile:1.7
-# Tierkeeper images, two targets from one build (BuildKit required; docs/install.md has the details):
+# Tierkeeper images, two targets from one build (BuildKit's built-in frontend, Docker 23 or later; no
+# `# syntax=` line, so no frontend image is pulled unpinned; docs/install.md has the details):
 #   docker build --target operator -t tierkeeper/operator:dev .   # the kopf operator: no PySpark, no JVM
 #   docker build --target pipeline -t tierkeeper/pipeline:dev .   # every `tierkeeper` subcommand + Java for Spark
 # Both run as the numeric user 10001 with the `tierkeeper` console script as entrypoint. Every Python

@@ -92,3 +92,8 @@ def test_install_script_is_executable_posix_sh_and_shellcheck_clean() -> None:
         [str(shellcheck_path()), str(script)], capture_output=True, text=True, check=False, cwd=REPO_ROOT
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_frontend_image_is_pulled() -> None:
+    # A `# syntax=` line makes BuildKit pull a frontend image by a floating tag before anything else.
+    assert not re.match(r"\s*#\s*syntax\s*=", DOCKERFILE, re.IGNORECASE)
