@@ -3,6 +3,8 @@ on the same recorded objects as the Argo CD checks, agrees with the table in doc
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from gitops_cases import CUSTOMIZATIONS, KINDS, doc_rows
 
 from harness.k8s import KubeApiServer, load_crds
 from harness.kafka_dist import HarnessError
-from harness.kstatus import KstatusResult, kstatus_live, kstatus_of
+from harness.kstatus import KstatusResult, kstatus_binary, kstatus_live, kstatus_of
 
 ROWS = doc_rows()
 
@@ -114,3 +116,11 @@ def test_both_tools_wait_while_observed_generation_differs(observed: int) -> Non
     (result,) = kstatus_of(yaml.safe_dump(obj))
     assert result.status == "InProgress"
     assert run_health(path.parent.parent / "health.lua", obj)["status"] == "Progressing"
+
+
+def test_file_argument_and_json_input(tmp_path: Path) -> None:
+    obj = yaml.safe_load((CUSTOMIZATIONS / "TieredBroker" / "testdata" / "degraded_stalled.yaml").read_text())
+    path = tmp_path / "broker.json"
+    path.write_text(json.dumps(obj))
+    proc = subprocess.run([str(kstatus_binary()), str(path)], capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout)["status"] == "Failed"
