@@ -157,7 +157,7 @@ class RemoteReader:
                 yield from self._segment_batches(served, start)
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
-        """From the first record (in offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
+        """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
         cover = self.manifest(tp, refresh=True).cover()
         index = next((i for i, r in enumerate(cover.ranges) if r.segment.max_timestamp >= timestamp), None)
         if index is None:

@@ -76,7 +76,9 @@ def held(segments: list[SegmentMetadata]) -> set[int]:
 
 @settings(max_examples=400, deadline=None)
 @given(segment_sets())
-def test_every_held_offset_is_served_exactly_once_by_a_segment_holding_it(segments: list[SegmentMetadata]) -> None:
+def test_every_held_offset_is_served_exactly_once_by_a_segment_holding_it(
+    segments: list[SegmentMetadata],
+) -> None:
     cover = resolve_cover(segments)
     served: list[int] = []
     for r in cover.ranges:
