@@ -83,6 +83,10 @@ def plan_remote_cleanup(
     if log_start_offset is not None:
         while n_start < len(ranges) and ranges[n_start].last_offset < log_start_offset:
             n_start += 1
+        # A segment still serving needed offsets may go too when the next one holds all of them from the
+        # log start on (overlapping copies): once it is deleted, the next one serves from its own base.
+        while n_start + 1 < len(ranges) and ranges[n_start + 1].segment.base_offset <= log_start_offset:
+            n_start += 1
     divergent = cover.divergent_segments()
     n = max(n_retention, n_start)
     held = next((i for i, r in enumerate(ranges[:n]) if r.segment.segment_id in divergent), None)

@@ -187,10 +187,36 @@ def test_retention_deletes_a_prefix_of_serving_segments_and_the_duplicates() -> 
     assert (after.start_offset, after.end_offset) == (50, 200)  # b now serves what a served before
 
 
-def test_log_start_retention_keeps_a_segment_still_serving_needed_offsets() -> None:
+def test_log_start_retention_deletes_a_segment_only_when_the_next_one_holds_every_needed_offset() -> None:
     a, b = seg(0, 100, n=1, finished_at=1), seg(50, 200, n=2, finished_at=2)
     listed = [ListedSegment(s.base_offset, s.segment_id, s.state, 0) for s in (a, b)]
-    plan = plan_remote_cleanup(resolve_cover([a, b]), listed, RetentionPolicy(), 0, log_start_offset=100)
-    assert plan.expire == []  # offset 100 is still needed and a serves it
-    plan = plan_remote_cleanup(resolve_cover([a, b]), listed, RetentionPolicy(), 0, log_start_offset=101)
-    assert [d.segment for d in plan.expire] == [a]
+
+    def expired(log_start: int) -> list[SegmentMetadata]:
+        plan = plan_remote_cleanup(
+            resolve_cover([a, b]), listed, RetentionPolicy(), 0, log_start_offset=log_start
+        )
+        return [d.segment for d in plan.expire]
+
+    assert expired(49) == []  # a alone holds offset 49
+    assert expired(50) == [a]  # b holds everything from 50 on once a is gone
+    assert expired(101) == [a]
+    assert expired(201) == [a, b]
+
+
+@settings(max_examples=300, deadline=None)
+@given(segment_sets(), st.integers(0, 200), st.sampled_from([-1, 0, 100, 300, 1000, 3000]))
+def test_retention_never_deletes_an_offset_still_needed(
+    segments: list[SegmentMetadata], log_start: int, retention_bytes: int
+) -> None:
+    """Deletions (retention, the log start, duplicates) leave the kept data without a hole, and the log
+    start rule alone never deletes the only copy of an offset at or above the log start."""
+    listed = [ListedSegment(s.base_offset, s.segment_id, s.state, 0) for s in segments]
+    policy = RetentionPolicy(retention_bytes=retention_bytes)
+    plan = plan_remote_cleanup(resolve_cover(segments), listed, policy, 0, log_start_offset=log_start)
+    gone = {d.segment.segment_id for d in plan.expire} | {d.segment_id for d in plan.duplicates}
+    kept = [s for s in segments if s.segment_id not in gone]
+    after = resolve_cover(kept)
+    if after.start_offset is not None:
+        assert held(kept) >= {o for o in held(segments) if o >= after.start_offset}
+    if retention_bytes == -1:
+        assert {o for o in held(segments) if o >= log_start} <= held(kept)

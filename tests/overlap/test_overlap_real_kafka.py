@@ -160,7 +160,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         _set_roll_bytes(admin)
-        topic = NewTopic(TOPIC, replica_assignment=[[1, 2]], config={"retention.ms": "-1"})
+        topic = NewTopic(TOPIC, 1, replica_assignment=[[1, 2]], config={"retention.ms": "-1"})
         admin.create_topics([topic])[TOPIC].result(60)
         cluster.wait_topic(TOPIC, 1)
         _wait_partition(cluster, leader=1, isr={1, 2})
@@ -324,7 +324,7 @@ def test_a_copy_killed_at_the_overlapping_segment_leaves_each_offset_served_once
     remote = tmp_path / "tier"
     shutil.copytree(scenario.after_first_copy, remote)
     first_end = _manifest(remote).cover().end_offset
-    assert first_end == scenario.old.end_offset
+    assert first_end is not None and first_end >= scenario.old.end_offset
     args = [
         "--log-dir",
         str(scenario.cluster.log_dir(2)),
