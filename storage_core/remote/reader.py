@@ -34,7 +34,7 @@ from storage_core.formats.remote_index import (
 )
 from storage_core.formats.source import bytes_fetcher
 from storage_core.remote.catalog import PartitionCatalog, list_topics
-from storage_core.remote.cover import Cover, ServedRange
+from storage_core.remote.cover import Divergence, ServedRange
 from storage_core.remote.index_cache import IndexCache
 from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -151,10 +151,12 @@ class RemoteReader:
         index = cover.index_for_offset(offset)
         assert index is not None
         for served in cover.ranges[index:]:
-            self._refuse_divergent(tp, cover, served)
-            start = self._start_position(served.segment, max(offset, served.first_offset), None)
+            first = max(offset, served.first_offset)
+            start = self._start_position(served.segment, first, None)
             if start is not None:
-                yield from self._segment_batches(served, start)
+                yield from self._segment_batches(
+                    served, start, cover.divergence_in(first, served.last_offset)
+                )
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
         """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
@@ -164,7 +166,6 @@ class RemoteReader:
             raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
         found: int | None = None  # once the first match is found, everything from it on, in offset order
         for served in cover.ranges[index:]:
-            self._refuse_divergent(tp, cover, served)
             # Where the time index points below the range's first offset, _segment_batches skips the batches
             # the range before served.
             start = (
@@ -174,7 +175,8 @@ class RemoteReader:
             )
             if start is None:
                 continue
-            for batch in self._segment_batches(served, start):
+            divergence = cover.divergence_in(max(found or 0, served.first_offset), served.last_offset)
+            for batch in self._segment_batches(served, start, divergence):
                 for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
                     if found is None:
                         if record.timestamp < timestamp:
@@ -182,17 +184,6 @@ class RemoteReader:
                         found = record.offset
                     if record.offset >= found:
                         yield record
-
-    @staticmethod
-    def _refuse_divergent(tp: TopicPartitionId, cover: Cover, served: ServedRange) -> None:
-        divergence = cover.divergence_in(served.first_offset, served.last_offset)
-        if divergence is not None:
-            raise DivergentDataError(
-                f"refusing to serve {tp}: {divergence.describe()}",
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=divergence.first_offset,
-            )
 
     def _start_position(self, meta: SegmentMetadata, offset: int | None, timestamp: int | None) -> int | None:
         log_index = self._cache.get(meta, SegmentObject.REMOTE_LOG_INDEX)
@@ -207,7 +198,11 @@ class RemoteReader:
         entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
         return entry.data_id.position
 
-    def _segment_batches(self, served: ServedRange, start: int) -> Iterator[RawBatch]:
+    def _segment_batches(
+        self, served: ServedRange, start: int, divergence: Divergence | None = None
+    ) -> Iterator[RawBatch]:
+        """The range's batches from byte ``start``; ``divergence``: stored copies disagree from its first
+        offset on, so the read stops with DivergentDataError before serving any of it."""
         meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
@@ -230,6 +225,13 @@ class RemoteReader:
                     partition=meta.partition,
                     offset=served.first_offset,
                     path=key,
+                )
+            if divergence is not None and header.last_offset >= divergence.first_offset:
+                raise DivergentDataError(
+                    f"refusing to serve {meta.tp}: {divergence.describe()}",
+                    topic=meta.topic,
+                    partition=meta.partition,
+                    offset=divergence.first_offset,
                 )
             if header.is_control:
                 continue
