@@ -14,7 +14,7 @@ lists every aborted transaction overlapping the segment); control records are ne
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -154,9 +154,7 @@ class RemoteReader:
             first = max(offset, served.first_offset)
             start = self._start_position(served.segment, first, None)
             if start is not None:
-                yield from self._segment_batches(
-                    served, start, cover.divergence_in(first, served.last_offset)
-                )
+                yield from self._segment_batches(served, start, cover.divergences)
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
         """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
@@ -175,8 +173,7 @@ class RemoteReader:
             )
             if start is None:
                 continue
-            divergence = cover.divergence_in(max(found or 0, served.first_offset), served.last_offset)
-            for batch in self._segment_batches(served, start, divergence):
+            for batch in self._segment_batches(served, start, cover.divergences):
                 for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
                     if found is None:
                         if record.timestamp < timestamp:
@@ -199,10 +196,10 @@ class RemoteReader:
         return entry.data_id.position
 
     def _segment_batches(
-        self, served: ServedRange, start: int, divergence: Divergence | None = None
+        self, served: ServedRange, start: int, divergences: Sequence[Divergence] = ()
     ) -> Iterator[RawBatch]:
-        """The range's batches from byte ``start``; ``divergence``: stored copies disagree from its first
-        offset on, so the read stops with DivergentDataError before serving any of it."""
+        """The range's batches from byte ``start``. ``divergences``: offsets whose stored copies disagree;
+        the read stops with DivergentDataError before serving a batch holding any of them."""
         meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
@@ -226,7 +223,15 @@ class RemoteReader:
                     offset=served.first_offset,
                     path=key,
                 )
-            if divergence is not None and header.last_offset >= divergence.first_offset:
+            divergence = next(
+                (
+                    d
+                    for d in divergences
+                    if header.base_offset <= d.last_offset and header.last_offset >= d.first_offset
+                ),
+                None,
+            )
+            if divergence is not None:
                 raise DivergentDataError(
                     f"refusing to serve {meta.tp}: {divergence.describe()}",
                     topic=meta.topic,
