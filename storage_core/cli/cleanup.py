@@ -120,7 +120,5 @@ def _print(report: dict[str, Any]) -> None:
         )
     for key in report.get("stale_uploads_aborted", []):
         print(f"{'would abort' if report.get('dry_run') else 'aborted'} unfinished multipart upload of {key}")
-    print(
-        f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {len(report.get('partitions', []))} "
-        "partitions"
-    )
+    partitions = len(report.get("partitions", []))
+    print(f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {partitions} partitions")
