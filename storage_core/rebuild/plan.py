@@ -44,8 +44,8 @@ class RebuildRefused(TierkeeperError):
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionObservation:
-    """Everything the planner needs about one partition assigned to the broker being rebuilt."""
+class AssignedPartition:
+    """A partition as Kafka describes it, with the leader's offsets and the topic's config."""
 
     topic: str
     partition: int
@@ -57,6 +57,14 @@ class PartitionObservation:
     """The leader's log start offset (ListOffsets earliest)."""
     high_watermark: int
     """The leader's high watermark (ListOffsets latest): the end a caught-up follower reaches."""
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionObservation(AssignedPartition):
+    """Everything the planner needs about one partition assigned to the broker being rebuilt: Kafka's view
+    joined with the remote tier's."""
+
     policy: RetentionPolicy
     remote_topic_ids: tuple[str, ...]
     """Topic ids under which the remote tier holds a topic of this name."""
