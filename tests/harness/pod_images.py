@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.paths import REPO_ROOT
+
 
 @dataclass(frozen=True)
 class ImageCommand:
@@ -23,6 +25,8 @@ class ImageCommand:
     working_dir: str = "/"
     user: int | None = None  # the image's USER (None: root), used when the pod sets no runAsUser
     group: int | None = None
+    # Host paths the image's files live under; a non-root container user must be able to reach them.
+    needs: tuple[str, ...] = ()
 
 
 def repository_of(image: str) -> str:
@@ -41,6 +45,7 @@ def repository_of(image: str) -> str:
 def default_images() -> dict[str, ImageCommand]:
     """Our own images, run from the interpreter's environment (the project's venv under pytest)."""
     bin_dir = Path(sys.executable).parent
+    needs = (sys.base_prefix, sys.prefix, str(REPO_ROOT))
     path = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     # As the Dockerfile: ENTRYPOINT ["tierkeeper"], CMD ["--help"], USER 10001:10001, WORKDIR /tmp.
     tierkeeper_env = {"PATH": path, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
@@ -51,6 +56,7 @@ def default_images() -> dict[str, ImageCommand]:
         working_dir="/tmp",
         user=10001,
         group=10001,
+        needs=needs,
     )
     return {
         "tierkeeper": tierkeeper,
@@ -61,10 +67,11 @@ def default_images() -> dict[str, ImageCommand]:
             working_dir="/tmp",
             user=10001,
             group=10001,
+            needs=needs,
         ),
         # A Python image with the project installed, for test pods that script something (python:3.11 runs
         # as root with CMD ["python3"]).
         "python": ImageCommand(
-            cmd=("python3",), env={"PATH": path, "HOME": "/root", "PYTHONUNBUFFERED": "1"}
+            cmd=("python3",), env={"PATH": path, "HOME": "/root", "PYTHONUNBUFFERED": "1"}, needs=needs
         ),
     }

@@ -2,7 +2,8 @@
 
 ``python -I pod_launcher.py SPEC.json`` reads the launch spec the kubelet wrote, then:
 unshares the mount namespace (so nothing it mounts is seen by the host), makes every mount private,
-bind-mounts each volume onto its ``mountPath`` (creating a missing mount point, as a container runtime
+makes the directories the image's files live under traversable for a non-root container user (our
+"images" are the host's Python and this checkout, which may sit under a 0700 home), bind-mounts each volume onto its ``mountPath`` (creating a missing mount point, as a container runtime
 does), remounts the ``readOnly`` ones read-only (the kernel then refuses writes, even root's, with EROFS),
 drops to the container's user and groups, changes to its working directory and execs the command.
 Standard library only: it runs with ``-I`` before any project code. A failure before exec is written to
@@ -38,11 +39,39 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _mount(source: str | None, target: str, flags: int) -> None:
+def _mount(
+    source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None
+) -> None:
     _check(
-        _libc.mount(source.encode() if source else None, target.encode(), None, ctypes.c_ulong(flags), None),
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
         f"mount {source or ''} -> {target}",
     )
+
+
+def _open_up(directory: str) -> None:
+    """Let the container user traverse ``directory`` in this mount namespace only: a tmpfs of mode 0711
+    goes over it and every original entry is bind-mounted back, keeping its own owner and mode."""
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+    original = f"/proc/self/fd/{fd}"  # still the hidden directory once the tmpfs covers its path
+    names = os.listdir(original)
+    _mount("tmpfs", directory, MS_NOSUID | MS_NODEV, "tmpfs", "mode=0711")
+    for name in names:
+        source, target = f"{original}/{name}", os.path.join(directory, name)
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), target)
+            continue
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        _mount(source, target, MS_BIND | MS_REC)
+    os.close(fd)
 
 
 def _mount_point(target: Path, is_file: bool) -> None:
@@ -58,6 +87,8 @@ def _mount_point(target: Path, is_file: bool) -> None:
 def launch(spec: dict[str, Any]) -> None:
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", MS_REC | MS_PRIVATE)  # our mounts must not propagate back to the host
+    for directory in spec.get("open_up", []):
+        _open_up(directory)
     for mount in spec["mounts"]:
         source, target = mount["source"], Path(mount["target"])
         _mount_point(target, Path(source).is_file())
@@ -78,11 +109,14 @@ def launch(spec: dict[str, Any]) -> None:
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
+    # Opened now, as root: the container user may not reach the kubelet's directory. Closed by exec.
+    errors = open(spec["start_error_file"], "w")
     try:
         launch(spec)
     except OSError as exc:
         message = f"could not start container: {exc}"
-        Path(spec["start_error_file"]).write_text(message)
+        errors.write(message)
+        errors.close()
         print(message, file=sys.stderr, flush=True)
         os._exit(128)
 

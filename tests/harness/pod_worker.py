@@ -101,7 +101,7 @@ class PodWorker(threading.Thread):
         spec = pod["spec"]
         self.init_records = [ContainerRecord(c, init=True) for c in spec.get("initContainers", [])]
         self.records = [ContainerRecord(c, init=False) for c in spec["containers"]]
-        self._initialized = not self.init_records
+        self._init_done = not self.init_records
 
     # -- requests from the kubelet ----------------------------------------------------------------------
 
@@ -146,7 +146,7 @@ class PodWorker(threading.Thread):
         for record in self.init_records:
             if not self._run_to_success(record, volumes):
                 return
-        self._initialized = True
+        self._init_done = True
         threads = [
             threading.Thread(target=self._run_main, args=(r, volumes), daemon=True) for r in self.records
         ]
@@ -278,11 +278,12 @@ class PodWorker(threading.Thread):
             "gid": gid,
             "groups": groups,
             "start_error_file": str(start_error),
+            "open_up": closed_ancestors(image.needs) if uid else [],
         }
         spec_file = directory / f"launch-{record.attempt}.json"
         spec_file.write_text(json.dumps(spec))
         log = directory / f"{record.attempt}.log"
-        self.kubelet.note_log(self.pod["metadata"], record.name, log)
+        self.kubelet.note_run(self.pod["metadata"], record, log)
         record.attempt += 1
         started = now()
         with open(log, "ab") as out:
@@ -300,8 +301,9 @@ class PodWorker(threading.Thread):
         code = self._wait(record.proc)
         message = termination.read_text(errors="replace")[:4096]
         reason = "Completed" if code == 0 else "Error"
-        if start_error.exists():
-            reason, message = "StartError", start_error.read_text(errors="replace")
+        start_failure = start_error.read_text(errors="replace") if start_error.exists() else ""
+        if start_failure:
+            reason, message = "StartError", start_failure
         elif (
             not message
             and code != 0
@@ -371,7 +373,7 @@ class PodWorker(threading.Thread):
             return
         with self._lock:
             records = self.records
-            if self._phase == "Pending" and self._initialized and any("running" in r.state for r in records):
+            if self._phase == "Pending" and self._init_done and any("running" in r.state for r in records):
                 self._phase = "Running"
             ready = all("running" in r.state for r in records) and self._phase == "Running"
             status: dict[str, Any] = {
@@ -385,7 +387,7 @@ class PodWorker(threading.Thread):
                 "startTime": self._start_time,
                 "conditions": [
                     self._condition("PodScheduled", True),
-                    self._condition("Initialized", self._initialized),
+                    self._condition("Initialized", self._init_done),
                     self._condition("ContainersReady", ready),
                     self._condition("Ready", ready),
                 ],
@@ -416,6 +418,16 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def closed_ancestors(paths: tuple[str, ...]) -> list[str]:
+    """Directories above ``paths`` that other users cannot traverse, outermost first."""
+    closed: set[str] = set()
+    for path in paths:
+        for directory in reversed(Path(path).resolve().parents):
+            if not directory.stat().st_mode & 0o001:
+                closed.add(str(directory))
+    return sorted(closed, key=lambda d: (d.count("/"), d))
 
 
 def pod_is_terminal(pod: Mapping[str, Any]) -> bool:
