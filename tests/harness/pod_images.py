@@ -27,6 +27,8 @@ class ImageCommand:
     group: int | None = None
     # Host paths the image's files live under; a non-root container user must be able to reach them.
     needs: tuple[str, ...] = ()
+    # Accounts the image adds to /etc/passwd and /etc/group (uid -> name; the group has the same id).
+    accounts: dict[int, str] = field(default_factory=dict)
 
 
 def repository_of(image: str) -> str:
@@ -47,7 +49,8 @@ def default_images() -> dict[str, ImageCommand]:
     bin_dir = Path(sys.executable).parent
     needs = (sys.base_prefix, sys.prefix, str(REPO_ROOT))
     path = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    # As the Dockerfile: ENTRYPOINT ["tierkeeper"], CMD ["--help"], USER 10001:10001, WORKDIR /tmp.
+    # As the Dockerfile: ENTRYPOINT ["tierkeeper"], CMD ["--help"], USER 10001:10001 (an account named
+    # tierkeeper), WORKDIR /tmp.
     tierkeeper_env = {"PATH": path, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
     tierkeeper = ImageCommand(
         entrypoint=(str(bin_dir / "tierkeeper"),),
@@ -57,6 +60,7 @@ def default_images() -> dict[str, ImageCommand]:
         user=10001,
         group=10001,
         needs=needs,
+        accounts={10001: "tierkeeper"},
     )
     return {
         "tierkeeper": tierkeeper,
@@ -68,6 +72,7 @@ def default_images() -> dict[str, ImageCommand]:
             user=10001,
             group=10001,
             needs=needs,
+            accounts={10001: "tierkeeper"},
         ),
         # A Python image with the project installed, for test pods that script something (python:3.11 runs
         # as root with CMD ["python3"]).

@@ -87,14 +87,18 @@ def _mount_point(target: Path, is_file: bool) -> None:
 def launch(spec: dict[str, Any]) -> None:
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", MS_REC | MS_PRIVATE)  # our mounts must not propagate back to the host
+    # Held open before any mount: a later one (an emptyDir on /tmp, say) may cover a source's path. Opened
+    # after unshare, because a bind mount's source must belong to this mount namespace.
+    sources = [os.open(mount["source"], os.O_PATH) for mount in spec["mounts"]]
     for directory in spec.get("open_up", []):
         _open_up(directory)
-    for mount in spec["mounts"]:
-        source, target = mount["source"], Path(mount["target"])
-        _mount_point(target, Path(source).is_file())
+    for mount, fd in zip(spec["mounts"], sources):
+        source, target = f"/proc/self/fd/{fd}", Path(mount["target"])
+        _mount_point(target, os.path.isfile(source))
         _mount(source, str(target), MS_BIND | MS_REC)
         if mount["read_only"]:
             _mount(None, str(target), MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
     gid, uid = spec.get("gid"), spec.get("uid")
     if uid is not None:
         os.setgroups(list(spec.get("groups", [])))

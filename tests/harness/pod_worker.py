@@ -269,6 +269,8 @@ class PodWorker(threading.Thread):
                 "read_only": False,
             }
         )
+        mounts += account_files(directory, image.accounts)
+        mounts.sort(key=lambda mount: Path(mount["target"]).parts)  # a mount inside another goes after it
         spec = {
             "argv": argv,
             "env": env,
@@ -418,6 +420,26 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def account_files(directory: Path, accounts: Mapping[int, str]) -> list[dict[str, Any]]:
+    """/etc/passwd and /etc/group as the image has them: the host's plus the image's own accounts."""
+    if not accounts:
+        return []
+    mounts = []
+    for name, line in (
+        ("passwd", "{name}:x:{id}:{id}::/nonexistent:/usr/sbin/nologin"),
+        ("group", "{name}:x:{id}:"),
+    ):
+        host = Path("/etc") / name
+        text = host.read_text() if host.exists() else ""
+        known = {entry.split(":")[2] for entry in text.splitlines() if entry.count(":") >= 2}
+        extra = [line.format(name=user, id=uid) for uid, user in accounts.items() if str(uid) not in known]
+        copy = directory / name
+        copy.write_text(text + "".join(f"{entry}\n" for entry in extra))
+        copy.chmod(0o644)
+        mounts.append({"source": str(copy), "target": str(host), "read_only": True})
+    return mounts
 
 
 def closed_ancestors(paths: tuple[str, ...]) -> list[str]:

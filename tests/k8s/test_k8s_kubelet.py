@@ -170,11 +170,13 @@ def test_init_containers_run_first_and_share_an_empty_dir(
     plane, ns = k8s_control_plane, k8s_namespace
     init = python_container(
         "init",
-        "open('/work/from-init', 'w').write('init ran')",
-        volumeMounts=[{"name": "work", "mountPath": "/work"}],
+        "open('/scratch/from-init', 'w').write('init ran')",
+        volumeMounts=[{"name": "work", "mountPath": "/scratch"}],
     )
     main = python_container(
-        "main", "print(open('/work/from-init').read())", volumeMounts=[{"name": "work", "mountPath": "/work"}]
+        "main",
+        "print(open('/scratch/from-init').read())",
+        volumeMounts=[{"name": "work", "mountPath": "/scratch"}],
     )
     create(
         plane,
