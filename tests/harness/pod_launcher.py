@@ -1,10 +1,11 @@
 """Start one container process in a private mount namespace (run by the process kubelet, as root).
 
-``python -I pod_launcher.py SPEC.json`` reads the launch spec the kubelet wrote, then:
-unshares the mount namespace (so nothing it mounts is seen by the host), makes every mount private,
-makes the directories the image's files live under traversable for a non-root container user (our
-"images" are the host's Python and this checkout, which may sit under a 0700 home), bind-mounts each volume onto its ``mountPath`` (creating a missing mount point, as a container runtime
-does), remounts the ``readOnly`` ones read-only (the kernel then refuses writes, even root's, with EROFS),
+``python -I pod_launcher.py SPEC.json`` reads the launch spec the kubelet wrote, then: unshares the
+mount namespace (so nothing it mounts is seen by the host), makes every mount private, makes the
+directories the image's files live under traversable for a non-root container user (our "images" are
+the host's Python and this checkout, which may sit under a 0700 home), bind-mounts each volume onto its
+``mountPath`` (creating a missing mount point on the host, as a runtime does in the image's root),
+remounts the ``readOnly`` ones read-only (the kernel then refuses writes, even root's, with EROFS),
 drops to the container's user and groups, changes to its working directory and execs the command.
 Standard library only: it runs with ``-I`` before any project code. A failure before exec is written to
 ``spec["start_error_file"]`` and exits 128, which the kubelet reports as reason ``StartError``.

@@ -10,9 +10,10 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from k8s_helpers import create, unique
+from k8s_helpers import DEADLINE, create, unique
 
 from harness.control_plane import ControlPlane
+from harness.k8s import wait_until
 from harness.kube_rest import ApiError
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool
@@ -47,12 +48,18 @@ def test_our_crds_are_established_and_served(k8s_crds: ControlPlane) -> None:
 
 
 def test_kubectl_explain_reads_the_schema(k8s_crds: ControlPlane) -> None:
-    out = run_tool(
-        "kubectl", ["--kubeconfig", str(k8s_crds.kubeconfig), "explain", "tieredtopic.spec"]
-    ).stdout
-    assert "KIND:       TieredTopic" in out
+    args = ["--kubeconfig", str(k8s_crds.kubeconfig), "explain", "tieredtopic.spec"]
+
+    def explained() -> Any:
+        # The server publishes a new CRD's OpenAPI document shortly after it is Established.
+        proc = run_tool("kubectl", args, check=False)
+        return proc if proc.returncode == 0 else None
+
+    proc = wait_until(explained, DEADLINE)
+    assert proc, run_tool("kubectl", args, check=False).stderr
+    assert "KIND:       TieredTopic" in proc.stdout
     for field in ("kafkaCluster", "remote", "localRetentionMs", "remoteRetentionMs", "topic"):
-        assert f"  {field}\t" in out, out
+        assert f"  {field}\t" in proc.stdout, proc.stdout
 
 
 def test_the_schema_rejects_a_wrong_type_at_admission(k8s_crds: ControlPlane, k8s_namespace: str) -> None:
