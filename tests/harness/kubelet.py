@@ -10,8 +10,8 @@ and runs the pods bound to its nodes as local processes through :class:`harness.
 - volumes (emptyDir, hostPath, PVC bound to a hostPath/local PersistentVolume, secret, configMap,
   downwardAPI, projected with ServiceAccount tokens from the TokenRequest API) are host directories
   bind-mounted at their mountPath in a private mount namespace per container, read-only where asked;
-- runAsUser/runAsGroup/fsGroup/supplementalGroups and runAsNonRoot are honoured; everything else of the
-  security context, resource limits, probes and networking is not (every pod shares the host's
+- runAsUser/runAsGroup/fsGroup/supplementalGroups, runAsNonRoot and readOnlyRootFilesystem are
+  honoured; everything else of the security context, resource limits, probes and networking is not (every pod shares the host's
   network as 127.0.0.1; there is no kube-proxy).
 
 Logs: ``kubelet.logs(namespace, pod, container)``; ``pid_of`` and ``exit_code_of`` the same way.

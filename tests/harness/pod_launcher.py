@@ -5,7 +5,8 @@ mount namespace (so nothing it mounts is seen by the host), makes every mount pr
 directories the image's files live under traversable for a non-root container user (our "images" are
 the host's Python and this checkout, which may sit under a 0700 home), bind-mounts each volume onto its
 ``mountPath`` (creating a missing mount point on the host, as a runtime does in the image's root),
-remounts the ``readOnly`` ones read-only (the kernel then refuses writes, even root's, with EROFS),
+remounts the ``readOnly`` ones read-only (the kernel then refuses writes, even root's, with EROFS;
+``readOnlyRootFilesystem`` makes every other mount read-only first, the volumes staying as asked),
 drops to the container's user and groups, changes to its working directory and execs the command.
 Standard library only: it runs with ``-I`` before any project code. A failure before exec is written to
 ``spec["start_error_file"]`` and exits 128, which the kubelet reports as reason ``StartError``.
@@ -30,6 +31,10 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
+SYS_MOUNT_SETATTR = 442  # x86-64
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
 
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
@@ -53,6 +58,28 @@ def _mount(
         ),
         f"mount {source or ''} -> {target}",
     )
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _read_only_root() -> None:
+    """readOnlyRootFilesystem: every mount of this namespace read-only (volumes are mounted after)."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    result = _libc.syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+    )
+    _check(result, "mount_setattr(/, read-only, recursive)")
+    try:
+        _mount(None, "/dev/shm", MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)  # a container's is writable
+    except OSError:
+        pass  # no separate /dev/shm on this host
 
 
 def _open_up(directory: str) -> None:
@@ -93,12 +120,19 @@ def launch(spec: dict[str, Any]) -> None:
     sources = [os.open(mount["source"], os.O_PATH) for mount in spec["mounts"]]
     for directory in spec.get("open_up", []):
         _open_up(directory)
+    read_only_root = bool(spec.get("read_only_root"))
+    if read_only_root:
+        for mount in spec["mounts"]:  # mount points must exist before the root turns read-only
+            _mount_point(Path(mount["target"]), os.path.isfile(mount["source"]))
+        _read_only_root()
     for mount, fd in zip(spec["mounts"], sources):
         source, target = f"/proc/self/fd/{fd}", Path(mount["target"])
         _mount_point(target, os.path.isfile(source))
         _mount(source, str(target), MS_BIND | MS_REC)
         if mount["read_only"]:
             _mount(None, str(target), MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        elif read_only_root:  # a bind mount inherits the read-only flag of the mount it comes from
+            _mount(None, str(target), MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
         os.close(fd)
     gid, uid = spec.get("gid"), spec.get("uid")
     if uid is not None:

@@ -422,3 +422,33 @@ def test_the_tierkeeper_image_runs_as_its_non_root_user(
     pod = finished_pod(plane, ns, "user")
     assert pod["status"]["phase"] == "Succeeded", plane.kubelet.logs(ns, "user", "main")
     assert plane.kubelet.logs(ns, "user", "main").split() == ["10001", "10001"]
+
+
+def test_read_only_root_filesystem_leaves_only_the_volumes_writable(
+    k8s_control_plane: ControlPlane, k8s_namespace: str
+) -> None:
+    plane, ns = k8s_control_plane, k8s_namespace
+    script = """
+        import errno
+        def attempt(path):
+            try:
+                with open(path, "w") as f:
+                    f.write("x")
+                return "written"
+            except OSError as exc:
+                return errno.errorcode[exc.errno]
+        print(attempt("/scratch/ok"), attempt("/var/tmp/tk-ro-root-probe"))
+    """
+    container = python_container(
+        "main",
+        script,
+        securityContext={"readOnlyRootFilesystem": True},
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+    )
+    volumes = [{"name": "scratch", "emptyDir": {}}]
+    create(plane, f"/api/v1/namespaces/{ns}/pods", pod_manifest("roroot", [container], volumes=volumes))
+    pod = finished_pod(plane, ns, "roroot")
+    log = plane.kubelet.logs(ns, "roroot", "main")
+    assert pod["status"]["phase"] == "Succeeded", log
+    assert log.split() == ["written", "EROFS"]
+    assert not Path("/var/tmp/tk-ro-root-probe").exists()
