@@ -11,8 +11,10 @@ and runs the pods bound to its nodes as local processes through :class:`harness.
   downwardAPI, projected with ServiceAccount tokens from the TokenRequest API) are host directories
   bind-mounted at their mountPath in a private mount namespace per container, read-only where asked;
 - runAsUser/runAsGroup/fsGroup/supplementalGroups, runAsNonRoot and readOnlyRootFilesystem are
-  honoured; everything else of the security context, resource limits, probes and networking is not (every pod shares the host's
-  network as 127.0.0.1; there is no kube-proxy).
+  honoured; everything else of the security context, resource limits, probes and networking is not
+  (every pod shares the host's network as 127.0.0.1; there is no kube-proxy);
+- restartPolicy Always/OnFailure/Never with a capped back-off; ServiceAccount tokens are requested once
+  per container start (1 h by default) and not refreshed.
 
 Logs: ``kubelet.logs(namespace, pod, container)``; ``pid_of`` and ``exit_code_of`` the same way.
 """
