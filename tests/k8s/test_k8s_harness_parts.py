@@ -3,6 +3,8 @@ expansion, argv from command/args, and which directories a non-root container us
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,53 @@ def test_closed_ancestors_outermost_first(tmp_path: Path) -> None:
         assert str(target.parent) not in found
     finally:
         outer.chmod(0o755)
+
+
+FAKE_GO = """#!/bin/sh
+# Stands in for the Go toolchain: records each call; "builds" by writing an executable file.
+echo "$*" >> "$FAKE_GO_LOG"
+case "$1" in
+  mod) printf '{"Dir": "%s"}' "$FAKE_MODULE" ;;
+  build)
+    while [ "$1" != "-o" ]; do shift; done
+    grep -q 'k8s.io/api => k8s.io/api v0.' go.mod || exit 3
+    test ! -e vendor || exit 4
+    printf '#!/bin/sh\\n' > "$2" && chmod +x "$2" ;;
+esac
+"""
+
+
+def _fake_toolchain(tmp_path: Path) -> dict[str, str]:
+    bin_dir, module = tmp_path / "fake-bin", tmp_path / "module"
+    bin_dir.mkdir()
+    (module / "vendor").mkdir(parents=True)
+    (module / "go.mod").write_text(GO_MOD)
+    go = bin_dir / "go"
+    go.write_text(FAKE_GO)
+    go.chmod(0o755)
+    return {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "FAKE_GO_LOG": str(tmp_path / "go-calls.log"),
+        "FAKE_MODULE": str(module),
+        "TIERKEEPER_CACHE": str(tmp_path / "cache"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+
+
+def test_two_concurrent_runs_build_once_and_later_runs_not_at_all(tmp_path: Path) -> None:
+    env = _fake_toolchain(tmp_path)
+    argv = [sys.executable, "-m", "harness.k8s_build"]
+    runs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in "ab"
+    ]
+    results = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], results
+    bin_dir = Path(env["TIERKEEPER_CACHE"]) / f"k8s-{KUBERNETES_VERSION}" / "bin"
+    assert {out.strip() for out, _ in results} == {str(bin_dir)}
+    calls = Path(env["FAKE_GO_LOG"]).read_text().splitlines()
+    assert [call.split()[0] for call in calls] == ["mod", "build", "build"]  # one run built, the other waited
+    assert sorted(path.name for path in bin_dir.iterdir()) == ["kube-apiserver", "kube-controller-manager"]
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert again.stdout.strip() == str(bin_dir) and "building" not in again.stderr
+    assert len(Path(env["FAKE_GO_LOG"]).read_text().splitlines()) == 3
