@@ -3,7 +3,9 @@
 A container runs ``command or entrypoint`` followed by ``args or cmd`` (Docker's ENTRYPOINT/CMD rules),
 with the image's environment under the container's. The tag is ignored: whatever tag the pod names,
 the code that runs is the checkout's own. An image missing from the table fails the pod with reason
-``ErrImagePull`` and a message naming the known images; it never runs something else.
+``ErrImagePull`` and a message naming the known images (under restartPolicy Always the pod stays
+Pending with that container state instead, as a kubelet keeps retrying the pull); it never runs
+something else.
 
 Tests add images with ``plane.kubelet.images["name"] = ImageCommand(...)``.
 """

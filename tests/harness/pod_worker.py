@@ -138,6 +138,12 @@ class PodWorker(threading.Thread):
                     f"image {record.spec['image']!r} is not in the process kubelet's image table ({known})"
                 )
                 record.state = {"waiting": {"reason": "ErrImagePull", "message": message}}
+            if self.pod["spec"].get("restartPolicy", "Always") == "Always":
+                # As a kubelet does: the pod stays Pending (a controller replacing a Failed pod at once
+                # would only make another one that fails the same way).
+                self._report()
+                self.stopping.wait()
+                return
             self._finish("Failed", "ErrImagePull", unknown[0].state["waiting"]["message"])
             return
         volumes = self._with_config_retry(self._volumes)

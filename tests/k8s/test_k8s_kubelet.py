@@ -295,6 +295,23 @@ def test_an_unknown_image_fails_the_pod_with_the_reason(
         "registry.example/nothing:1" in waiting["message"]
         and "not in the process kubelet's image table" in waiting["message"]
     )
+    # Under restartPolicy Always (a Deployment's pod) the pod stays Pending, never running anything.
+    create(
+        plane,
+        f"/api/v1/namespaces/{ns}/pods",
+        pod_manifest("unknown-always", [{"name": "main", "image": "nothing"}], restartPolicy="Always"),
+    )
+
+    def waiting_reason() -> str | None:
+        pod = get_pod(plane, ns, "unknown-always") or {}
+        statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+        reason: str | None = statuses[0].get("state", {}).get("waiting", {}).get("reason")
+        return reason
+
+    assert wait_for(waiting_reason, "unknown-always to report its image") == "ErrImagePull"
+    assert (get_pod(plane, ns, "unknown-always") or {})["status"]["phase"] == "Pending"
+    plane.request("DELETE", f"/api/v1/namespaces/{ns}/pods/unknown-always")
+    wait_for(lambda: get_pod(plane, ns, "unknown-always") is None, "unknown-always to be removed")
 
 
 def test_deleting_a_pod_stops_its_process_sigterm_then_sigkill(
