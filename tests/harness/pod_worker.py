@@ -124,7 +124,7 @@ class PodWorker(threading.Thread):
         try:
             self._run_pod()
         except Exception as exc:  # noqa: BLE001 - a harness bug must show in the pod, not vanish in a thread
-            self.kubelet.errors.append(f"{self.name}: {exc!r}")
+            self.kubelet.errors.append(f"{self.pod_key}: {exc!r}")
             self._finish("Failed", "KubeletError", f"process kubelet error: {exc!r}")
         if self.stopping.is_set() and not self.killed:
             self._finalize_deletion()
@@ -363,7 +363,7 @@ class PodWorker(threading.Thread):
     # -- status ------------------------------------------------------------------------------------------
 
     @property
-    def name(self) -> str:
+    def pod_key(self) -> str:
         return f"{self.pod['metadata']['namespace']}/{self.pod['metadata']['name']}"
 
     def _finish(self, phase: str, reason: str | None, message: str | None) -> None:
@@ -412,9 +412,9 @@ class PodWorker(threading.Thread):
                 if exc.code == 404:
                     self.forgotten = True
                 else:
-                    self.kubelet.errors.append(f"{self.name}: status update: {exc}")
+                    self.kubelet.errors.append(f"{self.pod_key}: status update: {exc}")
             except OSError as exc:
-                self.kubelet.errors.append(f"{self.name}: status update: {exc!r}")
+                self.kubelet.errors.append(f"{self.pod_key}: status update: {exc!r}")
 
     def _finalize_deletion(self) -> None:
         # Every process has exited (the waits above end only then): report, then remove the pod.
