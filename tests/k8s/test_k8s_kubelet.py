@@ -12,6 +12,7 @@ from typing import Any
 from k8s_helpers import create, finished_pod, get_pod, pod_manifest, terminated, unique, wait_for
 
 from harness.control_plane import ControlPlane
+from harness.kube_rest import ApiError
 
 
 def python_container(name: str, script: str, **extra: Any) -> dict[str, Any]:
@@ -469,3 +470,22 @@ def test_read_only_root_filesystem_leaves_only_the_volumes_writable(
     assert pod["status"]["phase"] == "Succeeded", log
     assert log.split() == ["written", "EROFS"]
     assert not Path("/var/tmp/tk-ro-root-probe").exists()
+
+
+def test_a_finished_job_is_removed_by_ttl_after_finished_and_its_pod_by_the_garbage_collector(
+    k8s_control_plane: ControlPlane, k8s_namespace: str, tmp_path: Path
+) -> None:
+    plane, ns = k8s_control_plane, k8s_namespace
+    job = tierkeeper_job("short-lived", ["ls", "--remote", "file:///data"], tmp_path)
+    job["spec"]["ttlSecondsAfterFinished"] = 0
+    created = create(plane, f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+
+    def job_gone() -> bool:
+        try:
+            current = plane.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/short-lived")
+        except ApiError as exc:
+            return exc.code == 404
+        return bool(current["metadata"]["uid"] != created["metadata"]["uid"])
+
+    wait_for(job_gone, "the ttl-after-finished controller to delete the finished Job")
+    wait_for(lambda: not job_pods(plane, ns, "short-lived"), "the garbage collector to delete the Job's pod")
