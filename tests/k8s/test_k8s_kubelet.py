@@ -321,7 +321,8 @@ def test_deleting_a_pod_stops_its_process_sigterm_then_sigkill(
     plane, ns = k8s_control_plane, k8s_namespace
     marks = tmp_path / "marks"
     marks.mkdir()
-    # "polite" exits on SIGTERM after noting it; "stubborn" ignores SIGTERM and must be SIGKILLed.
+    # "polite" exits 0 from its SIGTERM handler (a long grace period: its handler must get to run, however
+    # busy the machine); "stubborn" ignores SIGTERM and is SIGKILLed when its short grace period ends.
     polite = """
         import signal, sys, time
         def stop(*_):
@@ -332,13 +333,13 @@ def test_deleting_a_pod_stops_its_process_sigterm_then_sigkill(
     """
     stubborn = """
         import signal, time
-        signal.signal(signal.SIGTERM, lambda *_: open("/marks/stubborn-sigterm", "w").write("ok"))
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         open("/marks/stubborn-started", "w").write("ok")
         while True: time.sleep(1)
     """
     volumes = [{"name": "marks", "hostPath": {"path": str(marks), "type": "Directory"}}]
     mounts = [{"name": "marks", "mountPath": "/marks"}]
-    for name, script in (("polite", polite), ("stubborn", stubborn)):
+    for name, script, grace in (("polite", polite, 120), ("stubborn", stubborn, 1)):
         create(
             plane,
             f"/api/v1/namespaces/{ns}/pods",
@@ -346,7 +347,7 @@ def test_deleting_a_pod_stops_its_process_sigterm_then_sigkill(
                 name,
                 [python_container("main", script, volumeMounts=mounts)],
                 volumes=volumes,
-                terminationGracePeriodSeconds=2,
+                terminationGracePeriodSeconds=grace,
             ),
         )
     for name in ("polite", "stubborn"):
@@ -362,13 +363,10 @@ def test_deleting_a_pod_stops_its_process_sigterm_then_sigkill(
     for name in ("polite", "stubborn"):
         wait_for(lambda name=name: get_pod(plane, ns, name) is None, f"pod {name} to be removed")
     assert (marks / "polite-sigterm").exists()
-    assert (marks / "stubborn-sigterm").exists()  # it was asked first ...
     for name, pid in processes.items():
         assert not Path(f"/proc/{pid}").exists(), f"{name}'s process {pid} survived its pod"
     assert plane.kubelet.exit_code_of(ns, "polite", "main") == 0
-    assert (
-        plane.kubelet.exit_code_of(ns, "stubborn", "main") == 128 + 9
-    )  # ... and killed after the grace period
+    assert plane.kubelet.exit_code_of(ns, "stubborn", "main") == 128 + 9  # SIGKILL
 
 
 def test_pods_get_a_service_account_token_that_works_in_cluster_and_rbac_limits_it(
