@@ -50,8 +50,9 @@ class TierkeeperEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: kmock.Request) -> Any:
         if request.action == kmock.action.LIST and request.params.get("watch", "").lower() in ("true", "1"):
-            # The API server parses booleans leniently; the Python client sends watch=True, kmock wants "true".
-            # kmock routes a request by its identity in the request log (a private list), so swap it there too.
+            # The API server parses booleans leniently; the Python client sends watch=True, kmock wants
+            # "true". kmock routes a request by its identity in the request log (a private list), so swap
+            # it there too.
             watch_request = attrs.evolve(request, action=kmock.action.WATCH)
             self._requests[:] = [watch_request if r is request else r for r in self._requests]
             request = watch_request
