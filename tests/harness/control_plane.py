@@ -371,7 +371,8 @@ class ControlPlane:
                 current = self.request(
                     "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                 )
-                conditions = {c["type"]: c["status"] for c in current.get("status", {}).get("conditions", [])}
+                listed = (current.get("status") or {}).get("conditions") or []  # null just after creation
+                conditions = {c["type"]: c["status"] for c in listed}
                 if conditions.get("Established") == "True":
                     break
                 if time.monotonic() > deadline:

@@ -1,13 +1,14 @@
-"""Start one container process in a private mount namespace (run by the process kubelet, as root).
+"""Start one container process in private mount and UTS namespaces (run by the process kubelet, as root).
 
 ``python -I pod_launcher.py SPEC.json`` reads the launch spec the kubelet wrote, then: unshares the
-mount namespace (so nothing it mounts is seen by the host), makes every mount private, makes the
-directories the image's files live under traversable for a non-root container user (our "images" are
-the host's Python and this checkout, which may sit under a 0700 home), bind-mounts each volume onto its
-``mountPath`` (creating a missing mount point on the host, as a runtime does in the image's root),
-remounts the ``readOnly`` ones read-only (the kernel then refuses writes, even root's, with EROFS;
-``readOnlyRootFilesystem`` makes every other mount read-only first, the volumes staying as asked),
-drops to the container's user and groups, changes to its working directory and execs the command.
+mount and UTS namespaces (nothing it mounts is seen by the host; the hostname is the pod's name), makes
+every mount private, makes the directories the image's files live under traversable for a non-root
+container user (our "images" are the host's Python and this checkout, which may sit under a 0700 home),
+bind-mounts each volume onto its ``mountPath`` (creating a missing mount point on the host, as a
+runtime does in the image's root), remounts the ``readOnly`` ones read-only (the kernel then refuses
+writes, even root's, with EROFS; ``readOnlyRootFilesystem`` makes every other mount read-only first,
+the volumes staying as asked), drops to the container's user and groups, changes to its working
+directory and execs the command.
 Standard library only: it runs with ``-I`` before any project code. A failure before exec is written to
 ``spec["start_error_file"]`` and exits 128, which the kubelet reports as reason ``StartError``.
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -113,7 +115,9 @@ def _mount_point(target: Path, is_file: bool) -> None:
 
 
 def launch(spec: dict[str, Any]) -> None:
-    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS | CLONE_NEWUTS)")
+    hostname = spec["hostname"].encode()
+    _check(_libc.sethostname(hostname, len(hostname)), "sethostname")  # the pod's name, as in a container
     _mount(None, "/", MS_REC | MS_PRIVATE)  # our mounts must not propagate back to the host
     # Held open before any mount: a later one (an emptyDir on /tmp, say) may cover a source's path. Opened
     # after unshare, because a bind mount's source must belong to this mount namespace.

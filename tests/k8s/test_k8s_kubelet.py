@@ -26,7 +26,7 @@ def python_container(name: str, script: str, **extra: Any) -> dict[str, Any]:
 
 def job_condition(plane: ControlPlane, namespace: str, name: str) -> str | None:
     job = plane.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
-    for condition in job.get("status", {}).get("conditions", []):
+    for condition in (job.get("status") or {}).get("conditions") or []:
         if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
             return str(condition["type"])
     return None
@@ -487,3 +487,101 @@ def test_a_finished_job_is_removed_by_ttl_after_finished_and_its_pod_by_the_garb
 
     wait_for(job_gone, "the ttl-after-finished controller to delete the finished Job")
     wait_for(lambda: not job_pods(plane, ns, "short-lived"), "the garbage collector to delete the Job's pod")
+
+
+def test_restart_on_failure_counts_restarts_and_keeps_the_previous_log(
+    k8s_control_plane: ControlPlane, k8s_namespace: str
+) -> None:
+    plane, ns = k8s_control_plane, k8s_namespace
+    script = """
+        import os, sys
+        if not os.path.exists("/state/failed-once"):
+            open("/state/failed-once", "w").close()
+            print("first run fails")
+            sys.exit(1)
+        print("second run succeeds")
+    """
+    container = python_container("main", script, volumeMounts=[{"name": "state", "mountPath": "/state"}])
+    create(
+        plane,
+        f"/api/v1/namespaces/{ns}/pods",
+        pod_manifest(
+            "retry", [container], restartPolicy="OnFailure", volumes=[{"name": "state", "emptyDir": {}}]
+        ),
+    )
+    pod = finished_pod(plane, ns, "retry")
+    assert pod["status"]["phase"] == "Succeeded"
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    assert plane.kubelet.logs(ns, "retry", "main", previous=True).strip() == "first run fails"
+    assert plane.kubelet.logs(ns, "retry", "main").strip() == "second run succeeds"
+
+
+def test_a_stateful_set_pod_gets_its_claim_bound_to_a_static_volume(
+    k8s_control_plane: ControlPlane, k8s_namespace: str, tmp_path: Path
+) -> None:
+    plane, ns = k8s_control_plane, k8s_namespace
+    disk = tmp_path / "broker-0"
+    disk.mkdir()
+    pv_name = unique("pv")
+    create(
+        plane,
+        "/api/v1/persistentvolumes",
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "manual",
+                "hostPath": {"path": str(disk)},
+                # Reserved for the claim the StatefulSet controller will create for its pod 0.
+                "claimRef": {"namespace": ns, "name": "data-broker-0"},
+            },
+        },
+    )
+    script = "import socket; open('/var/lib/data/owner', 'w').write(socket.gethostname())"
+    create(
+        plane,
+        f"/apis/apps/v1/namespaces/{ns}/statefulsets",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "broker"},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "broker",
+                "selector": {"matchLabels": {"app": "broker"}},
+                "template": {
+                    "metadata": {"labels": {"app": "broker"}},
+                    "spec": {
+                        "containers": [
+                            python_container(
+                                "main",
+                                script + "; import time; time.sleep(3600)",
+                                volumeMounts=[{"name": "data", "mountPath": "/var/lib/data"}],
+                            )
+                        ]
+                    },
+                },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "manual",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    owner = disk / "owner"
+    wait_for(lambda: owner.exists() and owner.read_text(), "broker-0 to write to its volume")
+    assert owner.read_text() == "broker-0"
+    plane.request("DELETE", f"/apis/apps/v1/namespaces/{ns}/statefulsets/broker")
+    wait_for(lambda: get_pod(plane, ns, "broker-0") is None, "broker-0 to be removed with its StatefulSet")
+    plane.request("DELETE", f"/api/v1/persistentvolumes/{pv_name}")
