@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: test demo setup harness lint format crds constraints images clean
+.PHONY: test stress-test demo setup harness lint format crds constraints images clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,11 @@ test: harness lint
 format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The whole suite three times in a row with every core kept busy by tests/stress/burn.py (issue 19):
+# no test may depend on the machine's speed. Results are recorded in docs/reliability.md.
+stress-test: harness lint
+	tests/stress/run_stressed.sh 3 $(PYTEST_ARGS)
 
 crds: setup
 	$(PY) -m tierkeeper_operator.crdgen --out crds/

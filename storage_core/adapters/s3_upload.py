@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from storage_core.faults import fault_point
+
 log = logging.getLogger(__name__)
 
 PART_SIZE = 8 << 20  # S3's minimum part is 5 MiB (except the last); 8 MiB matches s3fs's block size
@@ -113,6 +115,7 @@ class _MultipartUpload:
                 ),
             )
         )
+        fault_point("copy.part.sent")
 
     def _settle_oldest(self) -> None:
         number, future = self.pending.popleft()

@@ -33,6 +33,17 @@ def _describe(exc: BaseException) -> str:
     return text[:300]
 
 
+def redacted_url(url: str) -> str:
+    """``url`` without the user-info part (``scheme://user:password@host/...``), for messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
 @contextmanager
 def _translated(action: str, key: str) -> Iterator[None]:
     try:
@@ -59,7 +70,7 @@ class RemoteStore:
         self.url = url
         self.storage_options = dict(storage_options or {})
         self.fsync = fsync
-        with _translated("open", url):
+        with _translated("open", redacted_url(url)):
             self.fs, self.root = fsspec.core.url_to_fs(url, **self.storage_options)
         self.root = self.root.rstrip("/")
         self.is_local = "file" in _protocols(self.fs)
@@ -76,7 +87,7 @@ class RemoteStore:
         return (_reopen, (self.url, self.storage_options, self.fsync))
 
     def __repr__(self) -> str:
-        return f"RemoteStore({self.url!r})"
+        return f"RemoteStore({redacted_url(self.url)!r})"  # never the options: they may hold credentials
 
     # ---- writes ---------------------------------------------------------------------------------
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
