@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from storage_core.errors import ConfigError
+from storage_core.retry import DEFAULT_ATTEMPTS, DEFAULT_MAX_DELAY, RetryPolicy
 
 if TYPE_CHECKING:
     from storage_core.throttle import RateLimiter
@@ -32,6 +33,21 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=JSON",
         help="extra fsspec storage option (value parsed as JSON when it parses); repeatable. "
         "Credentials are best left to the provider's environment/config files.",
+    )
+    group.add_argument(
+        "--retry-attempts",
+        type=int,
+        default=DEFAULT_ATTEMPTS,
+        metavar="N",
+        help=f"tries of each remote request that fails transiently (5xx, throttling, timeouts, "
+        f"resets), the first included; default {DEFAULT_ATTEMPTS}",
+    )
+    group.add_argument(
+        "--retry-max-delay",
+        type=float,
+        default=DEFAULT_MAX_DELAY,
+        metavar="SECONDS",
+        help=f"cap of the jittered exponential backoff between tries; default {DEFAULT_MAX_DELAY:g}",
     )
 
 
@@ -80,7 +96,14 @@ def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:
 def open_store(args: argparse.Namespace, *, fsync: bool = True) -> Any:
     from storage_core.adapters.store import RemoteStore
 
-    return RemoteStore(args.remote, storage_options(args), fsync=fsync)
+    return RemoteStore(args.remote, storage_options(args), fsync=fsync, retry=retry_policy(args))
+
+
+def retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    require_positive(args, "retry_attempts")
+    if args.retry_max_delay < 0:
+        raise ConfigError(f"--retry-max-delay must be >= 0, got {args.retry_max_delay}")
+    return RetryPolicy(attempts=args.retry_attempts, max_delay=args.retry_max_delay)
 
 
 def emit_json(payload: Any) -> None:
