@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, TypeVar
 import fsspec
 
 from storage_core.adapters import local_copy, s3_upload
-from storage_core.adapters.transient import is_transient
+from storage_core.adapters.transient import is_transient, server_answer
 from storage_core.errors import CorruptDataError, RemoteObjectNotFound, RemoteStoreError, TierkeeperError
 from storage_core.retry import RetryPolicy
 
@@ -38,7 +38,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _explain(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_describe(exc)}"
+    answer = server_answer(exc)
+    return f"{answer or type(exc).__name__}: {_describe(exc)}"
 
 
 @contextmanager

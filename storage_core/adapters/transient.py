@@ -60,6 +60,17 @@ def _client_error_verdict(exc: BaseException) -> bool | None:
     return code in TRANSIENT_CODES or status >= 500 or status in (408, 429)
 
 
+def server_answer(exc: BaseException) -> str | None:
+    """``"<S3 error code> (HTTP <status>)"`` when a server's error answer is in the chain, else None."""
+    for e in _chain(exc):
+        response = getattr(e, "response", None)
+        if isinstance(response, dict) and "Error" in response:
+            code = response.get("Error", {}).get("Code", "?")
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+            return f"{code} (HTTP {status})"
+    return None
+
+
 def _network_types() -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = [ConnectionError, TimeoutError, http.client.HTTPException]
     try:

@@ -137,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real S3 endpoints: resets then hit pooled connections
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # pytest would capture thousands of access-log lines
 
     def _proxy(self) -> None:
@@ -255,3 +255,34 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.close()
         except OSError:
             pass
+
+
+def proxied_options(options: dict[str, Any], proxy: FaultProxy, read_timeout: float = 2.0) -> dict[str, Any]:
+    """s3fs options that reach moto through ``proxy``, with a read timeout small enough that a stall
+    costs seconds (the client's timeout is what ends a stall, never a sleep of ours)."""
+    return {
+        **options,
+        "client_kwargs": {"endpoint_url": proxy.endpoint_url},
+        "config_kwargs": {
+            "s3": {"addressing_style": "path"},
+            "read_timeout": read_timeout,
+            "connect_timeout": 5,
+        },
+    }
+
+
+def proxied_cli_flags(url: str, proxy: FaultProxy, read_timeout: float = 2.0) -> list[str]:
+    """The same as ``tierkeeper`` flags: the proxy as the endpoint, the timeout as a storage option."""
+    import json
+
+    config = {"s3": {"addressing_style": "path"}, "read_timeout": read_timeout, "connect_timeout": 5}
+    return [
+        "--remote",
+        url,
+        "--endpoint-url",
+        proxy.endpoint_url,
+        "--storage-option",
+        f"config_kwargs={json.dumps(config)}",
+        "--retry-max-delay",
+        "0.5",
+    ]
