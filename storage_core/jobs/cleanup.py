@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storage_core.errors import TierkeeperError
+from storage_core.faults import fault_point
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.store_api import ObjectStore
@@ -192,6 +193,7 @@ def _trim(
         catalog.write_state(
             state.model_copy(update={"local_trim_offset": max(target, state.local_trim_offset or 0)})
         )
+        fault_point("cleanup.trim.recorded")
         reported = admin.delete_records({(tp.topic, tp.partition): target})
         trim["to"] = reported.get((tp.topic, tp.partition), target)
     return trim
