@@ -17,9 +17,8 @@ from storage_core.retry import RetryPolicy
 
 
 def _client_error(code: str, status: int) -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
-    )
+    answer = {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return ClientError(answer, "PutObject")  # type: ignore[arg-type]
 
 
 def _wrapped(cause: BaseException, outer: BaseException) -> BaseException:
