@@ -36,6 +36,8 @@ POINTS: dict[str, str] = {
     "cleanup.segment.data_deleted": "one segment's data objects deleted, DELETE_FINISHED not yet written",
     "cleanup.segment.deleted": "one segment's DELETE_FINISHED marker written",
     "cleanup.trim.recorded": "local trim offset recorded in partition-state.json, DeleteRecords not sent",
+    # Passed by every verb (copy, read, cleanup, rebuild, recover...): pick the n-th request to crash there.
+    "store.request": "a remote-store operation is about to be sent (adapters.store), once per operation",
 }
 
 ACTIONS = ("kill", "raise")

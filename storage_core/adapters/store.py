@@ -20,6 +20,7 @@ import fsspec
 from storage_core.adapters import local_copy, s3_upload
 from storage_core.adapters.transient import is_transient, server_answer
 from storage_core.errors import CorruptDataError, RemoteObjectNotFound, RemoteStoreError, TierkeeperError
+from storage_core.faults import fault_point
 from storage_core.retry import RetryPolicy
 
 _T = TypeVar("_T")
@@ -104,6 +105,7 @@ class RemoteStore:
     def _call(self, action: str, key: str, call: Callable[[], _T]) -> _T:
         """One idempotent operation: retried by the store's policy while it fails transiently, then
         translated (a permanent failure at once, unchanged in meaning)."""
+        fault_point("store.request")
         with _translated(action, key):
             return self._retrier.run(action, key, call, transient=is_transient, describe=_explain)
 
@@ -118,6 +120,7 @@ class RemoteStore:
         with _translated("upload", key):
             if self.is_s3:
                 return s3_upload.upload_chunks(self.fs, key, chunks, retrier=self._retry_s3)
+            fault_point("store.request")
             if self.is_local:
                 self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             with self.fs.open(key, "wb", block_size=UPLOAD_BLOCK) as out:
@@ -144,6 +147,7 @@ class RemoteStore:
         """
         if not self.is_local:
             return self.put_chunks(key, _inspected_chunks(source, size, inspect))
+        fault_point("store.request")
         with _translated("upload", key):
             self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             return local_copy.copy_inspected(source, size, key, inspect, fsync=self.fsync)
@@ -266,6 +270,7 @@ class RemoteStore:
 
     def _retry_s3(self, action: str, key: str, call: Callable[[], _T]) -> _T:
         """The retrier as ``s3_upload`` takes it: untranslated, so it can tell a missing upload apart."""
+        fault_point("store.request")
         return self._retrier.run(action, key, call, transient=is_transient, describe=_explain)
 
     def invalidate(self, path: str | None = None) -> None:
