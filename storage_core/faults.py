@@ -30,6 +30,7 @@ ENV = "TIERKEEPER_FAULT"
 # <verb>.<step>; tests refer to these names, so renaming one is an interface change.
 POINTS: dict[str, str] = {
     "copy.segment.started": "COPY_STARTED marker written, nothing of the segment stored yet",
+    "copy.part.sent": "S3: a part of a multipart upload sent (the upload open, not completed)",
     "copy.log.stored": "the segment's .log stored and checked, COPY_FINISHED not yet written",
     "copy.segment.finished": "COPY_FINISHED marker written, manifest not yet rewritten",
     "cleanup.delete.started": "DELETE_STARTED markers written for this run's expired segments",

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from storage_core.faults import fault_point
+
 log = logging.getLogger(__name__)
 
 PART_SIZE = 8 << 20  # S3's minimum part is 5 MiB (except the last); 8 MiB matches s3fs's block size
@@ -150,6 +152,7 @@ class _MultipartUpload:
                 ),
             )
         )
+        fault_point("copy.part.sent")
 
     def _settle_oldest(self) -> None:
         number, future = self.pending.popleft()
