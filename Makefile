@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: test demo setup harness lint crds clean
+.PHONY: test stress-test demo setup harness lint crds clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ lint: setup
 
 test: harness lint
 	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest $(PYTEST_ARGS)
+
+# The whole suite three times in a row with every core kept busy by tests/stress/burn.py (issue 19):
+# no test may depend on the machine's speed. Results are recorded in docs/reliability.md.
+stress-test: harness lint
+	tests/stress/run_stressed.sh 3 $(PYTEST_ARGS)
 
 crds: setup
 	$(PY) -m tierkeeper_operator.crdgen --out crds/

@@ -37,6 +37,11 @@ POINTS: dict[str, str] = {
     "cleanup.delete.started": "DELETE_STARTED markers written for this run's expired segments",
     "cleanup.segment.data_deleted": "one segment's data objects deleted, DELETE_FINISHED not yet written",
     "cleanup.segment.deleted": "one segment's DELETE_FINISHED marker written",
+    "rebuild.chunk.written": "rebuild: one chunk of a file written to its temporary name in staging",
+    "rebuild.file.restored": "rebuild: one file checked, fsynced and renamed to its real name in staging",
+    "rebuild.installing": "rebuild: marker says INSTALLING, staged partitions not yet moved in",
+    "recover.chunk.produced": "recover: a chunk produced in an open transaction, not yet committed",
+    "recover.chunk.committed": "recover: a chunk's transaction committed with its progress",
     "cleanup.trim.recorded": "local trim offset recorded in partition-state.json, DeleteRecords not sent",
     # Passed by every verb (copy, read, cleanup, rebuild, recover...): pick the n-th request to crash there.
     "store.request": "a remote-store operation is about to be sent (adapters.store), once per operation",

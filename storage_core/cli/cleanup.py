@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, emit_json, open_store
+from storage_core.cli.common import add_remote_args, emit_json, open_store, require_positive
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +37,13 @@ def register(subparsers: Any) -> None:
         "--local-retention-bytes", type=int, help="default: the topic's local.retention.bytes (or no trim)"
     )
     p.add_argument(
+        "--copy-interval-ms",
+        type=int,
+        help="how often copy and cleanup run (default 1 h): the local trim is refused for topics whose "
+        "Kafka retention.ms is shorter than the local window + this + a 1 h margin, since Kafka could "
+        "delete segments before they are tiered (docs/reliability.md)",
+    )
+    p.add_argument(
         "--orphan-grace-ms",
         type=int,
         default=6 * 3600 * 1000,
@@ -63,7 +70,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.jobs.cleanup import CleanupOptions, delete_topic, run_cleanup
+    from storage_core.tiering.eligibility import TrimTiming
 
+    require_positive(args, "copy_interval_ms")
     store = open_store(args)
     if args.delete_topic:
         report = delete_topic(store, args.delete_topic, topic_id=args.topic_id, dry_run=args.dry_run)
@@ -80,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
             use_log_start=not args.ignore_log_start,
             dry_run=args.dry_run,
             now_ms=int(time.time() * 1000),
+            trim_timing=TrimTiming(copy_interval_ms=args.copy_interval_ms)
+            if args.copy_interval_ms is not None
+            else TrimTiming(),
         )
         report = run_cleanup(store, options)
     if args.json:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage_core.faults import fault_point
 from storage_core.formats.segment_files import TopicPartition
 from storage_core.rebuild.plan import (
     PartitionObservation,
@@ -191,7 +192,9 @@ def rebuild_log_dir(
             on_start=on_start,
         )
         summaries = [summarize(p) for p in plan.partitions]
-        done = rdir.install(rdir.mark_installing(summaries))
+        installing = rdir.mark_installing(summaries)
+        fault_point("rebuild.installing")
+        done = rdir.install(installing)
         action = "rebuilt" if situation is Situation.FRESH else "resumed"
         return RebuildOutcome(action, str(rdir.path), done.partitions, result)
 

@@ -69,4 +69,9 @@ class CopyTask:
     broker_id: int | None = None
     index_entry_bytes: int = 1 << 20
     segments_in_flight: int | None = None
-    """Segments of this partition stored at once; None leaves it to the store (``ObjectStore.segments_in_flight``)."""
+    """Segments of this partition stored at once; None leaves it to the store
+    (``ObjectStore.segments_in_flight``)."""
+    topic_configs: dict[str, str] | None = None
+    """The topic's configs from Kafka (DescribeConfigs); the copy refuses a topic they show cannot be
+    tiered (``tiering.eligibility``). None: not checked here, the caller vouches (``--assume-tierable``);
+    the log cleaner's checkpoint in the log dir is still checked."""

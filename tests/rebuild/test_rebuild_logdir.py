@@ -263,9 +263,10 @@ def test_a_held_lock_means_a_running_broker(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import fcntl, os, sys, time\n"
+            "import fcntl, os, signal\n"
             f"fd = os.open({str(log_dir / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-            "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n",
+            # Hold the lock until killed (a fixed sleep could end before a slow test is done).
+            "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\nsignal.pause()\n",
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -57,7 +57,7 @@ def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
     victim.write_bytes(bytes(data))
 
     remote = tmp_path / "remote"
-    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    proc = run_cli("copy", "--assume-tierable", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
     assert proc.returncode != 0
     assert f"topic={topic}" in proc.stderr and "partition=0" in proc.stderr
     assert f"offset={hit[1].base_offset}" in proc.stderr, proc.stderr
@@ -86,6 +86,7 @@ def test_unreachable_bucket_fails_with_one_line(
     started = time.monotonic()
     proc = run_cli(
         "copy",
+        "--assume-tierable",
         "--log-dir",
         str(log_dir),
         "--remote",
@@ -112,6 +113,7 @@ def _copy_process(log_dir: Path, remote: Path, fault: str | None = None) -> subp
             "-m",
             "storage_core.cli",
             "copy",
+            "--assume-tierable",
             "--log-dir",
             str(log_dir),
             "--remote",
@@ -185,7 +187,7 @@ def test_transactional_data_needs_the_last_stable_offset(
     plain = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [dataset.txn_topic, plain], tmp_path / "logs")
     remote = tmp_path / "remote"
-    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    proc = run_cli("copy", "--assume-tierable", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
     assert proc.returncode == 1
     assert f"{dataset.txn_topic}-0" in proc.stderr and "--bootstrap-servers" in proc.stderr
     finished = finished_segments_complete(_file_store(remote), log_dir)
@@ -549,6 +551,7 @@ def test_with_segments_in_flight_the_first_failure_in_offset_order_is_reported(
 def test_copy_refuses_fewer_than_one_segment_in_flight(tmp_path: Path) -> None:
     proc = run_cli(
         "copy",
+        "--assume-tierable",
         "--log-dir",
         str(tmp_path),
         "--remote",
