@@ -286,3 +286,15 @@ def proxied_cli_flags(url: str, proxy: FaultProxy, read_timeout: float = 2.0) ->
         "--retry-max-delay",
         "0.5",
     ]
+
+
+def report(test: str, proxy: FaultProxy, **extra: Any) -> None:
+    """Append what ``proxy`` injected to ``$TIERKEEPER_FAULT_REPORT`` (one JSON line), when it is set."""
+    import json
+    import os
+
+    path = os.environ.get("TIERKEEPER_FAULT_REPORT")
+    if path:
+        with open(path, "a") as out:
+            row = {"test": test, "injected": dict(proxy.injected), "forwarded": proxy.forwarded, **extra}
+            out.write(json.dumps(row) + "\n")

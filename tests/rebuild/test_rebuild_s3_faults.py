@@ -12,7 +12,7 @@ import pytest
 import s3fs
 
 from harness.moto_s3 import MotoServer
-from harness.s3_faults import FaultPlan, FaultProxy, proxied_options
+from harness.s3_faults import FaultPlan, FaultProxy, proxied_options, report
 from storage_core.adapters.store import RemoteStore
 from storage_core.rebuild.run import RebuildOptions, rebuild_log_dir
 from storage_core.retry import RetryPolicy
@@ -66,3 +66,4 @@ def test_rebuild_from_s3_under_faults_restores_every_file(
             name: data for name, data in files.items() if name.endswith((".log", ".index", ".timeindex"))
         }
         assert restored == tier.expected_files(p), f"partition {p}"
+    report("rebuild", proxy, files_verified=sum(len(tier.expected_files(p)) for p in range(tier.partitions)))

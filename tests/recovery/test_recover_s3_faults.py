@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.moto_s3 import MotoServer
-from harness.s3_faults import FaultPlan, FaultProxy, proxied_cli_flags
+from harness.s3_faults import FaultPlan, FaultProxy, proxied_cli_flags, report
 
 from .conftest import Deleted
 from .history import consume, delete_topic, run_cli
@@ -59,3 +59,4 @@ def test_recover_from_s3_under_faults_restores_each_record_once(
     for p, want in d.expected.items():
         got = consume(d.bootstrap, d.topic, p)
         assert [g.content() for g in got] == [w.content() for w in want], f"partition {p}"
+    report("recover", proxy, records_verified=summary["restored_total"])

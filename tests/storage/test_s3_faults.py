@@ -15,7 +15,6 @@ import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -23,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
-from harness.s3_faults import FaultPlan, FaultProxy, proxied_cli_flags, proxied_options
+from harness.s3_faults import FaultPlan, FaultProxy, proxied_cli_flags, proxied_options, report
 from storage_core.adapters import s3_upload
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.store import RemoteStore
@@ -45,14 +44,6 @@ EVERY_FAULT = {
 }
 # Stalls cost one client read timeout each; a cap keeps the run short on a slow machine.
 PLAN = FaultPlan(rates=EVERY_FAULT, seed=19, max_in_a_row=2, caps={"stall": 6})
-
-
-def _report(test: str, proxy: FaultProxy, **extra: Any) -> None:
-    path = os.environ.get("TIERKEEPER_FAULT_REPORT")
-    if path:
-        with open(path, "a") as out:
-            row = {"test": test, "injected": dict(proxy.injected), "forwarded": proxy.forwarded, **extra}
-            out.write(json.dumps(row) + "\n")
 
 
 @pytest.fixture
@@ -176,7 +167,7 @@ def test_copy_read_ls_and_cleanup_complete_under_faults_and_the_tier_verifies(
         assert log_starts[(topic, p)] <= ends[p] + 1, "local trim never passes the tiered end"
         assert log_starts[(topic, p)] >= kept[0], "no gap between remote and local data"
     assert open_uploads(clean, clean.root) == [], "uploads opened by lost create answers are swept"
-    _report(
+    report(
         "copy+read+ls+cleanup",
         proxy,
         segments=sum(len(v) for v in before.values()),
@@ -223,7 +214,7 @@ def test_multipart_upload_survives_lost_answers_and_failed_parts(
     assert store.put_chunks(f"{store.root}/object2", chunks) == len(data)
     assert proxy.injected["error_500"] + proxy.injected["reset"] > 0
     assert clean.get(f"{clean.root}/object2") == data
-    _report("multipart", proxy)
+    report("multipart", proxy)
 
 
 def test_more_faults_in_a_row_than_the_bound_fail_with_one_line_and_tier_nothing(
@@ -258,7 +249,7 @@ def test_more_faults_in_a_row_than_the_bound_fail_with_one_line_and_tier_nothing
     clean = RemoteStore(url, options)
     finished = finished_segments_complete(clean, kafka_broker.log_dir(1))
     assert all(bases == [] for bases in finished.values()), finished
-    _report("bound-exceeded", proxy)
+    report("bound-exceeded", proxy)
 
     # A read bound: every GET refused.
     proxy.set_plan(FaultPlan(rates={"error_500": 1.0}, methods=frozenset({"GET"}), max_in_a_row=1 << 30))
