@@ -209,17 +209,20 @@ class _MultipartUpload:
                 pass
         self.pending.clear()
         try:
-            _abort(self.fs, self.bucket, self.key, self.upload_id, self.path, self.retrier)
+            _abort(self._call, self.bucket, self.key, self.upload_id, self.path, self.retrier)
         except Exception as exc:  # noqa: BLE001 - the original failure matters more; the sweep retries
             log.warning("could not abort multipart upload %s of %s: %s", self.upload_id, self.key, exc)
 
 
-def _abort(fs: Any, bucket: str, key: str, upload_id: str, path: str, retrier: Retrier) -> None:
-    """Abort one upload; one already gone (an earlier attempt's answer was lost) counts as aborted."""
+def _abort(
+    call: Callable[..., Any], bucket: str, key: str, upload_id: str, path: str, retrier: Retrier
+) -> None:
+    """Abort one upload through ``call(method, **kwargs)``; one already gone (an earlier attempt's answer
+    was lost) counts as aborted."""
 
     def attempt() -> None:
         try:
-            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+            call("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
         except FileNotFoundError:
             pass
 
@@ -254,5 +257,5 @@ def abort_stale_uploads(
         markers = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
     if not dry_run:
         for key, upload_id in stale:
-            _abort(fs, bucket, key, upload_id, f"{bucket}/{key}", retrier)
+            _abort(fs.call_s3, bucket, key, upload_id, f"{bucket}/{key}", retrier)
     return [f"{bucket}/{key}" for key, _ in stale]
