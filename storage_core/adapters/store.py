@@ -43,6 +43,17 @@ def _explain(exc: BaseException) -> str:
     return f"{answer or type(exc).__name__}: {_describe(exc)}"
 
 
+def redacted_url(url: str) -> str:
+    """``url`` without the user-info part (``scheme://user:password@host/...``), for messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
 @contextmanager
 def _translated(action: str, key: str) -> Iterator[None]:
     try:
@@ -76,7 +87,7 @@ class RemoteStore:
         self.fsync = fsync
         self.retry = retry or RetryPolicy()
         self._retrier = self.retry.runner()
-        with _translated("open", url):
+        with _translated("open", redacted_url(url)):
             self.fs, self.root = fsspec.core.url_to_fs(url, **_single_attempt(url, self.storage_options))
         self.root = self.root.rstrip("/")
         self.is_local = "file" in _protocols(self.fs)
@@ -100,7 +111,7 @@ class RemoteStore:
         return (_reopen, (self.url, self.storage_options, self.fsync, self.retry))
 
     def __repr__(self) -> str:
-        return f"RemoteStore({self.url!r})"
+        return f"RemoteStore({redacted_url(self.url)!r})"  # never the options: they may hold credentials
 
     def _call(self, action: str, key: str, call: Callable[[], _T]) -> _T:
         """One idempotent operation: retried by the store's policy while it fails transiently, then
@@ -153,7 +164,8 @@ class RemoteStore:
             return local_copy.copy_inspected(source, size, key, inspect, fsync=self.fsync)
 
     def abort_stale_uploads(self, path: str, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
-        """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return their keys.
+        """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return their
+        keys.
 
         Only S3 has them; on other stores a killed upload leaves a visible object, which the orphan sweep
         of the segment listing removes.

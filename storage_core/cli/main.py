@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_topic_flags(args)
         return int(handler(args))
     except TierkeeperError as exc:
         print(f"tierkeeper {args.command}: error: {exc}", file=sys.stderr)
@@ -56,6 +57,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tierkeeper {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _check_topic_flags(args: argparse.Namespace) -> None:
+    """Topic names from the command line are checked before any command uses them (a name Kafka does
+    not allow could otherwise only ever match nothing, or reach a key: storage_core/remote/layout.py)."""
+    from storage_core.remote.layout import check_topic
+
+    for flag in ("topic", "delete_topic", "exclude_topic"):
+        value = getattr(args, flag, None)
+        for topic in value if isinstance(value, list) else [value] if value is not None else []:
+            check_topic(topic)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from storage_core.cli.common import (
     add_rate_limit_arg,
     add_remote_args,
     emit_json,
+    is_credential_option,
     open_store,
     rate_limiter,
     require_positive,
@@ -25,8 +26,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "recover",
         help="recreate a deleted topic from the remote tier and restore its history",
-        description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka and "
-        "re-produce its committed history into it exactly once (resumable). The old incarnation stays "
+        description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka "
+        "and re-produce its committed history into it exactly once (resumable). The old incarnation stays "
         "readable with `tierkeeper read --topic-id`.",
     )
     p.add_argument("--topic", required=True)
@@ -134,8 +135,13 @@ def read_command(args: argparse.Namespace, topic_id: str, partition: int, offset
             argv += [flag, value]
     argv += ["--anonymous"] if args.anonymous else []
     argv += ["--path-style"] if args.path_style else []
+    if args.storage_options_file:
+        argv += ["--storage-options-file", args.storage_options_file]
     for option in args.storage_option:
-        argv += ["--storage-option", option]
+        # Credentials given on the command line are not repeated in our output: pass them again through
+        # TIERKEEPER_STORAGE_OPTION_<KEY> or --storage-options-file.
+        if not is_credential_option(option.partition("=")[0]):
+            argv += ["--storage-option", option]
     argv += [
         "--topic",
         args.topic,

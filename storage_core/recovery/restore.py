@@ -164,5 +164,6 @@ def _commit_chunk(
                 raise
             attempt += 1
         except BaseException:
-            sink.abort_chunk()  # an interrupted run leaves nothing open for the transaction timeout to clean up
+            # An interrupted run leaves nothing open for the transaction timeout to clean up.
+            sink.abort_chunk()
             raise

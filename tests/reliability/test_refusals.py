@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from storage.private_logdir import copy_partitions
 
 from harness.kafka import KafkaCluster
@@ -22,19 +20,9 @@ from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.formats.checkpoints import CLEANER_OFFSET_CHECKPOINT
 from storage_core.tiering.eligibility import SAFETY_MARGIN_MS
 
+from .topics import SMALL_SEGMENTS, create_topic
+
 JAVA_STUB = Path(__file__).parent / "java" / "RefusingRemoteStorage.java"
-
-
-def _create(cluster: KafkaCluster, config: dict[str, str], partitions: int = 1) -> str:
-    topic = f"refuse-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(60)
-    cluster.wait_topic(topic, partitions)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, "batch.size": 16384})
-    for i in range(3000):  # keyed (compaction needs keys), ~200 KB: several 64 KiB segments roll
-        producer.produce(topic, key=f"k{i % 50}".encode(), value=b"v" * 60, partition=i % partitions)
-    assert producer.flush(60) == 0
-    return topic
 
 
 def _files(root: Path) -> list[Path]:
@@ -60,15 +48,12 @@ def _copy(cluster: KafkaCluster, remote: Path, *topics: str, extra: tuple[str, .
     )
 
 
-SMALL_SEGMENTS = {"internal.segment.bytes": "65536", "retention.ms": "-1"}
-
-
 @pytest.mark.parametrize("policy", ["compact", "compact,delete"])
 def test_a_compacted_topic_is_refused_and_the_others_still_tier(
     kafka_broker: KafkaCluster, tmp_path: Path, policy: str
 ) -> None:
-    compacted = _create(kafka_broker, {**SMALL_SEGMENTS, "cleanup.policy": policy})
-    plain = _create(kafka_broker, SMALL_SEGMENTS)
+    compacted = create_topic(kafka_broker, {**SMALL_SEGMENTS, "cleanup.policy": policy})
+    plain = create_topic(kafka_broker, SMALL_SEGMENTS)
     remote = tmp_path / "remote"
     proc = _copy(kafka_broker, remote, compacted, plain, extra=("--json",))
     assert proc.returncode == 1, proc.stderr
@@ -112,7 +97,7 @@ def test_a_topic_tiered_by_kafka_itself_is_refused(
             "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
         },
     )
-    topic = _create(cluster, {**SMALL_SEGMENTS, "remote.storage.enable": "true"})
+    topic = create_topic(cluster, {**SMALL_SEGMENTS, "remote.storage.enable": "true"})
     assert KafkaAdmin(cluster.bootstrap_servers).topic_configs(topic)["remote.storage.enable"] == "true"
     remote = tmp_path / "remote"
     proc = _copy(cluster, remote, topic)
@@ -127,7 +112,7 @@ def test_a_topic_tiered_by_kafka_itself_is_refused(
 def test_copy_without_kafka_needs_the_assertion_and_still_reads_the_cleaner_checkpoint(
     kafka_broker: KafkaCluster, tmp_path: Path
 ) -> None:
-    topic = _create(kafka_broker, SMALL_SEGMENTS)
+    topic = create_topic(kafka_broker, SMALL_SEGMENTS)
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     remote = tmp_path / "remote"
     proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
@@ -198,7 +183,7 @@ def test_local_trim_is_refused_where_kafka_could_delete_first(
     flags: tuple[str, ...],
     reason: str,
 ) -> None:
-    topic = _create(kafka_broker, SMALL_SEGMENTS)
+    topic = create_topic(kafka_broker, SMALL_SEGMENTS)
     remote = tmp_path / "remote"
     assert _copy(kafka_broker, remote, topic).returncode == 0
     before = {p: p.read_bytes() for p in _files(remote)}
