@@ -4,9 +4,9 @@ then a rerun, then the invariants (tests/crash/invariants.py).
 Each lifecycle runs on a fresh topic of the session broker and a fresh remote tier: copy, produce more and
 copy again, rebuild a log dir, cleanup (remote retention by bytes and a full local trim), delete the topic
 and recover it. Every step is one trial: the command runs with ``TIERKEEPER_FAULT=<point>:<n>`` (a point
-of storage_core.faults picked by a seeded RNG, ``store.request`` being the n-th remote-store operation of
-any verb), must die by SIGKILL there, and is rerun to completion. The kill lands where the hook is, so no
-trial depends on the machine's speed.
+of storage_core.faults picked by a seeded RNG among the verb's own points and ``store.request``, the n-th
+remote-store operation of any verb), must die by SIGKILL there, and is rerun to completion. The kill
+lands where the hook is, so no trial depends on the machine's speed.
 
 ``TIERKEEPER_CRASH_TRIALS``: ``reduced`` (default, CI: 1 lifecycle per store = 10 trials), ``full``
 (10 lifecycles per store = 100 trials) or a number of lifecycles. ``TIERKEEPER_CRASH_REPORT=<file>``
@@ -57,8 +57,14 @@ POINTS: dict[str, dict[str, int]] = {
         "cleanup.trim.recorded": 2,
         "store.request": 20,
     },
-    "rebuild": {"store.request": 20},
-    "recover": {"store.request": 10},
+    "rebuild": {
+        "rebuild.chunk.written": 20,
+        "rebuild.file.restored": 20,
+        "rebuild.installing": 1,
+        "store.request": 20,
+    },
+    # recover runs with --transaction-records 1000: 3+ transactions per partition.
+    "recover": {"recover.chunk.produced": 5, "recover.chunk.committed": 5, "store.request": 10},
 }
 
 
@@ -281,6 +287,8 @@ class Lifecycle:
             self.bootstrap,
             "--replication-factor",
             "1",
+            "--transaction-records",
+            "1000",
         ]
         fault = self._killed_then_rerun("recover", [*args, "--json", *self.target.flags])
         verified = 0
