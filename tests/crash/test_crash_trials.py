@@ -63,8 +63,8 @@ POINTS: dict[str, dict[str, int]] = {
         "rebuild.installing": 1,
         "store.request": 20,
     },
-    # recover runs with --transaction-records 1000: 3+ transactions per partition.
-    "recover": {"recover.chunk.produced": 5, "recover.chunk.committed": 5, "store.request": 10},
+    # recover runs with --transaction-records 200: after retention, 4+ transactions per partition.
+    "recover": {"recover.chunk.produced": 4, "recover.chunk.committed": 4, "store.request": 10},
 }
 
 
@@ -288,7 +288,7 @@ class Lifecycle:
             "--replication-factor",
             "1",
             "--transaction-records",
-            "1000",
+            "200",
         ]
         fault = self._killed_then_rerun("recover", [*args, "--json", *self.target.flags])
         verified = 0
