@@ -6,10 +6,11 @@ Tests (and crash trials) set ONE environment variable for the process they start
 
 ``<point>`` is a name passed to :func:`fault_point` (the list is ``POINTS``); ``<n>`` (default 1) picks
 the n-th time this process passes that point; ``<action>`` is ``kill`` (default: SIGKILL to itself, so
-nothing is flushed or cleaned up, as in a node crash or an OOM kill) or ``raise`` (:class:`InjectedFault`,
+nothing is flushed or cleaned up, as in a node crash or an OOM kill), ``raise`` (:class:`InjectedFault`,
 a ``TierkeeperError``, as an I/O error at that spot would) or ``stop`` (SIGSTOP to itself: the process
-pauses there until the test sends SIGCONT, so a test can restart a broker at an exact point). A kill at a named point makes a crash test
-deterministic: the kill lands exactly where the test wants it, however fast or slow the machine is.
+pauses there until the test sends SIGCONT, so a test can restart a broker at an exact point). A kill at a
+named point makes a crash test deterministic: the kill lands exactly where the test wants it, however
+fast or slow the machine is.
 
 Never set it in production. When it is unset a point costs one environment lookup. The pass counters
 are per process and live in this module: they are the hook's only state, and they exist only to count
