@@ -6,9 +6,11 @@ Tests (and crash trials) set ONE environment variable for the process they start
 
 ``<point>`` is a name passed to :func:`fault_point` (the list is ``POINTS``); ``<n>`` (default 1) picks
 the n-th time this process passes that point; ``<action>`` is ``kill`` (default: SIGKILL to itself, so
-nothing is flushed or cleaned up, as in a node crash or an OOM kill) or ``raise`` (:class:`InjectedFault`,
-a ``TierkeeperError``, as an I/O error at that spot would). A kill at a named point makes a crash test
-deterministic: the kill lands exactly where the test wants it, however fast or slow the machine is.
+nothing is flushed or cleaned up, as in a node crash or an OOM kill), ``raise`` (:class:`InjectedFault`,
+a ``TierkeeperError``, as an I/O error at that spot would) or ``stop`` (SIGSTOP to itself: the process
+pauses there until the test sends SIGCONT, so a test can restart a broker at an exact point). A kill at a
+named point makes a crash test deterministic: the kill lands exactly where the test wants it, however
+fast or slow the machine is.
 
 Never set it in production. When it is unset a point costs one environment lookup. The pass counters
 are per process and live in this module: they are the hook's only state, and they exist only to count
@@ -42,9 +44,11 @@ POINTS: dict[str, str] = {
     "recover.chunk.produced": "recover: a chunk produced in an open transaction, not yet committed",
     "recover.chunk.committed": "recover: a chunk's transaction committed with its progress",
     "cleanup.trim.recorded": "local trim offset recorded in partition-state.json, DeleteRecords not sent",
+    # Passed by every verb (copy, read, cleanup, rebuild, recover...): pick the n-th request to crash there.
+    "store.request": "a remote-store operation is about to be sent (adapters.store), once per operation",
 }
 
-ACTIONS = ("kill", "raise")
+ACTIONS = ("kill", "raise", "stop")
 
 
 class InjectedFault(TierkeeperError):
@@ -108,6 +112,9 @@ def fault_point(point: str) -> None:
     passes = _COUNTERS.bump(point)
     for spec in specs:
         if spec.nth == passes:
+            if spec.action == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)  # returns once the test sends SIGCONT
+                continue
             if spec.action == "raise":
                 raise InjectedFault(f"injected fault at {point} (pass {passes})")
             os.kill(os.getpid(), signal.SIGKILL)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from storage_core.errors import ConfigError
+from storage_core.retry import DEFAULT_ATTEMPTS, DEFAULT_MAX_DELAY, RetryPolicy
 
 if TYPE_CHECKING:
     from storage_core.throttle import RateLimiter
@@ -42,6 +43,21 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
         help="a JSON object of fsspec storage options, e.g. a mounted Secret "
         f"(default: ${OPTIONS_FILE_ENV}); the way to pass credentials (key, secret, token) without "
         "putting them in the process arguments",
+    )
+    group.add_argument(
+        "--retry-attempts",
+        type=int,
+        default=DEFAULT_ATTEMPTS,
+        metavar="N",
+        help=f"tries of each remote request that fails transiently (5xx, throttling, timeouts, "
+        f"resets), the first included; default {DEFAULT_ATTEMPTS}",
+    )
+    group.add_argument(
+        "--retry-max-delay",
+        type=float,
+        default=DEFAULT_MAX_DELAY,
+        metavar="SECONDS",
+        help=f"cap of the jittered exponential backoff between tries; default {DEFAULT_MAX_DELAY:g}",
     )
 
 
@@ -140,7 +156,14 @@ def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:
 def open_store(args: argparse.Namespace, *, fsync: bool = True) -> Any:
     from storage_core.adapters.store import RemoteStore
 
-    return RemoteStore(args.remote, storage_options(args), fsync=fsync)
+    return RemoteStore(args.remote, storage_options(args), fsync=fsync, retry=retry_policy(args))
+
+
+def retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    require_positive(args, "retry_attempts")
+    if args.retry_max_delay < 0:
+        raise ConfigError(f"--retry-max-delay must be >= 0, got {args.retry_max_delay}")
+    return RetryPolicy(attempts=args.retry_attempts, max_delay=args.retry_max_delay)
 
 
 def emit_json(payload: Any) -> None:
