@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from storage_core.errors import ConfigError, CorruptDataError, OffsetOutOfRangeError
 from storage_core.formats.checked_batches import iter_checked_batches
@@ -39,6 +40,9 @@ from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartiti
 from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.prefetch import DEFAULT_BLOCK, DEFAULT_DEPTH, SequentialPrefetcher
 from storage_core.remote.store_api import ObjectStore
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 KEEP_BEHIND = 32 << 20
 """Mapped bytes of a local object kept resident behind the batch being yielded (the batches of the group
@@ -188,7 +192,43 @@ class RemoteReader:
         entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
         return entry.data_id.position
 
-    def _segment_batches(self, meta: SegmentMetadata, start: int) -> Iterator[RawBatch]:
+    def read_segment_batches(
+        self, meta: SegmentMetadata, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[RawBatch]:
+        """The batches of one finished segment stored in ``[start_position, end_position)`` (both batch
+        boundaries, e.g. from the remote log index; the end defaults to the object's size), CRC-checked,
+        with control batches and, under read_committed, aborted transactions' batches left out.
+
+        What a Spark task reading one split of a segment needs: it gets the metadata from the planner
+        and reads no manifest."""
+        yield from self._segment_batches(meta, start_position, end_position)
+
+    def read_arrow(
+        self,
+        tp: TopicPartitionId,
+        offset: int,
+        end_offset: int | None = None,
+        *,
+        include_headers: bool = False,
+    ) -> Iterator[pa.RecordBatch]:
+        """Records from ``offset`` up to ``end_offset`` (exclusive; default: the end of the remote tier) as
+        Arrow batches with the columns of Spark's Kafka source (formats/arrow_records.py), decoded
+        without a Python object per record."""
+        from storage_core.remote.arrow_read import arrow_batches
+
+        batches = self.read_batches_from_offset(tp, offset)
+        yield from arrow_batches(
+            batches,
+            tp.topic,
+            tp.partition,
+            include_headers=include_headers,
+            min_offset=offset,
+            end_offset=end_offset,
+        )
+
+    def _segment_batches(
+        self, meta: SegmentMetadata, start: int, end: int | None = None
+    ) -> Iterator[RawBatch]:
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
         aborted = (
@@ -196,7 +236,8 @@ class RemoteReader:
             if committed and meta.has_transactions
             else None
         )
-        for batch in self._checked_batches(key, meta.objects[SegmentObject.LOG].size, start):
+        size = meta.objects[SegmentObject.LOG].size
+        for batch in self._checked_batches(key, size if end is None else min(end, size), start):
             header = batch.header
             if header.is_control:
                 continue
