@@ -192,6 +192,10 @@ class RemoteReader:
         entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
         return entry.data_id.position
 
+    def index_object(self, meta: SegmentMetadata, obj: SegmentObject) -> bytes:
+        """A small object of a finished segment (an index), through the reader's index cache."""
+        return self._cache.get(meta, obj)
+
     def read_segment_batches(
         self, meta: SegmentMetadata, start_position: int = 0, end_position: int | None = None
     ) -> Iterator[RawBatch]:

@@ -10,9 +10,13 @@ from harness.kafka_dist import HarnessError, java_binary
 
 def local_session(workdir: Path) -> Any:
     import os
+    import sys
 
     java = java_binary()
     os.environ.setdefault("JAVA_HOME", str(Path(java).resolve().parents[1]))
+    # Python workers (tasks, and the planner of Python data sources) run this interpreter, the venv with
+    # tierkeeper in it, not whatever python3 is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     workdir.mkdir(parents=True, exist_ok=True)
