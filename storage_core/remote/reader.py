@@ -21,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage_core.errors import ConfigError, CorruptDataError, OffsetOutOfRangeError
+from storage_core.errors import ConfigError, CorruptDataError, DivergentDataError, OffsetOutOfRangeError
 from storage_core.formats.checked_batches import iter_checked_batches
 from storage_core.formats.indexes import AbortedTxn, iter_txn_index
 from storage_core.formats.mapped import MappedFile
@@ -35,6 +35,7 @@ from storage_core.formats.remote_index import (
 )
 from storage_core.formats.source import bytes_fetcher
 from storage_core.remote.catalog import PartitionCatalog, list_topics
+from storage_core.remote.cover import Cover, ServedRange
 from storage_core.remote.index_cache import IndexCache
 from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -137,40 +138,47 @@ class RemoteReader:
         What a broker's remote fetch serves: whole batches as stored (the first may start before
         ``offset``), without decoding records. Control batches are left out, and so are aborted
         transactions' batches under read_committed. ``data`` may be a view of a fetched block or of the
-        mapped object; it stays valid as long as it is held.
+        mapped object; it stays valid as long as it is held. Where stored segments overlap, each batch
+        comes from the segment the cover rule chooses (storage_core/remote/cover.py), so no offset is
+        served twice.
         """
         manifest = self.manifest(tp)
         if manifest.end_offset is None or offset > manifest.end_offset:
             manifest = self.manifest(tp, refresh=True)  # the stored manifest may lag a finished copy
-        if manifest.start_offset is None or manifest.end_offset is None:
+        cover = manifest.cover()
+        if cover.start_offset is None or cover.end_offset is None:
             raise OffsetOutOfRangeError(f"{tp}: nothing is tiered")
-        if offset < manifest.start_offset or offset > manifest.end_offset:
+        if offset < cover.start_offset or offset > cover.end_offset:
             raise OffsetOutOfRangeError(
-                f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, {manifest.end_offset}]"
+                f"{tp}: offset {offset} is outside the remote tier [{cover.start_offset}, {cover.end_offset}]"
             )
-        index = manifest.segment_for_offset(offset)
+        index = cover.index_for_offset(offset)
         assert index is not None
-        for meta in manifest.segments[index:]:
-            start = self._start_position(meta, max(offset, meta.base_offset), None)
+        for served in cover.ranges[index:]:
+            self._refuse_divergent(tp, cover, served)
+            start = self._start_position(served.segment, max(offset, served.first_offset), None)
             if start is not None:
-                yield from self._segment_batches(meta, start)
+                yield from self._segment_batches(served, start)
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
-        """From the first record (in offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
-        manifest = self.manifest(tp, refresh=True)
-        index = manifest.segment_for_timestamp(timestamp)
+        """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
+        cover = self.manifest(tp, refresh=True).cover()
+        index = next((i for i, r in enumerate(cover.ranges) if r.segment.max_timestamp >= timestamp), None)
         if index is None:
             raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
         found: int | None = None  # once the first match is found, everything from it on, in offset order
-        for meta in manifest.segments[index:]:
+        for served in cover.ranges[index:]:
+            self._refuse_divergent(tp, cover, served)
+            # Where the time index points below the range's first offset, _segment_batches skips the batches
+            # the range before served.
             start = (
-                self._start_position(meta, None, timestamp)
+                self._start_position(served.segment, None, timestamp)
                 if found is None
-                else self._start_position(meta, max(found, meta.base_offset), None)
+                else self._start_position(served.segment, max(found, served.first_offset), None)
             )
             if start is None:
                 continue
-            for batch in self._segment_batches(meta, start):
+            for batch in self._segment_batches(served, start):
                 for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
                     if found is None:
                         if record.timestamp < timestamp:
@@ -178,6 +186,17 @@ class RemoteReader:
                         found = record.offset
                     if record.offset >= found:
                         yield record
+
+    @staticmethod
+    def _refuse_divergent(tp: TopicPartitionId, cover: Cover, served: ServedRange) -> None:
+        divergence = cover.divergence_in(served.first_offset, served.last_offset)
+        if divergence is not None:
+            raise DivergentDataError(
+                f"refusing to serve {tp}: {divergence.describe()}",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=divergence.first_offset,
+            )
 
     def _start_position(self, meta: SegmentMetadata, offset: int | None, timestamp: int | None) -> int | None:
         log_index = self._cache.get(meta, SegmentObject.REMOTE_LOG_INDEX)
@@ -197,15 +216,16 @@ class RemoteReader:
         return self._cache.get(meta, obj)
 
     def read_segment_batches(
-        self, meta: SegmentMetadata, start_position: int = 0, end_position: int | None = None
+        self, served: ServedRange, start_position: int = 0, end_position: int | None = None
     ) -> Iterator[RawBatch]:
-        """The batches of one finished segment stored in ``[start_position, end_position)`` (both batch
-        boundaries, e.g. from the remote log index; the end defaults to the object's size), CRC-checked,
-        with control batches and, under read_committed, aborted transactions' batches left out.
+        """The batches of one served range (cover.py) stored in ``[start_position, end_position)`` of its
+        segment (both batch boundaries, e.g. from the remote log index; the end defaults to the object's
+        size), CRC-checked, with control batches, batches the range before serves and, under
+        read_committed, aborted transactions' batches left out.
 
-        What a Spark task reading one split of a segment needs: it gets the metadata from the planner
-        and reads no manifest."""
-        yield from self._segment_batches(meta, start_position, end_position)
+        What a Spark task reading one split of a segment needs: it gets the range from the planner and
+        reads no manifest."""
+        yield from self._segment_batches(served, start_position, end_position)
 
     def read_arrow(
         self,
@@ -230,9 +250,8 @@ class RemoteReader:
             end_offset=end_offset,
         )
 
-    def _segment_batches(
-        self, meta: SegmentMetadata, start: int, end: int | None = None
-    ) -> Iterator[RawBatch]:
+    def _segment_batches(self, served: ServedRange, start: int, end: int | None = None) -> Iterator[RawBatch]:
+        meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
         aborted = (
@@ -243,6 +262,19 @@ class RemoteReader:
         size = meta.objects[SegmentObject.LOG].size
         for batch in self._checked_batches(key, size if end is None else min(end, size), start):
             header = batch.header
+            if header.last_offset < served.first_offset:
+                continue  # served by the range before (overlapping segments)
+            if header.base_offset < served.first_offset:
+                # Replicas hold the leader's batches byte for byte, so the previous range ends on a batch
+                # boundary of this segment too; a batch across it means the two copies are not the same log.
+                raise DivergentDataError(
+                    f"batch {header.base_offset}..{header.last_offset} crosses offset {served.first_offset}, "
+                    "where the segment before it ends: overlapping segments with different batches",
+                    topic=meta.topic,
+                    partition=meta.partition,
+                    offset=served.first_offset,
+                    path=key,
+                )
             if header.is_control:
                 continue
             if (

@@ -9,8 +9,8 @@ whole index entries, leaving out entries outside the window or whose newest reco
 bound. Reading a split fetches only its byte range; records outside the window are dropped by the
 decoder, so the result is exact for offsets; the timestamp bound only prunes (the caller filters).
 
-Which segment serves which offsets is decided in one place, :func:`served_ranges`, so a change in how
-overlapping segments are resolved changes every scan the same way.
+Which segment serves which offsets is the cover rule's decision (cover.py), as for every other reader:
+one split never reads offsets another segment serves, and a range whose copies diverge is refused.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from storage_core.errors import DivergentDataError
 from storage_core.formats.remote_index import iter_remote_log_index
 from storage_core.formats.source import bytes_fetcher
 from storage_core.remote.arrow_read import arrow_batches
+from storage_core.remote.cover import ServedRange
 from storage_core.remote.layout import SegmentObject, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.reader import RemoteReader
@@ -32,31 +34,10 @@ DEFAULT_SPLIT_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
-class ServedRange:
-    """Offsets ``[first, last]`` of a partition that are read from ``segment``."""
-
-    segment: SegmentMetadata
-    first: int
-    last: int
-
-
-def served_ranges(manifest: Manifest) -> list[ServedRange]:
-    """The segments a reader serves, in offset order, each with the offsets it serves (no overlap)."""
-    out: list[ServedRange] = []
-    next_offset = 0
-    for meta in manifest.segments:
-        first = max(meta.base_offset, next_offset)
-        if first > meta.end_offset:
-            continue
-        out.append(ServedRange(meta, first, meta.end_offset))
-        next_offset = meta.end_offset + 1
-    return out
-
-
-@dataclass(frozen=True)
 class ScanSplit:
     """One task's work: records ``[start_offset, end_offset)`` from bytes ``[start_position,
-    end_position)`` of one segment's ``.log`` (``end_position`` None: to the object's end).
+    end_position)`` of one segment's ``.log`` (``end_position`` None: to the object's end), a segment
+    that serves offsets from ``served_first`` on (cover.py).
 
     Carries the segment's metadata as JSON so a task reads no manifest; nothing secret is in it."""
 
@@ -64,6 +45,7 @@ class ScanSplit:
     topic_id: str
     partition: int
     segment_json: str
+    served_first: int
     start_position: int
     end_position: int | None
     start_offset: int
@@ -73,8 +55,9 @@ class ScanSplit:
     def tp(self) -> TopicPartitionId:
         return TopicPartitionId(self.topic, self.topic_id, self.partition)
 
-    def segment(self) -> SegmentMetadata:
-        return SegmentMetadata.model_validate_json(self.segment_json)
+    def served(self) -> ServedRange:
+        meta = SegmentMetadata.model_validate_json(self.segment_json)
+        return ServedRange(meta, self.served_first, meta.end_offset)
 
 
 @dataclass(frozen=True)
@@ -96,37 +79,57 @@ def plan_partition(
 ) -> list[ScanSplit]:
     """The splits that cover ``window`` of one partition, in offset order."""
     splits: list[ScanSplit] = []
-    for served in served_ranges(manifest):
+    cover = manifest.cover()
+    for served in cover.ranges:
         meta = served.segment
-        lo, hi = max(served.first, window.start), min(served.last + 1, window.end)
+        lo, hi = max(served.first_offset, window.start), min(served.last_offset + 1, window.end)
         if lo >= hi:
             continue
+        divergence = cover.divergence_in(lo, hi - 1)
+        if divergence is not None:
+            raise DivergentDataError(
+                f"refusing to serve {window.tp}: {divergence.describe()}",
+                topic=window.tp.topic,
+                partition=window.tp.partition,
+                offset=divergence.first_offset,
+            )
         if window.min_timestamp is not None and meta.max_timestamp < window.min_timestamp:
             continue
         size = meta.objects[SegmentObject.LOG].size
         partial = lo > meta.base_offset or hi <= meta.end_offset
         straddles = window.min_timestamp is not None and meta.first_timestamp < window.min_timestamp
         if size <= max_split_bytes and not partial and not straddles:
-            splits.append(_split(meta, 0, None, lo, hi))
+            splits.append(_split(served, 0, None, lo, hi))
             continue
-        splits.extend(_entry_splits(reader, meta, lo, hi, window.min_timestamp, max_split_bytes))
+        splits.extend(_entry_splits(reader, served, lo, hi, window.min_timestamp, max_split_bytes))
     return splits
 
 
-def _split(meta: SegmentMetadata, start: int, end: int | None, lo: int, hi: int) -> ScanSplit:
-    return ScanSplit(meta.topic, meta.topic_id, meta.partition, meta.model_dump_json(), start, end, lo, hi)
+def _split(served: ServedRange, start: int, end: int | None, lo: int, hi: int) -> ScanSplit:
+    meta = served.segment
+    return ScanSplit(
+        meta.topic,
+        meta.topic_id,
+        meta.partition,
+        meta.model_dump_json(),
+        served.first_offset,
+        start,
+        end,
+        lo,
+        hi,
+    )
 
 
 def _entry_splits(
     reader: RemoteReader,
-    meta: SegmentMetadata,
+    served: ServedRange,
     lo: int,
     hi: int,
     min_timestamp: int | None,
     max_split_bytes: int,
 ) -> list[ScanSplit]:
     """Runs of consecutive remoteLogIndex entries that may hold wanted records, cut at ``max_split_bytes``."""
-    log_index = reader.index_object(meta, SegmentObject.REMOTE_LOG_INDEX)
+    log_index = reader.index_object(served.segment, SegmentObject.REMOTE_LOG_INDEX)
     out: list[ScanSplit] = []
     run_start: int | None = None
     run_end = 0
@@ -137,20 +140,20 @@ def _entry_splits(
         position = entry.data_id.position
         contiguous = run_start is not None and position == run_end
         if run_start is not None and (not wanted or not contiguous or run_end - run_start >= max_split_bytes):
-            out.append(_split(meta, run_start, run_end, lo, hi))
+            out.append(_split(served, run_start, run_end, lo, hi))
             run_start = None
         if wanted:
             if run_start is None:
                 run_start = position
             run_end = position + entry.data_length
     if run_start is not None:
-        out.append(_split(meta, run_start, run_end, lo, hi))
+        out.append(_split(served, run_start, run_end, lo, hi))
     return out
 
 
 def read_split(reader: RemoteReader, split: ScanSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The records of one split as Arrow batches with the Kafka source's columns."""
-    batches = reader.read_segment_batches(split.segment(), split.start_position, split.end_position)
+    batches = reader.read_segment_batches(split.served(), split.start_position, split.end_position)
     return arrow_batches(
         batches,
         split.topic,

@@ -106,7 +106,11 @@ def pruning_from_filters(filters: Sequence[Any]) -> Pruning:
             wanted: set[int] | None = None
             if isinstance(f, EqualTo) and isinstance(value, int):
                 wanted = {value}
-            elif isinstance(f, In) and all(isinstance(v, int) for v in value):
+            elif (
+                isinstance(f, In)
+                and isinstance(value, tuple | list)
+                and all(isinstance(v, int) for v in value)
+            ):
                 wanted = set(value)
             if wanted is not None:
                 partitions = wanted if partitions is None else partitions & wanted
