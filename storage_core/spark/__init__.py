@@ -11,7 +11,13 @@ from typing import Any
 
 from storage_core.spark.source import SHORT_NAME, TierkeeperDataSource, TierkeeperPushdownDataSource
 
-__all__ = ["SHORT_NAME", "TierkeeperDataSource", "TierkeeperPushdownDataSource", "register"]
+__all__ = [
+    "SHORT_NAME",
+    "TierkeeperDataSource",
+    "TierkeeperPushdownDataSource",
+    "register",
+    "tiered_end_offsets",
+]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -23,3 +29,17 @@ def register(spark: Any) -> type[TierkeeperDataSource]:
     source = TierkeeperPushdownDataSource if enabled else TierkeeperDataSource
     spark.dataSource.register(source)
     return source
+
+
+def tiered_end_offsets(options: dict[str, str]) -> dict[int, int]:
+    """``{partition: one past its last tiered offset}`` for the DataSource options ``options`` (same
+    names as ``.option(...)``): the split point between remote history and the brokers' data. Pass it as
+    the tierkeeper read's ``endingOffsets`` and the Kafka read's ``startingOffsets`` so a copy finishing
+    in between cannot make the two halves overlap."""
+    from storage_core.remote.reader import ReadOptions, RemoteReader
+    from storage_core.spark.options import parse_options
+    from storage_core.spark.windows import tiered_end_offsets as ends
+
+    opts = parse_options(options)
+    with RemoteReader(opts.storage.open(), ReadOptions(isolation=opts.isolation)) as reader:
+        return ends(reader, opts)

@@ -101,3 +101,15 @@ def plan_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning) -> lis
         if window is not None:
             splits.extend(plan_partition(reader, manifest, window, max_split_bytes=opts.max_split_bytes))
     return splits
+
+
+def tiered_end_offsets(reader: RemoteReader, opts: ScanOptions) -> dict[int, int]:
+    """One past the last tiered offset of each partition that has tiered data: where reading from the
+    brokers takes over (the ``endingOffsets`` of the remote half of a union, the ``startingOffsets`` of
+    the Kafka half)."""
+    out: dict[int, int] = {}
+    for tp in topic_partitions(reader, opts):
+        end = reader.manifest(tp, refresh=True).end_offset
+        if end is not None:
+            out[tp.partition] = end + 1
+    return out

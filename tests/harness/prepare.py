@@ -1,4 +1,5 @@
-"""Fetch everything the tests start, once per machine: Kafka's jars and the helm/kubectl binaries."""
+"""Fetch everything the tests start, once per machine: Kafka's jars, Spark's Kafka connector jars and the
+helm/kubectl binaries."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ def main() -> int:
         java_binary()
         libs = kafka_libs()
         print(f"[harness] Kafka {kafka_version()} jars: {libs}")
+        from harness.spark_kafka import connector_jars, connector_version
+
+        print(f"[harness] Spark {connector_version()} Kafka connector: {len(connector_jars())} jars")
         try:
             from harness import tools
         except ImportError:

@@ -4,6 +4,8 @@ filter pushdown that reads only the overlapping segments, and credentials that n
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -204,3 +206,33 @@ def test_arrow_reads_equal_record_reads_on_real_broker_data(spark_dataset: Datas
                     ts = [v // 1000 for v in batch.column("timestamp").cast("int64").to_pylist()]
                     got += list(zip(cols["offset"], ts, cols["key"], cols["value"], cols["headers"]))
                 assert got == [tuple(w) for w in want], f"{topic}-{p} {isolation}"
+
+
+def test_cli_read_writes_arrow_and_parquet_equal_to_the_record_read(
+    spark_dataset: Dataset, file_tier: Tier, tmp_path: Any
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from harness.tierkeeper_cli import run_cli
+
+    topic = spark_dataset.txn_topic
+    with RemoteReader(file_tier.store()) as reader:
+        tp = reader.resolve(topic, 0)
+        want = [(r.offset, r.key, r.value) for r in reader.read_from_offset(tp, 100)][:3000]
+    base = ["read", "--topic", topic, "--partition", "0", "--from-offset", "100", "--max-records", "3000"]
+    out = tmp_path / "p.parquet"
+    proc = run_cli(*base, "--format", "parquet", "--output", str(out), *file_tier.cli_flags)
+    assert proc.returncode == 0, proc.stderr
+    table = pq.read_table(out)
+    assert list(zip(*(table.column(c).to_pylist() for c in ("offset", "key", "value")))) == want
+    proc_bytes = subprocess.run(
+        [sys.executable, "-m", "storage_core.cli", *base, "--format", "arrow", *file_tier.cli_flags],
+        capture_output=True,
+        check=False,
+    )
+    assert proc_bytes.returncode == 0, proc_bytes.stderr
+    streamed = pa.ipc.open_stream(proc_bytes.stdout).read_all()
+    assert streamed.equals(table.cast(streamed.schema))
+    refused = run_cli(*base, "--format", "parquet", *file_tier.cli_flags)
+    assert refused.returncode != 0 and "--output" in refused.stderr
