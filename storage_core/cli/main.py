@@ -20,6 +20,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "storage_core.cli.copy",
     "storage_core.cli.read",
     "storage_core.cli.ls",
+    "storage_core.cli.export",
+    "storage_core.cli.scrub",
     "storage_core.cli.cleanup",
     "storage_core.cli.recover",
     "storage_core.cli.rebuild",

@@ -128,11 +128,17 @@ def _entry_splits(
     min_timestamp: int | None,
     max_split_bytes: int,
 ) -> list[ScanSplit]:
-    """Runs of consecutive remoteLogIndex entries that may hold wanted records, cut at ``max_split_bytes``."""
+    """Runs of consecutive remoteLogIndex entries that may hold wanted records, cut at ``max_split_bytes``;
+    each split's offset window is narrowed to its entries', so splits of a segment never share offsets."""
     log_index = reader.index_object(served.segment, SegmentObject.REMOTE_LOG_INDEX)
     out: list[ScanSplit] = []
     run_start: int | None = None
-    run_end = 0
+    run_end = run_first = run_last = 0
+
+    def close() -> None:
+        assert run_start is not None
+        out.append(_split(served, run_start, run_end, max(lo, run_first), min(hi, run_last + 1)))
+
     for _, entry in iter_remote_log_index(bytes_fetcher(log_index)):
         wanted = entry.last_offset >= lo and entry.first_offset < hi
         if wanted and min_timestamp is not None:
@@ -140,14 +146,14 @@ def _entry_splits(
         position = entry.data_id.position
         contiguous = run_start is not None and position == run_end
         if run_start is not None and (not wanted or not contiguous or run_end - run_start >= max_split_bytes):
-            out.append(_split(served, run_start, run_end, lo, hi))
+            close()
             run_start = None
         if wanted:
             if run_start is None:
-                run_start = position
-            run_end = position + entry.data_length
+                run_start, run_first = position, entry.first_offset
+            run_end, run_last = position + entry.data_length, entry.last_offset
     if run_start is not None:
-        out.append(_split(served, run_start, run_end, lo, hi))
+        close()
     return out
 
 
