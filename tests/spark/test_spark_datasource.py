@@ -4,6 +4,7 @@ filter pushdown that reads only the overlapping segments, and credentials that n
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -236,3 +237,30 @@ def test_cli_read_writes_arrow_and_parquet_equal_to_the_record_read(
     assert streamed.equals(table.cast(streamed.schema))
     refused = run_cli(*base, "--format", "parquet", *file_tier.cli_flags)
     assert refused.returncode != 0 and "--output" in refused.stderr
+
+
+def test_a_new_session_finds_the_source_without_registering_it(
+    spark_dataset: Dataset, file_tier: Tier
+) -> None:
+    """Spark's own lookup of installed pyspark_* packages registers format("tierkeeper") (a fresh
+    process: the test session registered it by hand)."""
+    script = (
+        "import sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "df = spark.read.format('tierkeeper').options(remote=sys.argv[1], topic=sys.argv[2]).load()\n"
+        "print('rows', df.count())\n"
+        "spark.stop()\n"
+    )
+    topic = spark_dataset.codec_topics[4]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, file_tier.url, topic],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = sum(file_tier.remote_end(topic, p) + 1 for p in range(2))  # plain records from offset 0
+    assert f"rows {want}" in proc.stdout
