@@ -102,7 +102,8 @@ def test_offset_and_timestamp_options_select_exactly_the_asked_records(
     want = [r for r in everything if (r[0] == 0 and 1234 <= r[1] < 2000) or (r[0] == 1 and r[1] < 777)]
     assert [(p, o) for p, o, *_ in _rows(df)] == [(p, o) for p, o, *_ in want]
     # The first record (offset order) at or after a timestamp, per partition, as ListOffsets finds it.
-    ts = sorted({r[2] for r in everything})[len(everything) // 5]
+    stamps = sorted({r[2] for r in everything})
+    ts = stamps[len(stamps) // 5]
     df = _load(tk_spark, file_tier, topic, startingTimestamp=str(ts))
     got = [(p, o) for p, o, *_ in _rows(df)]
     want_ts = []
