@@ -54,7 +54,6 @@ class _Payloads:
     """The decompressed record payloads of a group of batches, back to back in one buffer."""
 
     def __init__(self, batches: Sequence[RawBatch], path: str | None) -> None:
-        parts: list[bytes | memoryview] = []
         n = len(batches)
         self.starts = np.empty(n, np.int64)
         self.ends = np.empty(n, np.int64)
@@ -62,14 +61,53 @@ class _Payloads:
         self.base_offsets = np.empty(n, np.int64)
         self.base_timestamps = np.empty(n, np.int64)
         self.append_times = np.empty(n, np.int64)
+        for i, batch in enumerate(batches):
+            header = batch.header
+            # A control batch is never data; an empty batch (kept by the cleaner) has nothing to read,
+            # whatever its codec bits say (as in records.py).
+            self.counts[i] = 0 if header.is_control else header.records_count
+            self.base_offsets[i] = header.base_offset
+            self.base_timestamps[i] = header.base_timestamp
+            log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+            self.append_times[i] = header.max_timestamp if log_append else -1
+        self.total = int(self.counts.sum()) if n else 0
+        if not self._in_place(batches):
+            self._gathered(batches, path)
+
+    def _in_place(self, batches: Sequence[RawBatch]) -> bool:
+        """Point at the payloads where they lie when every batch with records is an uncompressed view of
+        one buffer (a mapped local object): no copy of the payloads at all."""
+        owner: object = None
+        for batch, count in zip(batches, self.counts.tolist()):
+            data = batch.data
+            if count and (batch.header.codec is not Codec.NONE or not isinstance(data, memoryview)):
+                return False
+            if isinstance(data, memoryview) and data.nbytes:
+                if owner is None:
+                    owner = data.obj
+                elif data.obj is not owner:
+                    return False
+        if owner is None:
+            return False
+        base = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
+        base_address = base.ctypes.data
+        for i, batch in enumerate(batches):
+            view = batch.data
+            assert isinstance(view, memoryview)
+            at = np.frombuffer(view, np.uint8).ctypes.data - base_address if view.nbytes else 0
+            self.starts[i] = at + HEADER_SIZE if self.counts[i] else at
+            self.ends[i] = at + batch.header.size_in_bytes if self.counts[i] else at
+        self.buf = base
+        return True
+
+    def _gathered(self, batches: Sequence[RawBatch], path: str | None) -> None:
+        """The decompressed payloads back to back in one new buffer."""
+        parts: list[bytes | memoryview] = []
         pos = 0
         for i, batch in enumerate(batches):
             header = batch.header
             payload: bytes | memoryview = memoryview(batch.data)[HEADER_SIZE : header.size_in_bytes]
-            # A control batch is never data; an empty batch (kept by the cleaner) has nothing to read,
-            # whatever its codec bits say (as in records.py).
-            count = 0 if header.is_control else header.records_count
-            if count == 0:
+            if self.counts[i] == 0:
                 payload = b""
             elif header.codec is not Codec.NONE:
                 try:
@@ -80,13 +118,7 @@ class _Payloads:
             self.starts[i] = pos
             pos += len(payload)
             self.ends[i] = pos
-            self.counts[i] = count
-            self.base_offsets[i] = header.base_offset
-            self.base_timestamps[i] = header.base_timestamp
-            log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
-            self.append_times[i] = header.max_timestamp if log_append else -1
         self.buf = np.frombuffer(b"".join(parts), np.uint8) if pos else np.zeros(0, np.uint8)
-        self.total = int(self.counts.sum()) if n else 0
 
 
 def _damage(batch: RawBatch, problem: str, path: str | None) -> CorruptDataError:
@@ -118,9 +150,11 @@ def _header_keys(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, non_asci
         return _binary(buf, pos, lengths, pa.string())
     # Java decodes header keys leniently (malformed UTF-8 becomes U+FFFD); Arrow strings must be valid
     # UTF-8, so the rare group with non-ASCII keys takes the Python path for its keys.
-    raw = buf.tobytes()
     return pa.array(
-        [raw[p : p + n].decode("utf-8", errors="replace") for p, n in zip(pos.tolist(), lengths.tolist())],
+        [
+            bytes(buf[p : p + n]).decode("utf-8", errors="replace")
+            for p, n in zip(pos.tolist(), lengths.tolist())
+        ],
         pa.string(),
     )
 

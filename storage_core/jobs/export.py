@@ -9,6 +9,7 @@ each wave. A second run exports only what was tiered since; a killed run resumes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +81,10 @@ def run_export(
     opts: ScanOptions,
     *,
     splits_per_commit: int = DEFAULT_SPLITS_PER_COMMIT,
+    task: Callable[[ExportTask], tuple[int, int, int, int]] = export_split,
 ) -> ExportSummary:
+    """Export what is tiered and not yet exported. ``task`` runs one split on an executor (tests hand in
+    one that fails at a chosen split, to stop a run at a known point)."""
     store = target.open()
     with RemoteReader(source.open(), ReadOptions(isolation=opts.isolation)) as reader:
         tp0 = reader.resolve(opts.topic, 0, opts.topic_id)
@@ -91,7 +95,7 @@ def run_export(
     next_offsets = dict(state.next_offsets)
     for i in range(0, len(splits), splits_per_commit):
         wave = [ExportTask(source, target, opts.isolation, s) for s in splits[i : i + splits_per_commit]]
-        results = spark.sparkContext.parallelize(wave, len(wave)).map(export_split).collect()
+        results = spark.sparkContext.parallelize(wave, len(wave)).map(task).collect()
         for partition, _first, end, rows in results:
             records += rows
             next_offsets[partition] = max(next_offsets.get(partition, 0), end)

@@ -1,18 +1,16 @@
-"""``tierkeeper export`` (a Spark job): Parquet partitioned by partition and date; a run killed mid-export
-and run again, then more data tiered and exported incrementally, leaves every record exactly once and
-equal to what a real consumer reads."""
+"""``tierkeeper export`` (a Spark job): Parquet partitioned by partition and date; a run stopped mid-export
+(a task dies after writing its files, as a killed executor would leave it) and run again, then more data
+tiered and exported incrementally: every record exactly once, equal to what a real consumer reads."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from storage.dataset import Dataset, consume
@@ -62,8 +60,8 @@ def _export_args(tier: Tier, topic: str, target: Path) -> list[str]:
     ]
 
 
-def test_export_killed_resumed_and_incremental_holds_every_record_once(
-    spark_dataset: Dataset, file_tier: Tier, kafka_broker: KafkaCluster, tmp_path: Path
+def test_export_stopped_resumed_and_incremental_holds_every_record_once(
+    tk_spark: Any, spark_dataset: Dataset, file_tier: Tier, kafka_broker: KafkaCluster, tmp_path: Path
 ) -> None:
     topic = "spark-export"
     admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
@@ -75,23 +73,32 @@ def test_export_killed_resumed_and_incremental_holds_every_record_once(
     target = tmp_path / "export"
     state = target / "_tierkeeper" / "export-state.json"
 
-    # Kill the first run (the CLI and its Spark JVM) once its first wave is committed.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "storage_core.cli", *_export_args(file_tier, topic, target)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env={**os.environ, **file_tier.env},
-    )
-    deadline = time.monotonic() + 300
-    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(60)
-    assert proc.returncode == -signal.SIGKILL, "the export finished before it could be killed"
-    partial = json.loads(state.read_text())["next_offsets"]
+    # The first run dies at a known point: the task of partition 1's second split fails after writing
+    # its files, so the target holds committed waves, files of the failed wave, and a half-done state.
+    from storage_core.jobs.export import run_export
+    from storage_core.spark.export_task import ExportTask, export_split
+    from storage_core.spark.options import ScanOptions, StorageSpec
+
+    def dies_midway(task: ExportTask) -> tuple[int, int, int, int]:
+        result = export_split(task)
+        if task.split.partition == 1 and task.split.start_offset > 0:
+            raise RuntimeError("export task killed here by the test")
+        return result
+
+    source = StorageSpec(file_tier.url, {})
+    with pytest.raises(Exception, match="killed here by the test"):
+        run_export(
+            tk_spark,
+            source,
+            StorageSpec(f"file://{target}", {}),
+            ScanOptions(storage=source, topic=topic),
+            splits_per_commit=3,
+            task=dies_midway,
+        )
+    partial = json.loads(state.read_text())["next_offsets"] if state.exists() else {}
     ends = {p: file_tier.remote_end(topic, p) + 1 for p in range(2)}
-    assert any(partial.get(str(p), 0) < ends[p] for p in range(2)), "nothing was left to resume"
+    assert partial.get("1", 0) < ends[1], "nothing was left to resume"
+    assert list(target.glob("partition=1/date=*/*.parquet")), "the failed wave left files behind"
 
     first = run_cli(*_export_args(file_tier, topic, target), env=file_tier.env, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -101,6 +108,7 @@ def test_export_killed_resumed_and_incremental_holds_every_record_once(
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads(second.stdout)
     assert summary["files_removed"] == 0
+    assert json.loads(first.stdout)["files_removed"] > 0, "the resumed run removed the failed run's files"
 
     rows = _exported(target)
     keys = [(p, o) for p, _d, o, _v in rows]
@@ -117,3 +125,14 @@ def test_export_killed_resumed_and_incremental_holds_every_record_once(
     # Partitioned by date (UTC) of the record timestamp.
     dates = {d for _p, d, _o, _v in rows}
     assert len(dates) >= 3
+
+
+def test_leftovers_of_an_unfinished_run_are_recognised() -> None:
+    from storage_core.spark.export_plan import data_key, file_name, partition_of_dir, uncommitted
+
+    assert uncommitted(f"/t/partition=0/date=2026-01-01/{file_name(500, 900)}", committed=500)
+    assert not uncommitted(f"/t/partition=0/date=2026-01-01/{file_name(100, 500)}", committed=500)
+    assert uncommitted("/t/partition=0/date=2026-01-01/.tmp-0123abcd", committed=500)  # a torn write
+    assert not uncommitted("/t/partition=0/date=2026-01-01/notes.txt", committed=0)  # not ours: kept
+    assert partition_of_dir("/t/partition=12") == 12 and partition_of_dir("/t/_tierkeeper") is None
+    assert data_key("/t", 3, "2026-01-02", 7, 9) == f"/t/partition=3/date=2026-01-02/{file_name(7, 9)}"
