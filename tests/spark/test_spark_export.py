@@ -22,7 +22,9 @@ from .conftest import Tier, copy_to
 
 
 def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "zstd"})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384, "compression.type": "zstd"}
+    )
     for i in range(first, first + count):
         # Timestamps spread over three days, so the export writes several date directories.
         ts = 1_700_000_000_000 + i * 40_000
@@ -96,6 +98,8 @@ def test_export_stopped_resumed_and_incremental_holds_every_record_once(
             task=dies_midway,
         )
     partial = json.loads(state.read_text())["next_offsets"] if state.exists() else {}
+    segments = len(list(file_tier.store().fs.glob(f"{file_tier.store().root}/{topic}-*/1/*.log")))
+    assert segments >= 3, f"partition 1 has {segments} tiered segments; the test needs several"
     ends = {p: file_tier.remote_end(topic, p) + 1 for p in range(2)}
     assert partial.get("1", 0) < ends[1], "nothing was left to resume"
     assert list(target.glob("partition=1/date=*/*.parquet")), "the failed wave left files behind"
