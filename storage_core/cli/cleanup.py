@@ -126,7 +126,8 @@ def _print(report: dict[str, Any]) -> None:
         name = f"{part['topic']}-{part['partition']}"
         for d in part["deleted"]:
             print(
-                f"{name}: {verb} segment {d['base_offset']}-{d['end_offset']} ({d['bytes']} bytes): {d['reason']}"
+                f"{name}: {verb} segment {d['base_offset']}-{d['end_offset']} ({d['bytes']} bytes): "
+                f"{d['reason']}"
             )
         if part["resumed"] or part["orphans_removed"] or part["duplicates_removed"]:
             print(
@@ -148,6 +149,5 @@ def _print(report: dict[str, Any]) -> None:
         )
     for key in report.get("stale_uploads_aborted", []):
         print(f"{'would abort' if report.get('dry_run') else 'aborted'} unfinished multipart upload of {key}")
-    print(
-        f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {len(report.get('partitions', []))} partitions"
-    )
+    partitions = len(report.get("partitions", []))
+    print(f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {partitions} partitions")

@@ -186,9 +186,9 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
         others = sorted(set(obs.remote_topic_ids) - {obs.topic_id})
         if others:
             raise RebuildRefused(
-                f"{where}: the remote tier holds topic {obs.topic!r} only under topic id(s) {', '.join(others)}, "
-                f"but Kafka's topic has id {obs.topic_id} (deleted and recreated?); refusing to restore another "
-                "incarnation's data (exclude the topic to replicate it plainly)"
+                f"{where}: the remote tier holds topic {obs.topic!r} only under topic id(s) "
+                f"{', '.join(others)}, but Kafka's topic has id {obs.topic_id} (deleted and recreated?); "
+                "refusing to restore another incarnation's data (exclude the topic to replicate it plainly)"
             )
         return replace(base, note="nothing tiered")
     manifest = obs.manifest

@@ -83,7 +83,8 @@ class Manifest(BaseModel):
 
     ``segments`` are the ones serving at least one offset, in offset order (their end offsets strictly
     increase); ``shadowed`` the finished ones serving none, kept so divergent copies stay visible and so
-    cleanup knows what it may delete. ``cover()`` says which offsets each segment serves.
+    cleanup knows what it may delete. ``cover()`` says which offsets each segment serves; it is computed
+    once per object, so a manifest is never changed in place: build another with ``Manifest.of``.
     """
 
     version: int = MANIFEST_VERSION
