@@ -48,7 +48,9 @@ def connector_jars(*, log: bool = True) -> list[Path]:
     if not (marker.is_file() and marker.read_text().strip() == digest):
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise HarnessError("Maven (mvn) is not on PATH: it is needed once to fetch Spark's Kafka connector")
+            raise HarnessError(
+                "Maven (mvn) is not on PATH: it is needed once to fetch Spark's Kafka connector"
+            )
         staging = target / "jars.staging"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
