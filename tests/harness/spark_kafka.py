@@ -40,7 +40,8 @@ def connector_jars(*, log: bool = True) -> list[Path]:
     version = connector_version()
     if pyspark.__version__ != version:
         raise HarnessError(
-            f"pyspark {pyspark.__version__} is installed but {POM} pins the Kafka connector of Spark {version}"
+            f"pyspark {pyspark.__version__} is installed, but {POM} pins the Kafka connector "
+            f"of Spark {version}"
         )
     target = cache_dir() / f"spark-kafka-{version}"
     jars_dir, marker = target / "jars", target / "COMPLETE"
