@@ -113,34 +113,67 @@ def test_offset_and_timestamp_options_select_exactly_the_asked_records(
     assert got == want_ts
 
 
-def test_pushed_filters_read_only_overlapping_segments_and_return_exact_rows(
-    tk_spark: Any, spark_dataset: Dataset, file_tier: Tier
-) -> None:
-    topic = spark_dataset.codec_topics[0]
-    df = _load(tk_spark, file_tier, topic)
-    full_tasks = df.rdd.getNumPartitions()
-    query = df.where("partition = 1 AND offset >= 2100 AND offset < 2300").select(
-        "partition", "offset", "value"
-    )
-    assert query.rdd.getNumPartitions() < full_tasks // 4
-    everything = _consumer_rows(spark_dataset, file_tier, topic, "read_committed")
-    want = [(p, o, v) for p, o, _t, _k, v, _h in everything if p == 1 and 2100 <= o < 2300]
-    got = sorted(
-        (r["partition"], r["offset"], bytes(r["value"]) if r["value"] else None) for r in query.collect()
-    )
-    assert got == want
-    # Counted object reads, same planner and task code in process: only segments holding 2100..2299.
-    store = _CountingStore(file_tier.store())
-    opts = parse_options({"remote": file_tier.url, "topic": topic})
+def _reads_only(tier: Tier, topic: str, pruning: Pruning, want_rows: int, wanted: Any) -> None:
+    """Planner and task code run in process over a store that counts reads: the ``.log`` objects read
+    are exactly those of the segments ``wanted(meta)`` accepts, and the rows are the expected count."""
+    store = _CountingStore(tier.store())
+    opts = parse_options({**tier.df_options, "topic": topic})
     with RemoteReader(store, ReadOptions()) as reader:
-        splits = plan_batch(reader, opts, Pruning(frozenset({1}), 2100, 2300))
-        rows = sum(b.num_rows for s in splits for b in read_split(reader, s, include_headers=False))
-    assert rows == len(want)
+        splits = plan_batch(reader, opts, pruning)
+        rows = 0
+        for split in splits:
+            for batch in read_split(reader, split, include_headers=False):
+                ts = batch.column("timestamp").cast("int64").to_pylist()
+                rows += sum(
+                    1 for t in ts if pruning.min_timestamp is None or t // 1000 >= pruning.min_timestamp
+                )
+    assert rows == want_rows
     logs = {k for k in store.data_reads if k.endswith(".log")}
-    with RemoteReader(file_tier.store()) as reader:
-        manifest = reader.manifest(reader.resolve(topic, 1))
-    overlapping = {m.segment_id for m in manifest.segments if m.end_offset >= 2100 and m.base_offset < 2300}
-    assert {k.rsplit("/", 1)[-1][21:57] for k in logs} == {str(s) for s in overlapping}
+    read = {k.rsplit("/", 1)[-1][21:57] for k in logs}
+    segments = set()
+    with RemoteReader(tier.store()) as reader:
+        for p in pruning.partitions or range(2):
+            segments |= {
+                str(m.segment_id) for m in reader.manifest(reader.resolve(topic, p)).segments if wanted(m)
+            }
+    assert read == segments
+
+
+def test_pushed_filters_read_only_overlapping_segments_and_return_exact_rows(
+    tk_spark: Any, spark_dataset: Dataset, file_tier: Tier, s3_tier: Tier
+) -> None:
+    topic = spark_dataset.codec_topics[1]
+    everything = _consumer_rows(spark_dataset, file_tier, topic, "read_committed")
+    # An offset range, on file:// and on moto s3://.
+    want = [(p, o, v) for p, o, _t, _k, v, _h in everything if p == 1 and 2100 <= o < 2300]
+    for tier in (file_tier, s3_tier):
+        df = _load(tk_spark, tier, topic)
+        full_tasks = df.rdd.getNumPartitions()
+        query = df.where("partition = 1 AND offset >= 2100 AND offset < 2300").select(
+            "partition", "offset", "value"
+        )
+        assert query.rdd.getNumPartitions() < full_tasks // 4, tier.url
+        got = sorted(
+            (r["partition"], r["offset"], bytes(r["value"]) if r["value"] else None) for r in query.collect()
+        )
+        assert got == want, tier.url
+        _reads_only(
+            tier,
+            topic,
+            Pruning(frozenset({1}), 2100, 2300),
+            len(want),
+            lambda m: m.end_offset >= 2100 and m.base_offset < 2300,
+        )
+    # A time range: only segments holding a record at or after the bound are read.
+    stamps = sorted({t for _p, _o, t, *_ in everything})
+    bound = stamps[len(stamps) * 4 // 5]
+    df = _load(tk_spark, file_tier, topic)
+    query = df.where(f"timestamp >= timestamp_millis({bound})").select("partition", "offset")
+    want_t = sorted((p, o) for p, o, t, *_ in everything if t >= bound)
+    assert sorted((r["partition"], r["offset"]) for r in query.collect()) == want_t
+    _reads_only(
+        file_tier, topic, Pruning(min_timestamp=bound), len(want_t), lambda m: m.max_timestamp >= bound
+    )
 
 
 def test_bad_options_fail_with_one_line_and_credentials_never_show(
