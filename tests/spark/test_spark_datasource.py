@@ -169,6 +169,11 @@ def test_pushed_filters_read_only_overlapping_segments_and_return_exact_rows(
     bound = stamps[len(stamps) * 4 // 5]
     df = _load(tk_spark, file_tier, topic)
     query = df.where(f"timestamp >= timestamp_millis({bound})").select("partition", "offset")
+    with RemoteReader(file_tier.store()) as reader:
+        opts = parse_options({**file_tier.df_options, "topic": topic})
+        pruned = len(plan_batch(reader, opts, Pruning(min_timestamp=bound)))
+        assert pruned < len(plan_batch(reader, opts, Pruning()))
+    assert query.rdd.getNumPartitions() == pruned, "Spark pushed the time bound down to the planner"
     want_t = sorted((p, o) for p, o, t, *_ in everything if t >= bound)
     assert sorted((r["partition"], r["offset"]) for r in query.collect()) == want_t
     _reads_only(
