@@ -17,6 +17,7 @@ from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
 from harness.spark import local_session
+from harness.spark_kafka import connector_jars
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +75,8 @@ def s3_bucket(moto_server: MotoServer) -> Iterator[tuple[str, dict[str, Any]]]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    session = local_session(tmp_path_factory.mktemp("spark"))
+    # Spark's own Kafka source is on the classpath so tests can read a topic through format("kafka") too.
+    session = local_session(tmp_path_factory.mktemp("spark"), jars=connector_jars())
     try:
         yield session
     finally:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from storage_core.cli.common import add_remote_args, emit_json, open_store, require_positive
+from storage_core.cli.export import add_spark_args
 
 
 def register(subparsers: Any) -> None:
@@ -63,9 +64,34 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing"
     )
+    p.add_argument(
+        "--engine",
+        choices=["local", "spark"],
+        default="local",
+        help="clean the partitions one by one in this process (default) or as tasks of a Spark job "
+        "(one per topic-partition; --spark-master, --spark-conf)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable report")
     add_remote_args(p)
+    add_spark_args(p)
     p.set_defaults(handler=run)
+
+
+def _cleanup_on_spark(args: argparse.Namespace, store: Any, options: Any) -> dict[str, Any]:
+    from storage_core.jobs.cleanup import cleanup_work, run_cleanup
+    from storage_core.jobs.spark_session import parse_conf, spark_session
+
+    spark = spark_session("tierkeeper-cleanup", args.spark_master, parse_conf(args.spark_conf))
+    try:
+
+        def on_spark(works: list[Any]) -> list[Any]:
+            if not works:
+                return []
+            return list(spark.sparkContext.parallelize(works, len(works)).map(cleanup_work).collect())
+
+        return run_cleanup(store, options, run_partitions=on_spark)
+    finally:
+        spark.stop()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
             if args.copy_interval_ms is not None
             else TrimTiming(),
         )
-        report = run_cleanup(store, options)
+        if args.engine == "spark":
+            report = _cleanup_on_spark(args, store, options)
+        else:
+            report = run_cleanup(store, options)
     if args.json:
         emit_json(report)
     else:

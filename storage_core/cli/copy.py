@@ -64,9 +64,40 @@ def register(subparsers: Any) -> None:
         "COPY_FINISHED (faster; an OS crash may then leave finished segments with lost data, "
         "so use it only where the target's durability comes from elsewhere)",
     )
+    p.add_argument(
+        "--engine",
+        choices=["threads", "spark"],
+        default="threads",
+        help="run the partitions on threads of this process (default) or as tasks of a local Spark "
+        "session (local[--parallelism]; copy reads this node's log dir, so never a cluster)",
+    )
+    p.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark setting (--engine spark)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     add_remote_args(p)
     p.set_defaults(handler=run)
+
+
+def _run_on_spark(args: argparse.Namespace, tasks: list[Any]) -> list[Any]:
+    from storage_core.jobs.copy_spark import run_copy_spark, spark_master
+    from storage_core.jobs.spark_session import parse_conf, spark_session
+
+    spark = spark_session("tierkeeper-copy", spark_master(args.parallelism), parse_conf(args.spark_conf))
+    try:
+        return run_copy_spark(
+            spark,
+            tasks,
+            parallelism=args.parallelism,
+            fsync=not args.no_fsync,
+            bytes_per_second=args.max_bytes_per_second,
+        )
+    finally:
+        spark.stop()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,16 +149,19 @@ def run(args: argparse.Namespace) -> int:
         )
         for p in partitions
     ]
-    lock = threading.Lock()
-    with progress_bar(total=None, desc="copy", enabled=not args.json) as bar:
+    if args.engine == "spark":
+        results = _run_on_spark(args, tasks)
+    else:
+        lock = threading.Lock()
+        with progress_bar(total=None, desc="copy", enabled=not args.json) as bar:
 
-        def advance(n: int) -> None:
-            with lock:
-                bar.update(n)
+            def advance(n: int) -> None:
+                with lock:
+                    bar.update(n)
 
-        report = limited(advance, limiter)
-        with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
-            results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
+            report = limited(advance, limiter)
+            with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
+                results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
     failed = [r for r in results if r.error]
     if args.json:
         emit_json(

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from storage_core import __version__
-from storage_core.cli import cleanup, copy, fetchers, ls, read, rebuild, recover
+from storage_core.cli import cleanup, copy, export, fetchers, ls, read, rebuild, recover, scrub
 from storage_core.errors import TierkeeperError
 
 Register = Callable[[Any], None]
@@ -28,6 +28,8 @@ BUILTIN_COMMANDS: tuple[Register, ...] = (
     copy.register,
     read.register,
     ls.register,
+    export.register,
+    scrub.register,
     cleanup.register,
     recover.register,
     rebuild.register,

@@ -25,7 +25,14 @@ def register(subparsers: Any) -> None:
         help="start at the first record with timestamp >= MS (as ListOffsets)",
     )
     p.add_argument("--max-records", type=int, metavar="N")
-    p.add_argument("--format", choices=["jsonl"], default="jsonl")
+    p.add_argument(
+        "--format",
+        choices=["jsonl", "arrow", "parquet"],
+        default="jsonl",
+        help="jsonl: one JSON object per record; arrow (IPC stream) / parquet: the columns of Spark's Kafka "
+        "source with headers, decoded without a Python object per record",
+    )
+    p.add_argument("--output", metavar="PATH", help="file to write (required for parquet; default: stdout)")
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
     p.add_argument("--cache-dir", help="local cache of remote indexes (default: none)")
     add_remote_args(p)
@@ -50,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
     options = ReadOptions(
         isolation=Isolation(args.isolation), cache_dir=Path(args.cache_dir) if args.cache_dir else None
     )
+    if args.format != "jsonl":
+        from storage_core.cli.read_arrow import write_columnar
+
+        with RemoteReader(open_store(args), options) as reader:
+            return write_columnar(reader, args)
     count = 0
     out = sys.stdout
     with RemoteReader(open_store(args), options) as reader:

@@ -8,6 +8,7 @@ stays readable from one tier or the other.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,7 +87,40 @@ def _local(value: int | None) -> int | None:
     return None if value is None or value == -2 else value
 
 
-def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PartitionWork:
+    """One partition's cleanup, picklable so it can run as a Spark task (the store pickles as its URL and
+    options; a task opens its own Kafka admin client)."""
+
+    store: Any
+    tp: TopicPartitionId
+    view: _TopicView
+    options: CleanupOptions
+
+
+def cleanup_work(work: PartitionWork) -> tuple[dict[str, Any] | None, str | None]:
+    """Run one partition's cleanup in a task: (its report, None) or (None, the error line)."""
+    admin = None
+    if work.options.bootstrap_servers:
+        from storage_core.adapters.kafka_admin import KafkaAdmin
+
+        admin = KafkaAdmin(work.options.bootstrap_servers)
+    try:
+        layout = RemoteLayout(work.store.root)
+        return _cleanup_one(work.store, layout, work.tp, work.view, admin, work.options), None
+    except TierkeeperError as exc:
+        return None, f"{work.tp}: {exc}"
+
+
+PartitionRunner = Callable[[list[PartitionWork]], list[tuple[dict[str, Any] | None, str | None]]]
+"""Runs partitions' cleanups elsewhere (e.g. as Spark tasks), results in the given order."""
+
+
+def run_cleanup(
+    store: ObjectStore, options: CleanupOptions, *, run_partitions: PartitionRunner | None = None
+) -> dict[str, Any]:
+    """Clean up every remote partition (of ``options.topics``). By default partition by partition in this
+    process; ``run_partitions`` runs them elsewhere, one task per partition."""
     layout = RemoteLayout(store.root)
     admin = None
     if options.bootstrap_servers:
@@ -113,7 +147,14 @@ def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
                 report["refused"].append({"topic": topic, "reason": view.refusal.reason.value})
         if view.refusal is not None:
             continue
-        for tp in list_partitions(store, layout, topic, topic_id):
+        tps = list_partitions(store, layout, topic, topic_id)
+        if run_partitions is not None:
+            for done, error in run_partitions([PartitionWork(store, tp, view, options) for tp in tps]):
+                if done is not None:
+                    report["partitions"].append(done)
+                if error is not None:
+                    report["errors"].append(error)
+        for tp in tps if run_partitions is None else []:
             try:
                 report["partitions"].append(_cleanup_one(store, layout, tp, view, admin, options))
             except TierkeeperError as exc:

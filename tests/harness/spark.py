@@ -8,17 +8,25 @@ from typing import Any
 from harness.kafka_dist import HarnessError, java_binary
 
 
-def local_session(workdir: Path) -> Any:
+def local_session(workdir: Path, jars: list[Path] | None = None) -> Any:
+    """``jars``: extra jars on the session's classpath (e.g. Spark's Kafka connector, harness.spark_kafka)."""
     import os
+    import sys
 
     java = java_binary()
     os.environ.setdefault("JAVA_HOME", str(Path(java).resolve().parents[1]))
+    # Python workers (tasks, and the planner of Python data sources) run this interpreter, the venv with
+    # tierkeeper in it, not whatever python3 is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     workdir.mkdir(parents=True, exist_ok=True)
     try:
+        builder = SparkSession.builder
+        if jars:
+            builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
         return (
-            SparkSession.builder.master("local[2]")
+            builder.master("local[2]")
             .appName("tierkeeper-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")

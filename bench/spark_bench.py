@@ -1,0 +1,259 @@
+"""Data pipeline benchmarks (issue 17): Arrow decoding vs the record-level read, the tierkeeper DataSource
+vs Spark's Kafka source, local[2] vs local[1], and the peak RSS of a scan.
+
+    PYTHONPATH=.:tests:bench .venv/bin/python bench/spark_bench.py [--size-mib 256] [--segment-mib 32]
+        [--small-size-mib 64] [--json results.json]
+
+Produces one partition (1 KB values, and a second topic with 100-byte values) into a real Kafka 4.1
+broker (tests/harness), tiers it with the real ``tierkeeper copy`` to file:// in a temp dir, keeps the
+broker running, then:
+
+1. decode, one thread: ``RemoteReader.read_from_offset`` (a Python object per record, summing value
+   lengths) vs ``RemoteReader.read_arrow`` (summing the value column's lengths), same partition, order
+   alternating, best of ``--decode-rounds``; per core = records per CPU-second of the process.
+2. Spark scan, ``sum(length(value))`` over every record, each in a fresh child process (own JVM):
+   format("tierkeeper") on local[2] and local[1], and format("kafka") from the broker on local[2]. The
+   child samples the RSS of the Spark JVM and of each Python worker while the scan runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import storage_data
+
+from harness.kafka import KafkaCluster
+from harness.spark_kafka import connector_jars
+from harness.tierkeeper_cli import run_cli
+
+MiB = 1 << 20
+REPO = Path(__file__).resolve().parent.parent
+
+
+def log(msg: str) -> None:
+    print(f"[spark-bench] {msg}", file=sys.stderr, flush=True)
+
+
+def decode_bench(remote: str, topic: str, rounds: int) -> dict[str, Any]:
+    import pyarrow.compute as pc
+
+    from storage_core.adapters.store import RemoteStore
+    from storage_core.remote.reader import RemoteReader
+
+    def records() -> tuple[int, int]:
+        with RemoteReader(RemoteStore(remote)) as reader:
+            tp = reader.resolve(topic, 0)
+            start = reader.manifest(tp).start_offset or 0
+            n = total = 0
+            for r in reader.read_from_offset(tp, start):
+                n += 1
+                total += len(r.value) if r.value is not None else 0
+            return n, total
+
+    def arrow() -> tuple[int, int]:
+        with RemoteReader(RemoteStore(remote)) as reader:
+            tp = reader.resolve(topic, 0)
+            start = reader.manifest(tp).start_offset or 0
+            n = total = 0
+            for batch in reader.read_arrow(tp, start):
+                n += batch.num_rows
+                total += pc.sum(pc.binary_length(batch.column("value"))).as_py() or 0
+            return n, total
+
+    arrow()  # compile the kernels (cached afterwards) outside the measurement
+    best: dict[str, tuple[float, float]] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    for i in range(rounds):
+        for name, fn in (
+            (("records", records), ("arrow", arrow))
+            if i % 2 == 0
+            else (("arrow", arrow), ("records", records))
+        ):
+            wall, cpu = time.perf_counter(), time.process_time()
+            counts[name] = fn()
+            took = (time.perf_counter() - wall, time.process_time() - cpu)
+            if name not in best or took[1] < best[name][1]:
+                best[name] = took
+    assert counts["records"] == counts["arrow"], counts
+    n = counts["arrow"][0]
+    return {
+        "records": n,
+        "value_bytes": counts["arrow"][1],
+        "record_read_records_per_cpu_s": round(n / best["records"][1]),
+        "arrow_read_records_per_cpu_s": round(n / best["arrow"][1]),
+        "record_read_wall_s": round(best["records"][0], 2),
+        "arrow_read_wall_s": round(best["arrow"][0], 2),
+        "speedup_per_core": round(best["records"][1] / best["arrow"][1], 1),
+    }
+
+
+def _rss_sampler(stop: threading.Event, out: dict[str, int]) -> None:
+    import psutil
+
+    me = psutil.Process()
+    while not stop.is_set():
+        for child in me.children(recursive=True):
+            try:
+                name = "jvm" if "java" in child.name() else "python_worker"
+                out[name] = max(out.get(name, 0), child.memory_info().rss)
+            except psutil.Error:
+                pass
+        stop.wait(0.2)
+
+
+def scan_child(ns: argparse.Namespace) -> int:
+    """One scan in this process's own Spark session; prints a JSON line."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    jars = ",".join(str(j) for j in connector_jars(log=False))
+    spark = (
+        SparkSession.builder.master(ns.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.jars", jars)
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    if ns.source == "tierkeeper":
+        df = spark.read.format("tierkeeper").options(remote=ns.remote, topic=ns.topic).load()
+    else:
+        df = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", ns.bootstrap)
+            .option("subscribe", ns.topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", json.dumps({ns.topic: {"0": ns.end_offset}}))
+            .load()
+        )
+    query = df.select(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes"))
+    query.collect()  # warm: JVM classes, Python workers, numba cache
+    peaks: dict[str, int] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_rss_sampler, args=(stop, peaks), daemon=True)
+    sampler.start()
+    started = time.perf_counter()
+    row = query.collect()[0]
+    seconds = time.perf_counter() - started
+    stop.set()
+    sampler.join()
+    tasks = df.rdd.getNumPartitions()
+    spark.stop()
+    print(
+        json.dumps(
+            {
+                "source": ns.source,
+                "master": ns.master,
+                "seconds": round(seconds, 2),
+                "records": row["n"],
+                "value_bytes": row["bytes"],
+                "tasks": tasks,
+                "peak_rss_mb": {k: round(v / 1e6) for k, v in peaks.items()},
+            }
+        )
+    )
+    return 0
+
+
+def run_scan(
+    source: str, master: str, remote: str, topic: str, bootstrap: str, end_offset: int
+) -> dict[str, Any]:
+    args = [
+        sys.executable,
+        __file__,
+        "scan-child",
+        "--source",
+        source,
+        "--master",
+        master,
+        "--remote",
+        remote,
+        "--topic",
+        topic,
+        "--bootstrap",
+        bootstrap,
+        "--end-offset",
+        str(end_offset),
+    ]
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scan {source} {master} failed:\n{proc.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    log(f"{source} {master}: {result}")
+    return result
+
+
+def tier(cluster: KafkaCluster, remote: str, topic: str) -> None:
+    proc = run_cli(
+        "copy", "--log-dir", str(cluster.log_dir(1)), "--bootstrap-servers", cluster.bootstrap_servers,
+        "--topic", topic, "--remote", remote, "--json",
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"copy failed: {proc.stderr[-2000:]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="mode")
+    child = sub.add_parser("scan-child")
+    for name in ("--source", "--master", "--remote", "--topic", "--bootstrap"):
+        child.add_argument(name, required=True)
+    child.add_argument("--end-offset", type=int, required=True)
+    parser.add_argument("--size-mib", type=int, default=256)
+    parser.add_argument("--small-size-mib", type=int, default=64)
+    parser.add_argument("--segment-mib", type=int, default=32)
+    parser.add_argument("--decode-rounds", type=int, default=3)
+    parser.add_argument("--json", help="write the results here")
+    ns = parser.parse_args()
+    if ns.mode == "scan-child":
+        return scan_child(ns)
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
+        work = Path(tmp)
+        remote = f"file://{work / 'remote'}"
+        cluster = KafkaCluster(work / "kafka", brokers=1)
+        cluster.start()
+        try:
+            topics = {"kb": ("bench-1kb", ns.size_mib, 1000), "small": ("bench-100b", ns.small_size_mib, 100)}
+            produced = {}
+            for key, (topic, size, value_bytes) in topics.items():
+                storage_data.create_topic(cluster.bootstrap_servers, topic, ns.segment_mib * MiB)
+                log(f"producing {size} MiB of {value_bytes}-byte values into {topic}")
+                produced[key] = storage_data.produce(
+                    cluster.bootstrap_servers, topic, size * MiB, value_bytes=value_bytes
+                )
+                tier(cluster, remote, topic)
+            for key, (topic, _, _) in topics.items():
+                log(f"decode bench on {topic}")
+                results[f"decode_{key}"] = decode_bench(remote, topic, ns.decode_rounds)
+            topic = topics["kb"][0]
+            end = results["decode_kb"]["records"]  # offsets 0..end-1 are tiered (plain records from 0)
+            scans = [
+                run_scan("tierkeeper", "local[2]", remote, topic, cluster.bootstrap_servers, end),
+                run_scan("kafka", "local[2]", remote, topic, cluster.bootstrap_servers, end),
+                run_scan("tierkeeper", "local[1]", remote, topic, cluster.bootstrap_servers, end),
+            ]
+            results["scans"] = scans
+            tk2, kafka2, tk1 = scans
+            results["tierkeeper_vs_kafka_local2"] = round(kafka2["seconds"] / tk2["seconds"], 2)
+            results["local2_vs_local1"] = round(tk1["seconds"] / tk2["seconds"], 2)
+        finally:
+            cluster.stop()
+    print(json.dumps(results, indent=2))
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""numba-compiled loops behind the Arrow decoder (arrow_records.py): they walk the records of many
+decompressed batch payloads at once and gather keys, values and headers into Arrow buffers.
+
+Python pays per record in records.py (a varint call, a slice, a tuple); here one compiled loop does the
+whole group of batches, so the cost per record is a few nanoseconds and no Python object is made for
+it. The loops only read and write numpy arrays; every bound is checked, and the first malformed record
+stops the scan with a code (see ``PROBLEMS``) and its batch, which the caller turns into the same
+``CorruptDataError`` the record decoder raises.
+
+Compiled on first use and cached beside the module (``cache=True``), so a Spark worker pays the
+compile once per machine, not per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import numba
+import numpy as np
+
+OK = 0
+PROBLEMS = {
+    1: "record length runs past the batch",
+    2: "key runs past the record",
+    3: "value runs past the record",
+    4: "header count does not fit the record",
+    5: "header key length is invalid",
+    6: "header value runs past the record",
+    7: "record fields do not end where the record's length says",
+    8: "data continues after the declared records",
+    9: "malformed or truncated varint",
+    10: "headers run past the record",
+}
+
+
+def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    # numba is untyped; the cast keeps mypy --strict from treating the kernels as untyped.
+    return cast(Callable[..., Any], numba.njit(cache=True, nogil=True)(fn))
+
+
+def _zigzag_varint(buf: Any, pos: int, end: int, max_shift: int) -> tuple[Any, int]:
+    """(value, next position); next position -1 when the varint is truncated or too long."""
+    raw = np.uint64(0)
+    shift = 0
+    while True:
+        if pos >= end:
+            return 0, -1
+        byte = np.uint64(buf[pos])
+        pos += 1
+        raw |= (byte & np.uint64(0x7F)) << np.uint64(shift)
+        if byte < np.uint64(0x80):
+            break
+        shift += 7
+        if shift > max_shift:
+            return 0, -1
+    value = np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1))
+    return value, pos
+
+
+_varint = _jit(_zigzag_varint)
+
+
+def _scan_records(
+    buf: Any,
+    starts: Any,
+    ends: Any,
+    counts: Any,
+    base_offsets: Any,
+    base_timestamps: Any,
+    append_times: Any,
+    offsets: Any,
+    timestamps: Any,
+    key_pos: Any,
+    key_len: Any,
+    value_pos: Any,
+    value_len: Any,
+    header_pos: Any,
+    header_count: Any,
+) -> tuple[int, int, int, int]:
+    """Fill the per-record arrays for every batch payload ``buf[starts[b]:ends[b]]``.
+
+    Returns (problem code, batch index, header total, non-ascii header key flag); problem 0 means all
+    parsed. ``append_times[b]`` >= 0 marks a LogAppendTime batch: every record carries that timestamp.
+    """
+    r = 0
+    headers_total = 0
+    non_ascii = 0
+    for b in range(starts.shape[0]):
+        pos = starts[b]
+        end_of_batch = ends[b]
+        for _ in range(counts[b]):
+            length, pos = _varint(buf, pos, end_of_batch, 28)
+            if pos < 0:
+                return 9, b, headers_total, non_ascii
+            end = pos + length
+            if length < 0 or end > end_of_batch:
+                return 1, b, headers_total, non_ascii
+            pos += 1  # record attributes, unused since magic 2
+            ts_delta, pos = _varint(buf, pos, end_of_batch, 63)
+            if pos < 0:
+                return 9, b, headers_total, non_ascii
+            offset_delta, pos = _varint(buf, pos, end_of_batch, 28)
+            if pos < 0:
+                return 9, b, headers_total, non_ascii
+            klen, pos = _varint(buf, pos, end_of_batch, 28)
+            if pos < 0:
+                return 9, b, headers_total, non_ascii
+            key_pos[r] = pos
+            key_len[r] = klen
+            if klen >= 0:
+                if pos + klen > end:
+                    return 2, b, headers_total, non_ascii
+                pos += klen
+            vlen, pos = _varint(buf, pos, end_of_batch, 28)
+            if pos < 0:
+                return 9, b, headers_total, non_ascii
+            value_pos[r] = pos
+            value_len[r] = vlen
+            if vlen >= 0:
+                if pos + vlen > end:
+                    return 3, b, headers_total, non_ascii
+                pos += vlen
+            header_pos[r] = pos
+            if pos < end and buf[pos] == 0:
+                pos += 1
+                header_count[r] = 0
+            else:
+                hcount, pos = _varint(buf, pos, end_of_batch, 28)
+                if pos < 0:
+                    return 9, b, headers_total, non_ascii
+                if hcount < 0 or hcount > (end - pos) // 2:
+                    return 4, b, headers_total, non_ascii
+                for _h in range(hcount):
+                    if pos >= end:
+                        return 10, b, headers_total, non_ascii
+                    hklen, pos = _varint(buf, pos, end_of_batch, 28)
+                    if pos < 0:
+                        return 9, b, headers_total, non_ascii
+                    if hklen < 0 or pos + hklen > end:
+                        return 5, b, headers_total, non_ascii
+                    for i in range(pos, pos + hklen):
+                        if buf[i] >= 0x80:
+                            non_ascii = 1
+                    pos += hklen
+                    hvlen, pos = _varint(buf, pos, end_of_batch, 28)
+                    if pos < 0:
+                        return 9, b, headers_total, non_ascii
+                    if hvlen >= 0:
+                        if pos + hvlen > end:
+                            return 6, b, headers_total, non_ascii
+                        pos += hvlen
+                header_count[r] = hcount
+                headers_total += hcount
+            if pos != end:
+                return 7, b, headers_total, non_ascii
+            offsets[r] = base_offsets[b] + offset_delta
+            timestamps[r] = append_times[b] if append_times[b] >= 0 else base_timestamps[b] + ts_delta
+            r += 1
+        if pos != end_of_batch:
+            return 8, b, headers_total, non_ascii
+    return OK, -1, headers_total, non_ascii
+
+
+scan_records = _jit(_scan_records)
+
+
+def _gather(buf: Any, positions: Any, lengths: Any, out_offsets: Any, out: Any) -> None:
+    """Copy ``buf[positions[i]:positions[i] + lengths[i]]`` (nothing for a null, length < 0) to ``out``
+    back to back; ``out_offsets`` (n + 1 entries) receives the Arrow offsets."""
+    o = 0
+    out_offsets[0] = 0
+    for i in range(positions.shape[0]):
+        n = lengths[i]
+        if n > 0:
+            p = positions[i]
+            out[o : o + n] = buf[p : p + n]
+            o += n
+        out_offsets[i + 1] = o
+
+
+gather = _jit(_gather)
+
+
+def _scan_headers(
+    buf: Any, header_pos: Any, header_count: Any, hkey_pos: Any, hkey_len: Any, hval_pos: Any, hval_len: Any
+) -> None:
+    """Positions and lengths of every header of the given records (already validated by the scan)."""
+    h = 0
+    for r in range(header_pos.shape[0]):
+        if header_count[r] == 0:
+            continue
+        pos = header_pos[r]
+        _count, pos = _varint(buf, pos, buf.shape[0], 28)
+        for _ in range(header_count[r]):
+            klen, pos = _varint(buf, pos, buf.shape[0], 28)
+            hkey_pos[h] = pos
+            hkey_len[h] = klen
+            pos += klen
+            vlen, pos = _varint(buf, pos, buf.shape[0], 28)
+            hval_pos[h] = pos
+            hval_len[h] = vlen
+            if vlen > 0:
+                pos += vlen
+            h += 1
+
+
+scan_headers = _jit(_scan_headers)

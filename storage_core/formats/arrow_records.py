@@ -1,0 +1,283 @@
+"""Decoding record batches straight into Arrow, with the columns of Spark's Kafka source.
+
+Schema (the order and types of ``spark.read.format("kafka")``, so the two can be unioned)::
+
+    key binary, value binary, topic string, partition int32, offset int64,
+    timestamp timestamp[us, UTC], timestampType int32 [, headers list<struct<key string, value binary>>]
+
+The record walk and the byte gathering run in compiled loops (arrow_kernels.py) over the decompressed
+payloads of a whole group of batches; decompression goes through codecs.py like everywhere else. No
+Python object is created per record. The result equals :func:`~storage_core.formats.records.iter_records`
+record for record (tests/formats/test_formats_arrow_records.py checks that on generated and real data):
+offsets, timestamps (LogAppendTime batches carry ``maxTimestamp``), keys, values, nulls, headers (keys
+decoded leniently, as Java does) and the same ``CorruptDataError`` for damaged records.
+
+What to decode (control batches, aborted transactions) is the caller's decision: the reader hands in
+only the batches its isolation level serves. A control batch handed in anyway is skipped here, since a
+control record is never data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from storage_core.errors import CorruptDataError
+from storage_core.formats.arrow_kernels import OK, PROBLEMS, gather, scan_headers, scan_records
+from storage_core.formats.codecs import Codec, CodecError, open_decompressed
+from storage_core.formats.record_batch import HEADER_SIZE, RawBatch, TimestampType
+
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+"""One record header, as Spark's Kafka source shows it."""
+
+
+def kafka_schema(include_headers: bool = False) -> pa.Schema:
+    """The Arrow schema of Spark's Kafka source (``includeHeaders`` adds the last column)."""
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(HEADER_TYPE)))
+    return pa.schema(fields)
+
+
+class _Payloads:
+    """The decompressed record payloads of a group of batches, back to back in one buffer."""
+
+    def __init__(self, batches: Sequence[RawBatch], path: str | None) -> None:
+        n = len(batches)
+        self.starts = np.empty(n, np.int64)
+        self.ends = np.empty(n, np.int64)
+        self.counts = np.empty(n, np.int64)
+        self.base_offsets = np.empty(n, np.int64)
+        self.base_timestamps = np.empty(n, np.int64)
+        self.append_times = np.empty(n, np.int64)
+        for i, batch in enumerate(batches):
+            header = batch.header
+            # A control batch is never data; an empty batch (kept by the cleaner) has nothing to read,
+            # whatever its codec bits say (as in records.py).
+            self.counts[i] = 0 if header.is_control else header.records_count
+            self.base_offsets[i] = header.base_offset
+            self.base_timestamps[i] = header.base_timestamp
+            log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+            self.append_times[i] = header.max_timestamp if log_append else -1
+        self.total = int(self.counts.sum()) if n else 0
+        if not self._in_place(batches):
+            self._gathered(batches, path)
+
+    def _in_place(self, batches: Sequence[RawBatch]) -> bool:
+        """Point at the payloads where they lie when every batch with records is an uncompressed view of
+        one buffer (a mapped local object): no copy of the payloads at all."""
+        owner: object = None
+        for batch, count in zip(batches, self.counts.tolist()):
+            data = batch.data
+            if count and (batch.header.codec is not Codec.NONE or not isinstance(data, memoryview)):
+                return False
+            if isinstance(data, memoryview) and data.nbytes:
+                if owner is None:
+                    owner = data.obj
+                elif data.obj is not owner:
+                    return False
+        if owner is None:
+            return False
+        base = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
+        base_address = base.ctypes.data
+        for i, batch in enumerate(batches):
+            view = batch.data
+            assert isinstance(view, memoryview)
+            at = np.frombuffer(view, np.uint8).ctypes.data - base_address if view.nbytes else 0
+            self.starts[i] = at + HEADER_SIZE if self.counts[i] else at
+            self.ends[i] = at + batch.header.size_in_bytes if self.counts[i] else at
+        self.buf = base
+        return True
+
+    def _gathered(self, batches: Sequence[RawBatch], path: str | None) -> None:
+        """The decompressed payloads back to back in one new buffer."""
+        parts: list[bytes | memoryview] = []
+        pos = 0
+        for i, batch in enumerate(batches):
+            header = batch.header
+            payload: bytes | memoryview = memoryview(batch.data)[HEADER_SIZE : header.size_in_bytes]
+            if self.counts[i] == 0:
+                payload = b""
+            elif header.codec is not Codec.NONE:
+                try:
+                    payload = open_decompressed(header.codec, payload).read()
+                except CodecError as exc:
+                    raise _damage(batch, str(exc), path) from exc
+            parts.append(payload)
+            self.starts[i] = pos
+            pos += len(payload)
+            self.ends[i] = pos
+        self.buf = np.frombuffer(b"".join(parts), np.uint8) if pos else np.zeros(0, np.uint8)
+
+
+def _damage(batch: RawBatch, problem: str, path: str | None) -> CorruptDataError:
+    return CorruptDataError(
+        f"malformed record batch at byte {batch.position}: {problem}",
+        offset=batch.header.base_offset,
+        path=path,
+    )
+
+
+def _binary(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
+    n = len(pos)
+    offsets = np.empty(n + 1, np.int64)
+    total = int(np.maximum(lengths, 0).sum())
+    data = np.empty(total, np.uint8)
+    gather(buf, pos, lengths, offsets, data)
+    if total >= 1 << 31:
+        raise CorruptDataError(f"{total} bytes of {kind} in one Arrow batch; decode fewer batches at once")
+    valid = lengths >= 0
+    null_count = n - int(valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(
+        kind, n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)], null_count
+    )
+
+
+def _header_keys(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, non_ascii: bool) -> pa.Array:
+    if not non_ascii:
+        return _binary(buf, pos, lengths, pa.string())
+    # Java decodes header keys leniently (malformed UTF-8 becomes U+FFFD); Arrow strings must be valid
+    # UTF-8, so the rare group with non-ASCII keys takes the Python path for its keys.
+    return pa.array(
+        [
+            bytes(buf[p : p + n]).decode("utf-8", errors="replace")
+            for p, n in zip(pos.tolist(), lengths.tolist())
+        ],
+        pa.string(),
+    )
+
+
+def _headers(
+    payloads: _Payloads, header_pos: np.ndarray, header_count: np.ndarray, non_ascii: bool
+) -> pa.Array:
+    total = int(header_count.sum())
+    hkey_pos = np.empty(total, np.int64)
+    hkey_len = np.empty(total, np.int64)
+    hval_pos = np.empty(total, np.int64)
+    hval_len = np.empty(total, np.int64)
+    scan_headers(payloads.buf, header_pos, header_count, hkey_pos, hkey_len, hval_pos, hval_len)
+    keys = _header_keys(payloads.buf, hkey_pos, hkey_len, non_ascii)
+    values = _binary(payloads.buf, hval_pos, hval_len, pa.binary())
+    entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_TYPE))
+    list_offsets = np.zeros(len(header_count) + 1, np.int32)
+    np.cumsum(header_count, out=list_offsets[1:])
+    # Spark's Kafka source shows a record without headers as a null array, not an empty one.
+    has = header_count > 0
+    null_count = len(has) - int(has.sum())
+    validity = pa.py_buffer(np.packbits(has, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(
+        pa.list_(HEADER_TYPE),
+        len(has),
+        [validity, pa.py_buffer(list_offsets)],
+        null_count,
+        children=[entries],
+    )
+
+
+def _repeated_string(text: str, n: int) -> pa.Array:
+    raw = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    data = np.frombuffer(raw * n, np.uint8) if n else np.zeros(0, np.uint8)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)], 0)
+
+
+def decode_arrow(
+    batches: Sequence[RawBatch],
+    topic: str,
+    partition: int,
+    *,
+    include_headers: bool = False,
+    min_offset: int | None = None,
+    end_offset: int | None = None,
+    path: str | None = None,
+) -> pa.RecordBatch:
+    """Every record of ``batches`` (whole, CRC-checked batches in offset order) as one Arrow batch.
+
+    Only records with ``min_offset <= offset < end_offset`` are kept (the first batch a read starts
+    from may begin before its offset). Raises ``CorruptDataError`` naming the batch for damaged records
+    or payloads, like the record decoder.
+    """
+    payloads = _Payloads(batches, path)
+    n = payloads.total
+    offsets = np.empty(n, np.int64)
+    timestamps = np.empty(n, np.int64)
+    key_pos = np.empty(n, np.int64)
+    key_len = np.empty(n, np.int64)
+    value_pos = np.empty(n, np.int64)
+    value_len = np.empty(n, np.int64)
+    header_pos = np.empty(n, np.int64)
+    header_count = np.empty(n, np.int64)
+    problem, bad, _headers_total, non_ascii = scan_records(
+        payloads.buf,
+        payloads.starts,
+        payloads.ends,
+        payloads.counts,
+        payloads.base_offsets,
+        payloads.base_timestamps,
+        payloads.append_times,
+        offsets,
+        timestamps,
+        key_pos,
+        key_len,
+        value_pos,
+        value_len,
+        header_pos,
+        header_count,
+    )
+    if problem != OK:
+        raise _damage(batches[bad], PROBLEMS[problem], path)
+    if min_offset is not None or end_offset is not None:
+        keep = np.ones(n, bool)
+        if min_offset is not None:
+            keep &= offsets >= min_offset
+        if end_offset is not None:
+            keep &= offsets < end_offset
+        if not keep.all():
+            offsets, timestamps = offsets[keep], timestamps[keep]
+            key_pos, key_len, value_pos, value_len = (
+                key_pos[keep],
+                key_len[keep],
+                value_pos[keep],
+                value_len[keep],
+            )
+            header_pos, header_count = header_pos[keep], header_count[keep]
+            n = len(offsets)
+    columns: list[Any] = [
+        _binary(payloads.buf, key_pos, key_len, pa.binary()),
+        _binary(payloads.buf, value_pos, value_len, pa.binary()),
+        _repeated_string(topic, n),
+        pa.array(np.full(n, partition, np.int32)),
+        pa.array(offsets),
+        pa.array(timestamps * 1000, pa.timestamp("us", tz="UTC")),
+        pa.array(_timestamp_types(batches, payloads, offsets)),
+    ]
+    if include_headers:
+        columns.append(_headers(payloads, header_pos, header_count, bool(non_ascii)))
+    return pa.RecordBatch.from_arrays(columns, schema=kafka_schema(include_headers))
+
+
+def _timestamp_types(batches: Sequence[RawBatch], payloads: _Payloads, offsets: np.ndarray) -> np.ndarray:
+    """Kafka's timestamp type id (0 CreateTime, 1 LogAppendTime) of each record, from its batch."""
+    kinds = (payloads.append_times >= 0).astype(np.int32)
+    if not kinds.any() or len(offsets) == 0:
+        return np.zeros(len(offsets), np.int32)
+    # Batches hold disjoint, increasing offset ranges: each record's batch is found by its offset.
+    firsts = payloads.base_offsets
+    return kinds[np.searchsorted(firsts, offsets, side="right") - 1]
+
+
+def empty_arrow(include_headers: bool = False) -> pa.RecordBatch:
+    """A batch with the Kafka source's columns and no rows."""
+    return pa.RecordBatch.from_pylist([], schema=kafka_schema(include_headers))

@@ -1,0 +1,35 @@
+"""The one place a Tierkeeper job creates its SparkSession (``--spark-master``, ``--spark-conf k=v``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from storage_core.errors import ConfigError
+
+DEFAULT_MASTER = "local[*]"
+
+
+def parse_conf(items: Sequence[str]) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--spark-conf {item!r}: expected KEY=VALUE")
+        conf[key.strip()] = value
+    return conf
+
+
+def spark_session(app: str, master: str | None, conf: dict[str, str]) -> Any:
+    """A session for one job; Python workers run this interpreter (the one with tierkeeper installed)
+    unless the configuration says otherwise."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app).master(master or DEFAULT_MASTER)
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

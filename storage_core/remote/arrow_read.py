@@ -1,0 +1,63 @@
+"""Grouping a stream of checked batches into Arrow record batches (the Arrow read path of the reader, the
+``tierkeeper read --format arrow|parquet`` command and the Spark DataSource).
+
+Batches are decoded a group at a time: large enough that the compiled decoder's per-call cost is noise,
+small enough that a group's decompressed bytes stay far below Arrow's 2 GiB per-column limit and a
+Spark task's memory stays flat (see docs/benchmarks.md, "Spark DataSource").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pyarrow as pa
+
+from storage_core.formats.arrow_records import decode_arrow
+from storage_core.formats.record_batch import RawBatch
+
+GROUP_BYTES = 8 << 20
+"""Stored bytes of batches decoded per Arrow batch."""
+
+
+def arrow_batches(
+    batches: Iterable[RawBatch],
+    topic: str,
+    partition: int,
+    *,
+    include_headers: bool = False,
+    min_offset: int | None = None,
+    end_offset: int | None = None,
+    group_bytes: int = GROUP_BYTES,
+    path: str | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the records of ``batches`` with ``min_offset <= offset < end_offset``; stops
+    reading ``batches`` at the first one that starts at or past ``end_offset``. Empty groups (every
+    record filtered out) are not yielded."""
+    group: list[RawBatch] = []
+    held = 0
+
+    def flush() -> Iterator[pa.RecordBatch]:
+        out = decode_arrow(
+            group,
+            topic,
+            partition,
+            include_headers=include_headers,
+            min_offset=min_offset,
+            end_offset=end_offset,
+            path=path,
+        )
+        if out.num_rows:
+            yield out
+
+    for batch in batches:
+        if end_offset is not None and batch.header.base_offset >= end_offset:
+            break
+        if min_offset is not None and batch.header.last_offset < min_offset:
+            continue
+        group.append(batch)
+        held += len(batch.data)
+        if held >= group_bytes:
+            yield from flush()
+            group, held = [], 0
+    if group:
+        yield from flush()

@@ -1,0 +1,194 @@
+"""The options of ``spark.read.format("tierkeeper")``, parsed once into :class:`ScanOptions`.
+
+Names follow Spark's Kafka source where they apply (``startingOffsets``, ``endingOffsets``,
+``startingTimestamp``, ``startingOffsetsByTimestamp``, ``isolation.level``, ``includeHeaders``,
+``failOnDataLoss``); the rest say where the remote tier is: ``remote`` (URL), ``topic``, ``topicId``
+(when a name has several incarnations), ``endpointUrl`` / ``region`` / ``pathStyle`` / ``anonymous``
+(as the CLI flags) and ``storage.<key>`` for any other fsspec storage option (value parsed as JSON
+when it parses). Option names are case-insensitive, as Spark's are.
+
+Storage options can hold credentials: they live only in :class:`StorageSpec`, whose ``repr`` shows the
+option names, never values, and no error message built here quotes a storage option's value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage_core.errors import ConfigError
+from storage_core.remote.reader import Isolation
+from storage_core.remote.scan_plan import DEFAULT_SPLIT_BYTES
+
+EARLIEST, LATEST = -2, -1
+"""Offsets in the JSON form of startingOffsets / endingOffsets, as in the Kafka source."""
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """Where the remote tier is and how to reach it; picklable, shipped to every task."""
+
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"StorageSpec(url={self.url!r}, options=<{len(self.options)} hidden>)"
+
+    def open(self) -> Any:
+        from storage_core.adapters.store import RemoteStore
+
+        return RemoteStore(self.url, self.options)
+
+
+OffsetSpec = str | dict[int, int]
+"""``"earliest"``, ``"latest"`` or a per-partition offset map (-2 earliest, -1 latest)."""
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    storage: StorageSpec
+    topic: str
+    topic_id: str | None = None
+    starting: OffsetSpec = "earliest"
+    ending: OffsetSpec = "latest"
+    starting_timestamp: int | None = None
+    starting_by_timestamp: dict[int, int] | None = None
+    isolation: Isolation = Isolation.READ_COMMITTED
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    max_split_bytes: int = DEFAULT_SPLIT_BYTES
+
+
+_KNOWN = {
+    "remote",
+    "topic",
+    "topicid",
+    "startingoffsets",
+    "endingoffsets",
+    "startingtimestamp",
+    "startingoffsetsbytimestamp",
+    "isolation.level",
+    "includeheaders",
+    "failondataloss",
+    "maxbytespersplit",
+    "endpointurl",
+    "region",
+    "pathstyle",
+    "anonymous",
+    "path",
+}
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"option {name} must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"option {name} must be an integer, got {raw!r}") from None
+
+
+def _per_partition(name: str, raw: str, topic: str) -> dict[int, int]:
+    """``{"topic": {"0": 23, "1": -2}}`` -> {0: 23, 1: -2}; only the scanned topic may appear."""
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        raise ConfigError(f"option {name} is neither earliest/latest nor JSON: {raw!r}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+        raise ConfigError(f'option {name} must look like {{"{topic}": {{"0": 23}}}}, got {raw!r}')
+    others = sorted(set(parsed) - {topic})
+    if others:
+        raise ConfigError(f"option {name} names topics this scan does not read: {', '.join(others)}")
+    out: dict[int, int] = {}
+    for p, offset in parsed.get(topic, {}).items():
+        try:
+            out[int(p)] = int(offset)
+        except (TypeError, ValueError):
+            raise ConfigError(f"option {name}: partition {p!r} -> {offset!r} is not two integers") from None
+    return out
+
+
+def _offsets(name: str, raw: str | None, default: str, topic: str) -> OffsetSpec:
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("earliest", "latest"):
+        return raw.strip().lower()
+    return _per_partition(name, raw, topic)
+
+
+def _storage(opts: Mapping[str, str]) -> StorageSpec:
+    from storage_core.adapters.store import storage_options_from_flags
+
+    url = opts.get("remote") or opts.get("path")
+    if not url:
+        raise ConfigError('option remote is required (the remote tier URL, e.g. "s3://bucket/prefix")')
+    options = storage_options_from_flags(
+        endpoint_url=opts.get("endpointurl"),
+        region=opts.get("region"),
+        anonymous=_bool("anonymous", opts.get("anonymous", "false")),
+        path_style=_bool("pathStyle", opts.get("pathstyle", "false")),
+    )
+    for key, raw in opts.items():
+        if key.startswith("storage."):
+            try:
+                options[key[len("storage.") :]] = json.loads(raw)
+            except json.JSONDecodeError:
+                options[key[len("storage.") :]] = raw
+    return StorageSpec(url, options)
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
+    """Parse the DataSource options (raising ``ConfigError`` with a one-line reason for bad ones)."""
+    opts = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("storage."))
+    if unknown:
+        raise ConfigError(f"unknown option(s) for format tierkeeper: {', '.join(unknown)}")
+    topic = opts.get("topic")
+    if not topic:
+        raise ConfigError("option topic is required")
+    isolation_raw = opts.get("isolation.level", Isolation.READ_COMMITTED.value)
+    try:
+        isolation = Isolation(isolation_raw)
+    except ValueError:
+        raise ConfigError(
+            f"option isolation.level must be read_committed or read_uncommitted, got {isolation_raw!r}"
+        ) from None
+    starting = _offsets(
+        "startingOffsets", opts.get("startingoffsets"), "latest" if streaming else "earliest", topic
+    )
+    ending = _offsets("endingOffsets", opts.get("endingoffsets"), "latest", topic)
+    if not streaming and starting == "latest":
+        raise ConfigError(
+            "option startingOffsets=latest is not valid for a batch query (nothing would be read)"
+        )
+    if ending == "earliest":
+        raise ConfigError("option endingOffsets=earliest is not valid (nothing would be read)")
+    if streaming and "endingoffsets" in opts:
+        raise ConfigError("option endingOffsets is for batch queries only")
+    starting_ts = opts.get("startingtimestamp")
+    by_ts_raw = opts.get("startingoffsetsbytimestamp")
+    split_bytes = _int("maxBytesPerSplit", opts.get("maxbytespersplit", str(DEFAULT_SPLIT_BYTES)))
+    if split_bytes < 1:
+        raise ConfigError(f"option maxBytesPerSplit must be >= 1, got {split_bytes}")
+    return ScanOptions(
+        storage=_storage(opts),
+        topic=topic,
+        topic_id=opts.get("topicid"),
+        starting=starting,
+        ending=ending,
+        starting_timestamp=_int("startingTimestamp", starting_ts) if starting_ts is not None else None,
+        starting_by_timestamp=_per_partition("startingOffsetsByTimestamp", by_ts_raw, topic)
+        if by_ts_raw is not None
+        else None,
+        isolation=isolation,
+        include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
+        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
+        max_split_bytes=split_bytes,
+    )

@@ -1,0 +1,194 @@
+"""The Arrow decoder equals the record decoder (records.py), record for record, on batches written by an
+independent encoder (kafka-python): every codec, headers (non-ASCII and malformed keys included), null
+keys and values, LogAppendTime, control batches, offset windows, and damaged payloads."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from formats_builders import ALL_CODECS, NONE, Rec, build_batch, compressible_value, control_batch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage_core.errors import CorruptDataError
+from storage_core.formats.arrow_records import decode_arrow, kafka_schema
+from storage_core.formats.record_batch import RawBatch, iter_batches
+from storage_core.formats.records import iter_records
+from storage_core.formats.source import bytes_fetcher
+
+Row = tuple[Any, ...]
+
+
+def _batches(segment: bytes) -> list[RawBatch]:
+    return list(iter_batches(bytes_fetcher(segment)))
+
+
+def _expected(batches: list[RawBatch], lo: int | None = None, hi: int | None = None) -> list[Row]:
+    rows = []
+    for batch in batches:
+        for r in iter_records(batch):
+            if r.is_control or (lo is not None and r.offset < lo) or (hi is not None and r.offset >= hi):
+                continue
+            headers = [{"key": k, "value": v} for k, v in r.headers] or None
+            rows.append((r.key, r.value, r.offset, r.timestamp, int(r.timestamp_type), headers))
+    return rows
+
+
+def _timestamps_ms(batch: Any) -> list[int]:
+    return [v // 1000 for v in batch.column("timestamp").cast("int64").to_pylist()]
+
+
+def _rows(batch: Any) -> list[Row]:
+    cols = batch.to_pydict()
+    return list(
+        zip(
+            cols["key"],
+            cols["value"],
+            cols["offset"],
+            _timestamps_ms(batch),
+            cols["timestampType"],
+            cols["headers"],
+        )
+    )
+
+
+records_strategy = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.binary(max_size=40)),
+        st.one_of(st.none(), st.binary(max_size=200)),
+        st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=10))), max_size=3),
+        st.integers(min_value=0, max_value=10**6),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(records_strategy, st.sampled_from(ALL_CODECS), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+    st.data(),
+)
+def test_many_batches_decode_like_the_record_decoder(
+    specs: list[tuple[list[tuple[Any, Any, Any, int]], int, bool, bool]], data: st.DataObject
+) -> None:
+    parts = []
+    offset = data.draw(st.integers(0, 2**40))
+    for contents, codec, log_append, marker_after in specs:
+        written = [Rec(i, 1_600_000_000_000 + ts, k, v, tuple(h)) for i, (k, v, h, ts) in enumerate(contents)]
+        append_time = 1_650_000_000_123 if log_append else None
+        try:
+            parts.append(build_batch(written, codec=codec, base_offset=offset, log_append_time=append_time))
+        except AssertionError:  # too small to compress
+            parts.append(build_batch(written, codec=NONE, base_offset=offset, log_append_time=append_time))
+        offset += len(written)
+        if marker_after:
+            parts.append(
+                control_batch(
+                    commit=data.draw(st.booleans()),
+                    base_offset=offset,
+                    producer_id=7,
+                    producer_epoch=0,
+                    timestamp=1_600_000_000_000,
+                )
+            )
+            offset += 1
+    batches = _batches(b"".join(parts))
+    first = batches[0].header.base_offset
+    lo = data.draw(st.one_of(st.none(), st.integers(first, offset)))
+    hi = data.draw(st.one_of(st.none(), st.integers(first, offset + 1)))
+    got = decode_arrow(batches, "orders", 5, include_headers=True, min_offset=lo, end_offset=hi)
+    assert got.schema == kafka_schema(True)
+    assert _rows(got) == _expected(batches, lo, hi)
+    assert set(got.column("topic").to_pylist()) <= {"orders"}
+    assert set(got.column("partition").to_pylist()) <= {5}
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_without_headers_the_schema_is_the_kafka_source_default(codec: int) -> None:
+    recs = [
+        Rec(i, 1_700_000_000_000 + i, f"k{i}".encode(), compressible_value(i), (("h", b"v"),))
+        for i in range(60)
+    ]
+    batches = _batches(build_batch(recs, codec=codec, base_offset=40))
+    got = decode_arrow(batches, "t", 0)
+    assert got.schema == kafka_schema(False)
+    assert [r[:5] for r in _rows(got.append_column("headers", got.column("key")))] == [
+        r[:5] for r in _expected(batches)
+    ]
+
+
+def test_header_keys_that_are_not_utf8_decode_leniently_like_java() -> None:
+    batch = build_batch([Rec(0, 1, b"k", b"v", (("ok", b"1"),))], base_offset=0)
+    # Patch the header key "ok" to two bytes that are not UTF-8, then fix the CRC.
+    from kafka.record.util import calc_crc32c
+
+    buf = bytearray(batch)
+    at = bytes(buf).index(b"ok")
+    buf[at : at + 2] = b"\xff\xfe"
+    struct.pack_into(">I", buf, 17, calc_crc32c(bytes(buf[21:])))
+    batches = _batches(bytes(buf))
+    got = decode_arrow(batches, "t", 0, include_headers=True)
+    assert got.column("headers").to_pylist() == [[{"key": "\ufffd\ufffd", "value": b"1"}]]
+    assert _rows(got) == _expected(batches)
+
+
+def test_an_empty_group_gives_an_empty_batch_with_the_schema() -> None:
+    got = decode_arrow([], "t", 0, include_headers=True)
+    assert got.num_rows == 0 and got.schema == kafka_schema(True)
+
+
+def _mixed(count: int) -> list[Rec]:
+    return [
+        Rec(
+            i,
+            1_700_000_000_000 + i,
+            None if i % 7 == 0 else f"key-{i}".encode(),
+            compressible_value(i),
+            (("trace", f"t{i}".encode()), ("null", None)) if i % 3 == 1 else (),
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_record_count_mismatch_is_corruption_naming_the_batch(codec: int, delta: int) -> None:
+    from kafka.record.util import calc_crc32c
+
+    buf = bytearray(build_batch(_mixed(20), codec=codec, base_offset=5000))
+    struct.pack_into(">i", buf, 57, 20 + delta)
+    struct.pack_into(">I", buf, 17, calc_crc32c(bytes(buf[21:])))
+    good = build_batch(_mixed(5), codec=codec, base_offset=4000)
+    batches = _batches(good + bytes(buf))
+    with pytest.raises(CorruptDataError) as err:
+        decode_arrow(batches, "t", 0, path="/tier/t-0/5000.log")
+    assert err.value.offset == 5000
+    assert "5000.log" in str(err.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(ALL_CODECS), st.data())
+def test_damaged_payloads_fail_exactly_when_the_record_decoder_fails(codec: int, data: st.DataObject) -> None:
+    """Bytes that pass the CRC but are wrong inside (a buggy writer): same verdict, same batch named."""
+    from kafka.record.util import calc_crc32c
+
+    batch = bytearray(build_batch(_mixed(15), codec=codec, base_offset=300))
+    for _ in range(data.draw(st.integers(1, 4))):
+        batch[data.draw(st.integers(61, len(batch) - 1))] = data.draw(st.integers(0, 255))
+    struct.pack_into(">I", batch, 17, calc_crc32c(bytes(batch[21:])))
+    batches = _batches(bytes(batch))
+    try:
+        expected = _expected(batches)
+    except CorruptDataError as err:
+        with pytest.raises(CorruptDataError) as got_err:
+            decode_arrow(batches, "t", 0, include_headers=True)
+        assert got_err.value.offset == err.offset == 300
+    else:
+        assert _rows(decode_arrow(batches, "t", 0, include_headers=True)) == expected
