@@ -14,7 +14,7 @@ import s3fs
 from harness.moto_s3 import MotoServer
 from harness.s3_faults import FaultPlan, FaultProxy, proxied_options, report
 from storage_core.adapters.store import RemoteStore
-from storage_core.rebuild.run import RebuildOptions, rebuild_log_dir
+from storage_core.jobs.rebuild import RebuildOptions, rebuild_log_dir
 from storage_core.retry import RetryPolicy
 
 from .synthetic import BROKER, TOPIC, format_log_dir, tree, write_tier
