@@ -42,12 +42,12 @@ MODE = os.environ.get("TIERKEEPER_CRASH_TRIALS", "reduced")
 LIFECYCLES = {"reduced": 1, "full": 10}.get(MODE) or int(MODE)
 
 # Kill points per step, with the largest pass count that is always reached by that step on this data
-# (2 partitions of 4+ rolled segments each; retention deletes 2+ segments per partition).
+# (each round adds 2+ rolled segments per partition; retention deletes 2+ segments per partition).
 POINTS: dict[str, dict[str, int]] = {
     "copy": {
-        "copy.segment.started": 6,
-        "copy.log.stored": 6,
-        "copy.segment.finished": 6,
+        "copy.segment.started": 4,
+        "copy.log.stored": 4,
+        "copy.segment.finished": 4,
         "store.request": 40,
     },
     "cleanup": {
