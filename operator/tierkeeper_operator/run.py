@@ -1,14 +1,15 @@
 """Run the operator in this process: the entry point behind ``tierkeeper operator`` and
 ``python -m tierkeeper_operator``.
 
-The operator always runs standalone (no kopf peering): the chart deploys one replica with the
-Recreate strategy, so two operators never handle the same object.
+The operator runs kopf standalone (no peering): the chart deploys one replica with the Recreate
+strategy, so two operators never handle the same object.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class OperatorOptions:
     """e.g. http://0.0.0.0:8080/healthz; None disables the probe endpoint."""
     verbose: bool = False
     """Log at DEBUG level."""
+    cluster_files: tuple[Path, ...] = ()
+    """Cluster configuration files (the chart mounts its ConfigMap of values ``clusters:``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        type=Path,
+        default=[],
+        dest="cluster_files",
+        metavar="CLUSTER.yaml",
+        help="cluster configuration file that clusterRef names resolve against (repeatable)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> OperatorOptions:
@@ -51,6 +63,7 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         all_namespaces=bool(args.all_namespaces),
         liveness_endpoint=args.liveness_endpoint,
         verbose=bool(args.verbose),
+        cluster_files=tuple(args.cluster_files),
     )
 
 
@@ -58,11 +71,13 @@ def run(options: OperatorOptions) -> int:
     """Block until the operator is stopped (SIGTERM/SIGINT); returns the exit code."""
     import kopf  # heavy; imported here so `tierkeeper --help` stays fast
 
+    from storage_core.jobs.standalone import load_clusters
     from tierkeeper_operator.handlers import build_registry
 
+    clusters = load_clusters(options.cluster_files, secrets_allowed=True)
     kopf.configure(verbose=options.verbose)
     kopf.run(
-        registry=build_registry(),
+        registry=build_registry(clusters),
         standalone=True,
         clusterwide=options.all_namespaces,
         namespaces=options.namespaces,

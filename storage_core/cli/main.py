@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "storage_core.cli.recover",
     "storage_core.cli.rebuild",
     "storage_core.cli.fetchers",
+    "storage_core.cli.standalone",
     "tierkeeper_operator.cli",
 )
 

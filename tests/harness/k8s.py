@@ -248,7 +248,12 @@ def _logging_restored() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def running_operator(api: KubeApiServer, timeout: float = 60.0, start_timeout: float = 30.0) -> Iterator[Any]:
+def running_operator(
+    api: KubeApiServer,
+    timeout: float = 60.0,
+    start_timeout: float = 30.0,
+    clusters: Mapping[str, Any] | None = None,
+) -> Iterator[Any]:
     """Run the Tierkeeper operator with ``kopf.testing.KopfRunner`` against ``api``.
 
     The operator gets its own handler registry whose login handler is kopf's kubeconfig login; the
@@ -262,7 +267,7 @@ def running_operator(api: KubeApiServer, timeout: float = 60.0, start_timeout: f
     from tierkeeper_operator import GROUP, VERSION
     from tierkeeper_operator.handlers import build_registry
 
-    registry = build_registry(login=kopf.login_with_kubeconfig)
+    registry = build_registry(clusters, login=kopf.login_with_kubeconfig)
     args = ["run", "--standalone", "--all-namespaces"]
     wanted = {f"{GROUP}/{VERSION}/{plural}" for plural in OPERATOR_PLURALS}
     with (
