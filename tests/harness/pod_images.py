@@ -1,0 +1,70 @@
+"""The process kubelet's image table: which local command stands in for a container image.
+
+A container runs ``command or entrypoint`` followed by ``args or cmd`` (Docker's ENTRYPOINT/CMD rules),
+with the image's environment under the container's. The tag is ignored: whatever tag the pod names,
+the code that runs is the checkout's own. An image missing from the table fails the pod with reason
+``ErrImagePull`` and a message naming the known images; it never runs something else.
+
+Tests add images with ``plane.kubelet.images["name"] = ImageCommand(...)``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ImageCommand:
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    working_dir: str = "/"
+    user: int | None = None  # the image's USER (None: root), used when the pod sets no runAsUser
+    group: int | None = None
+
+
+def repository_of(image: str) -> str:
+    """``docker.io/library/python:3.11@sha256:..`` -> ``python``; ``reg:5000/a/b:1`` -> ``reg:5000/a/b``."""
+    name = image.split("@", 1)[0]
+    last_slash = name.rfind("/")
+    if ":" in name[last_slash + 1 :]:
+        name = name[: name.rfind(":")]
+    for prefix in ("docker.io/library/", "docker.io/", "library/"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    return name
+
+
+def default_images() -> dict[str, ImageCommand]:
+    """Our own images, run from the interpreter's environment (the project's venv under pytest)."""
+    bin_dir = Path(sys.executable).parent
+    path = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    # As the Dockerfile: ENTRYPOINT ["tierkeeper"], CMD ["--help"], USER 10001:10001, WORKDIR /tmp.
+    tierkeeper_env = {"PATH": path, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
+    tierkeeper = ImageCommand(
+        entrypoint=(str(bin_dir / "tierkeeper"),),
+        cmd=("--help",),
+        env=tierkeeper_env,
+        working_dir="/tmp",
+        user=10001,
+        group=10001,
+    )
+    return {
+        "tierkeeper": tierkeeper,
+        # The operator's own entry point, for pods that do not go through the console script.
+        "tierkeeper-operator": ImageCommand(
+            entrypoint=(sys.executable, "-m", "tierkeeper_operator"),
+            env=tierkeeper_env,
+            working_dir="/tmp",
+            user=10001,
+            group=10001,
+        ),
+        # A Python image with the project installed, for test pods that script something (python:3.11 runs
+        # as root with CMD ["python3"]).
+        "python": ImageCommand(
+            cmd=("python3",), env={"PATH": path, "HOME": "/root", "PYTHONUNBUFFERED": "1"}
+        ),
+    }
