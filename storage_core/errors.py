@@ -43,6 +43,11 @@ class CorruptDataError(TierkeeperError):
         self.path = path
 
 
+class DivergentDataError(CorruptDataError):
+    """Two stored copies of the same offsets disagree (e.g. after an unclean leader election); Tierkeeper
+    refuses to choose between them."""
+
+
 class RemoteStoreError(TierkeeperError):
     """The remote tier could not be reached or answered with an error."""
 

@@ -104,6 +104,8 @@ def _print(report: dict[str, Any]) -> None:
                 f"{name}: finished {part['resumed']} interrupted deletes, swept {part['orphans_removed']} "
                 f"orphans, removed {part['duplicates_removed']} duplicate copies"
             )
+        for divergence in part.get("divergent", []):
+            print(f"{name}: kept, needs an operator: {divergence}", file=sys.stderr)
         trim = part.get("local_trim")
         if trim:
             print(

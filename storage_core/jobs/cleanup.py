@@ -177,15 +177,15 @@ def _trim(
     options: CleanupOptions,
 ) -> dict[str, int] | None:
     manifest = catalog.rebuild_manifest(write=False) if options.dry_run else catalog.rebuild_manifest()
-    if not manifest.segments:
+    if manifest.next_offset is None or manifest.end_offset is None:
         return None
-    untiered = _untiered_local_bytes(options.log_dir, tp, manifest.segments[-1].next_offset)
+    untiered = _untiered_local_bytes(options.log_dir, tp, manifest.next_offset)
     target = plan_local_trim(
         manifest.segments, log_start, policy, options.now_ms, untiered_local_bytes=untiered
     )
     if target is None:
         return None
-    trim = {"from": log_start, "to": target, "tiered_end": manifest.segments[-1].end_offset}
+    trim = {"from": log_start, "to": target, "tiered_end": manifest.end_offset}
     if not options.dry_run:
         # Recorded before the call, so a log start we caused is never mistaken for a deletion request.
         state = catalog.read_state()

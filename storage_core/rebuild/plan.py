@@ -3,7 +3,10 @@
 Per partition assigned to the broker, the restored data is a run of COPY_FINISHED remote segments that
 1. lies entirely below the leader's high watermark (committed data the leader still has),
 2. is contiguous (each base offset is the previous segment's next offset) and ends at the newest
-   such segment, so the follower's log is an exact prefix of the leader's,
+   such segment, so the follower's log is an exact prefix of the leader's. Only serving segments count
+   (storage_core/remote/cover.py), restored whole: where two stored segments overlap (a leader change),
+   the chain starts at the later one, because Kafka refuses a log dir with overlapping segments and a
+   restored segment stays byte-identical to the tiered one (the older offsets stay readable remotely),
 3. starts inside the local retention window and not before the leader's log start offset (Kafka would
    delete anything older as soon as the follower fetches).
 
@@ -153,7 +156,8 @@ def resolve_policy(
 
 
 def contiguous_suffix(segments: Sequence[SegmentMetadata]) -> list[SegmentMetadata]:
-    """The newest run of segments without an offset gap (``segments`` in offset order)."""
+    """The newest run of segments without an offset gap or overlap (``segments`` in offset order): each
+    starts exactly at the previous one's next offset."""
     if not segments:
         return []
     i = len(segments) - 1
@@ -216,6 +220,10 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
         )
         return replace(base, note=reason)
 
+    ids = {s.segment_id for s in chosen}
+    clash = next((d for d in manifest.cover().divergences if {d.served, d.other} & ids), None)
+    if clash is not None:
+        raise RebuildRefused(f"{where}: {clash.describe()}; refusing to restore either copy")
     files: list[RestoreFile] = []
     for seg in chosen:
         if SegmentObject.LOG not in seg.objects:
@@ -233,7 +241,7 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
                     )
                 )
     first = chosen[0].base_offset
-    before = next((s for s in manifest.segments if s.next_offset == first), None)
+    before = next((s for s in manifest.finished() if s.next_offset == first), None)
     note = ""
     if before is not None and SegmentObject.PRODUCER_SNAPSHOT in before.objects:
         stored = before.objects[SegmentObject.PRODUCER_SNAPSHOT]

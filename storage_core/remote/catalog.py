@@ -23,7 +23,7 @@ from storage_core.remote.layout import (
     parse_object_name,
     parse_topic_dir,
 )
-from storage_core.remote.metadata import Manifest, PartitionState, SegmentMetadata, readable_segments
+from storage_core.remote.metadata import Manifest, PartitionState, SegmentMetadata
 from storage_core.remote.store_api import ObjectStore
 
 
@@ -144,7 +144,7 @@ class PartitionCatalog:
     def rebuild_manifest(self, listing: PartitionListing | None = None, *, write: bool = True) -> Manifest:
         """Derive the manifest from the markers (reusing stored entries that are still finished)."""
         listing = listing or self.listing()
-        known = {m.segment_id: m for m in (self.read_manifest() or _empty(self.tp)).segments}
+        known = {m.segment_id: m for m in (self.read_manifest() or _empty(self.tp)).finished()}
         finished: list[SegmentMetadata] = []
         for entry in listing.segments.values():
             if entry.state is not SegmentState.COPY_FINISHED:
@@ -156,12 +156,7 @@ class PartitionCatalog:
                 except CorruptDataError:
                     continue  # an unreadable marker is not trusted; the orphan sweep reports it
             finished.append(meta)
-        manifest = Manifest(
-            topic=self.tp.topic,
-            topic_id=self.tp.topic_id,
-            partition=self.tp.partition,
-            segments=readable_segments(finished),
-        )
+        manifest = Manifest.of(self.tp, finished)
         if write:
             self.store.put_atomic(self.layout.manifest_key(self.tp), manifest.model_dump_json().encode())
         return manifest

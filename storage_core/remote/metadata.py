@@ -11,12 +11,12 @@ derived data: rebuilt from the markers whenever it is missing, unreadable or sta
 
 from __future__ import annotations
 
-import bisect
 import uuid
 from collections.abc import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from storage_core.remote.cover import Cover, resolve_cover
 from storage_core.remote.layout import STATE_ORDER, SegmentObject, SegmentState, TopicPartitionId
 
 MANIFEST_VERSION = 1
@@ -78,59 +78,59 @@ def current_states(markers: Iterable[SegmentMetadata]) -> dict[uuid.UUID, Segmen
     return latest
 
 
-def readable_segments(states: Iterable[SegmentMetadata]) -> list[SegmentMetadata]:
-    """COPY_FINISHED segments in offset order, one per offset range.
-
-    Two finished copies of the same broker segment (a retried or concurrent copy) hold identical data;
-    the earliest finished one wins so readers are deterministic. A copy whose range is covered by an
-    earlier one is dropped.
-    """
-    finished = sorted(
-        (m for m in states if m.state is SegmentState.COPY_FINISHED),
-        key=lambda m: (m.base_offset, m.event_time_ms, str(m.segment_id)),
-    )
-    out: list[SegmentMetadata] = []
-    for m in finished:
-        if out and m.end_offset <= out[-1].end_offset:
-            continue
-        out.append(m)
-    return out
-
-
 class Manifest(BaseModel):
-    """The readable (COPY_FINISHED) segments of one partition, ordered by base offset."""
+    """The readable (COPY_FINISHED) segments of one partition, resolved by the cover rule (cover.py).
+
+    ``segments`` are the ones serving at least one offset, in offset order (their end offsets strictly
+    increase); ``shadowed`` the finished ones serving none, kept so divergent copies stay visible and so
+    cleanup knows what it may delete. ``cover()`` says which offsets each segment serves.
+    """
 
     version: int = MANIFEST_VERSION
     topic: str
     topic_id: str
     partition: int
     segments: list[SegmentMetadata] = Field(default_factory=list)
+    shadowed: list[SegmentMetadata] = Field(default_factory=list)
+    _cover: Cover | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of(cls, tp: TopicPartitionId, finished: Iterable[SegmentMetadata]) -> Manifest:
+        """The manifest of ``finished`` segments (any order; only COPY_FINISHED ones count)."""
+        cover = resolve_cover(finished)
+        manifest = cls(
+            topic=tp.topic,
+            topic_id=tp.topic_id,
+            partition=tp.partition,
+            segments=cover.segments,
+            shadowed=list(cover.shadowed),
+        )
+        manifest._cover = cover
+        return manifest
+
+    def cover(self) -> Cover:
+        """The served ranges of this partition (computed once per manifest object)."""
+        if self._cover is None:
+            self._cover = resolve_cover([*self.segments, *self.shadowed])
+        return self._cover
+
+    def finished(self) -> list[SegmentMetadata]:
+        """Every finished segment the manifest knows, serving or shadowed."""
+        return [*self.segments, *self.shadowed]
 
     @property
     def start_offset(self) -> int | None:
-        return self.segments[0].base_offset if self.segments else None
+        return self.cover().start_offset
 
     @property
     def end_offset(self) -> int | None:
         """Last offset held remotely (inclusive), or None when nothing is tiered."""
-        return self.segments[-1].end_offset if self.segments else None
+        return self.cover().end_offset
 
-    def segment_for_offset(self, offset: int) -> int | None:
-        """Index of the first segment whose end offset is >= ``offset`` (binary search), else None."""
-        ends = [s.end_offset for s in self.segments]
-        i = bisect.bisect_left(ends, offset)
-        return i if i < len(self.segments) else None
-
-    def segment_for_timestamp(self, timestamp: int) -> int | None:
-        """Index of the first segment holding a record with timestamp >= ``timestamp``, else None.
-
-        Timestamps are not monotonic across segments, so this is a scan over the manifest (kept in
-        memory, one entry per segment), never over data.
-        """
-        for i, s in enumerate(self.segments):
-            if s.max_timestamp >= timestamp:
-                return i
-        return None
+    @property
+    def next_offset(self) -> int | None:
+        """One past the last tiered offset (None when nothing is tiered): where copying continues."""
+        return self.cover().next_offset
 
 
 class PartitionState(BaseModel):
@@ -139,13 +139,4 @@ class PartitionState(BaseModel):
     local_trim_offset: int | None = Field(
         default=None,
         description="highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)",
-    )
-
-
-def build_manifest(tp: TopicPartitionId, markers: Iterable[SegmentMetadata]) -> Manifest:
-    return Manifest(
-        topic=tp.topic,
-        topic_id=tp.topic_id,
-        partition=tp.partition,
-        segments=readable_segments(current_states(markers).values()),
     )

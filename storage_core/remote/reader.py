@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from storage_core.errors import ConfigError, CorruptDataError, OffsetOutOfRangeError
+from storage_core.errors import ConfigError, CorruptDataError, DivergentDataError, OffsetOutOfRangeError
 from storage_core.formats.checked_batches import iter_checked_batches
 from storage_core.formats.indexes import AbortedTxn, iter_txn_index
 from storage_core.formats.mapped import MappedFile
@@ -34,6 +34,7 @@ from storage_core.formats.remote_index import (
 )
 from storage_core.formats.source import bytes_fetcher
 from storage_core.remote.catalog import PartitionCatalog, list_topics
+from storage_core.remote.cover import Divergence, ServedRange
 from storage_core.remote.index_cache import IndexCache
 from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -133,40 +134,49 @@ class RemoteReader:
         What a broker's remote fetch serves: whole batches as stored (the first may start before
         ``offset``), without decoding records. Control batches are left out, and so are aborted
         transactions' batches under read_committed. ``data`` may be a view of a fetched block or of the
-        mapped object; it stays valid as long as it is held.
+        mapped object; it stays valid as long as it is held. Where stored segments overlap, each batch
+        comes from the segment the cover rule chooses (storage_core/remote/cover.py), so no offset is
+        served twice.
         """
         manifest = self.manifest(tp)
         if manifest.end_offset is None or offset > manifest.end_offset:
             manifest = self.manifest(tp, refresh=True)  # the stored manifest may lag a finished copy
-        if manifest.start_offset is None or manifest.end_offset is None:
+        cover = manifest.cover()
+        if cover.start_offset is None or cover.end_offset is None:
             raise OffsetOutOfRangeError(f"{tp}: nothing is tiered")
-        if offset < manifest.start_offset or offset > manifest.end_offset:
+        if offset < cover.start_offset or offset > cover.end_offset:
             raise OffsetOutOfRangeError(
-                f"{tp}: offset {offset} is outside the remote tier [{manifest.start_offset}, {manifest.end_offset}]"
+                f"{tp}: offset {offset} is outside the remote tier [{cover.start_offset}, {cover.end_offset}]"
             )
-        index = manifest.segment_for_offset(offset)
+        index = cover.index_for_offset(offset)
         assert index is not None
-        for meta in manifest.segments[index:]:
-            start = self._start_position(meta, max(offset, meta.base_offset), None)
+        for served in cover.ranges[index:]:
+            first = max(offset, served.first_offset)
+            start = self._start_position(served.segment, first, None)
             if start is not None:
-                yield from self._segment_batches(meta, start)
+                yield from self._segment_batches(
+                    served, start, cover.divergence_in(first, served.last_offset)
+                )
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
-        """From the first record (in offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
-        manifest = self.manifest(tp, refresh=True)
-        index = manifest.segment_for_timestamp(timestamp)
+        """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
+        cover = self.manifest(tp, refresh=True).cover()
+        index = next((i for i, r in enumerate(cover.ranges) if r.segment.max_timestamp >= timestamp), None)
         if index is None:
             raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
         found: int | None = None  # once the first match is found, everything from it on, in offset order
-        for meta in manifest.segments[index:]:
+        for served in cover.ranges[index:]:
+            # Where the time index points below the range's first offset, _segment_batches skips the batches
+            # the range before served.
             start = (
-                self._start_position(meta, None, timestamp)
+                self._start_position(served.segment, None, timestamp)
                 if found is None
-                else self._start_position(meta, max(found, meta.base_offset), None)
+                else self._start_position(served.segment, max(found, served.first_offset), None)
             )
             if start is None:
                 continue
-            for batch in self._segment_batches(meta, start):
+            divergence = cover.divergence_in(max(found or 0, served.first_offset), served.last_offset)
+            for batch in self._segment_batches(served, start, divergence):
                 for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
                     if found is None:
                         if record.timestamp < timestamp:
@@ -188,7 +198,12 @@ class RemoteReader:
         entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
         return entry.data_id.position
 
-    def _segment_batches(self, meta: SegmentMetadata, start: int) -> Iterator[RawBatch]:
+    def _segment_batches(
+        self, served: ServedRange, start: int, divergence: Divergence | None = None
+    ) -> Iterator[RawBatch]:
+        """The range's batches from byte ``start``; ``divergence``: stored copies disagree from its first
+        offset on, so the read stops with DivergentDataError before serving any of it."""
+        meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
         aborted = (
@@ -198,6 +213,26 @@ class RemoteReader:
         )
         for batch in self._checked_batches(key, meta.objects[SegmentObject.LOG].size, start):
             header = batch.header
+            if header.last_offset < served.first_offset:
+                continue  # served by the range before (overlapping segments)
+            if header.base_offset < served.first_offset:
+                # Replicas hold the leader's batches byte for byte, so the previous range ends on a batch
+                # boundary of this segment too; a batch across it means the two copies are not the same log.
+                raise DivergentDataError(
+                    f"batch {header.base_offset}..{header.last_offset} crosses offset {served.first_offset}, "
+                    "where the segment before it ends: overlapping segments with different batches",
+                    topic=meta.topic,
+                    partition=meta.partition,
+                    offset=served.first_offset,
+                    path=key,
+                )
+            if divergence is not None and header.last_offset >= divergence.first_offset:
+                raise DivergentDataError(
+                    f"refusing to serve {meta.tp}: {divergence.describe()}",
+                    topic=meta.topic,
+                    partition=meta.partition,
+                    offset=divergence.first_offset,
+                )
             if header.is_control:
                 continue
             if (

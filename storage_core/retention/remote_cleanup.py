@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from storage_core.remote.catalog import PartitionCatalog, PartitionListing, SegmentListing
 from storage_core.remote.layout import SegmentState
-from storage_core.remote.metadata import SegmentMetadata, readable_segments
+from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.retention.policy import RetentionPolicy
 from storage_core.retention.remote_plan import (
     DEFAULT_ORPHAN_GRACE_MS,
@@ -31,6 +31,8 @@ class PartitionCleanupResult:
     resumed: int = 0
     orphans_removed: int = 0
     duplicates_removed: int = 0
+    divergent: list[str] = field(default_factory=list)
+    """Overlapping copies that disagree: kept and reported (they stop retention until resolved)."""
     bytes_deleted: int = 0
     remote_start_offset: int | None = None
     dry_run: bool = False
@@ -70,7 +72,7 @@ def cleanup_partition(
     listing = catalog.listing()
     manifest = catalog.rebuild_manifest(listing, write=False)
     plan = plan_remote_cleanup(
-        manifest.segments,
+        manifest.cover(),
         listed_segments(catalog, listing),
         policy,
         now_ms,
@@ -89,13 +91,12 @@ def cleanup_partition(
             }
         )
     result.resumed, result.orphans_removed = len(plan.resume), len(plan.orphans)
-    result.duplicates_removed = len(plan.duplicates)
-    remaining = [
-        m for m in manifest.segments if m.segment_id not in {d.segment.segment_id for d in plan.expire}
-    ]
-    result.remote_start_offset = remaining[0].base_offset if remaining else None
+    result.duplicates_removed, result.divergent = len(plan.duplicates), plan.divergent
+    gone = {d.segment.segment_id for d in plan.expire} | {d.segment_id for d in plan.duplicates}
+    remaining = Manifest.of(catalog.tp, [m for m in manifest.finished() if m.segment_id not in gone])
+    result.remote_start_offset = remaining.start_offset
     if not dry_run:
-        result.bytes_deleted = _execute(catalog, listing, plan, manifest.segments, now_ms)
+        result.bytes_deleted = _execute(catalog, listing, plan, manifest.finished(), now_ms)
     return result
 
 
@@ -111,12 +112,9 @@ def _execute(
         to_delete.append(catalog.read_marker(seg.base_offset, seg.segment_id, SegmentState.COPY_FINISHED))
     for meta in to_delete:
         catalog.write_marker(meta.with_state(SegmentState.DELETE_STARTED, now_ms))
-    if plan.expire:
+    if to_delete:
         gone = {m.segment_id for m in to_delete}
-        manifest = catalog.rebuild_manifest(listing, write=False)
-        manifest = manifest.model_copy(
-            update={"segments": readable_segments([m for m in finished if m.segment_id not in gone])}
-        )
+        manifest = Manifest.of(catalog.tp, [m for m in finished if m.segment_id not in gone])
         catalog.store.put_atomic(catalog.layout.manifest_key(catalog.tp), manifest.model_dump_json().encode())
     deleted = 0
     for meta in to_delete:
@@ -153,7 +151,7 @@ def delete_partition_tier(catalog: PartitionCatalog, *, now_ms: int | None = Non
     """Delete everything of one remote partition (a topic's tier being removed); idempotent."""
     now_ms = _now_ms() if now_ms is None else now_ms
     listing = catalog.listing()
-    finished = catalog.rebuild_manifest(listing, write=False).segments
+    finished = catalog.rebuild_manifest(listing, write=False).finished()
     for meta in finished:
         catalog.write_marker(meta.with_state(SegmentState.DELETE_STARTED, now_ms))
     catalog.store.delete([catalog.layout.manifest_key(catalog.tp)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from storage_core.remote.cover import Cover
 from storage_core.remote.layout import SegmentState
 from storage_core.remote.metadata import SegmentMetadata
 from storage_core.retention.policy import RetentionPolicy, SegmentSummary, expired_prefix
@@ -44,8 +45,11 @@ class RemoteCleanupPlan:
     orphans: list[ListedSegment] = field(default_factory=list)
     """COPY_STARTED attempts and marker-less objects older than the grace period."""
     duplicates: list[ListedSegment] = field(default_factory=list)
-    """Finished copies shadowed by another finished copy of the same data (a retried or concurrent
-    copy); deleted through DELETE_STARTED like any finished segment, never by the sweep."""
+    """Finished copies serving no offset (cover.py: a retried or concurrent copy, or a new leader's copy
+    holding every offset of them); deleted through DELETE_STARTED like any finished segment, never by the
+    sweep, and never while their data disagrees with the serving copy."""
+    divergent: list[str] = field(default_factory=list)
+    """Overlapping copies that disagree (Cover.divergences): kept, reported, and they stop retention."""
 
     @property
     def empty(self) -> bool:
@@ -53,7 +57,7 @@ class RemoteCleanupPlan:
 
 
 def plan_remote_cleanup(
-    finished: list[SegmentMetadata],
+    cover: Cover,
     listed: list[ListedSegment],
     policy: RetentionPolicy,
     now_ms: int,
@@ -61,30 +65,48 @@ def plan_remote_cleanup(
     log_start_offset: int | None = None,
     orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
 ) -> RemoteCleanupPlan:
-    """``finished`` are the readable segments in offset order (the manifest); ``log_start_offset`` is a
-    logical start below which remote data is deleted (None: no such limit)."""
+    """``cover`` is the partition's finished segments resolved into served ranges (cover.py);
+    ``log_start_offset`` is a logical start below which remote data is deleted (None: no such limit).
+
+    Retention looks at the offsets each segment serves, and deletes a prefix of the serving segments: the
+    first kept segment then serves from its own base offset, so an offset still needed is never held only
+    by a deleted segment. Segments whose copies disagree (``Cover.divergences``) are never deleted, nor
+    anything after them, until an operator resolves the disagreement."""
     plan = RemoteCleanupPlan()
+    ranges = cover.ranges
     summaries = [
-        SegmentSummary(m.base_offset, m.end_offset + 1, m.max_timestamp, m.size_bytes) for m in finished
+        SegmentSummary(r.first_offset, r.last_offset + 1, r.segment.max_timestamp, r.segment.size_bytes)
+        for r in ranges
     ]
     n_retention = expired_prefix(summaries, policy, now_ms)
     n_start = 0
     if log_start_offset is not None:
-        while n_start < len(finished) and finished[n_start].end_offset < log_start_offset:
+        while n_start < len(ranges) and ranges[n_start].last_offset < log_start_offset:
             n_start += 1
-    for i, meta in enumerate(finished[: max(n_retention, n_start)]):
-        reason = _reason(meta, policy, now_ms, i < n_start, log_start_offset)
-        plan.expire.append(Deletion(meta, reason))
-    readable = {m.segment_id for m in finished}
+        # A segment still serving needed offsets may go too when the next one holds all of them from the
+        # log start on (overlapping copies): once it is deleted, the next one serves from its own base.
+        while n_start + 1 < len(ranges) and ranges[n_start + 1].segment.base_offset <= log_start_offset:
+            n_start += 1
+    divergent = cover.divergent_segments()
+    n = max(n_retention, n_start)
+    held = next((i for i, r in enumerate(ranges[:n]) if r.segment.segment_id in divergent), None)
+    if held is not None:
+        n = held
+    plan.divergent = [d.describe() for d in cover.divergences]
+    for i, served in enumerate(ranges[:n]):
+        reason = _reason(served.segment, policy, now_ms, i < n_start, log_start_offset)
+        plan.expire.append(Deletion(served.segment, reason))
+    serving = {r.segment.segment_id for r in ranges}
     for seg in listed:
         if seg.state is SegmentState.DELETE_STARTED or (
             seg.state is SegmentState.DELETE_FINISHED and seg.leftovers
         ):
             plan.resume.append(seg)
-        elif seg.segment_id in readable or seg.state is SegmentState.DELETE_FINISHED:
+        elif seg.segment_id in serving or seg.state is SegmentState.DELETE_FINISHED:
             continue
         elif seg.state is SegmentState.COPY_FINISHED:
-            plan.duplicates.append(seg)
+            if seg.segment_id not in divergent:
+                plan.duplicates.append(seg)
         elif (
             seg.state in (SegmentState.COPY_STARTED, None)
             and seg.modified_ms is not None

@@ -21,7 +21,7 @@ from storage_core.formats.segment_files import TopicPartition
 from storage_core.logdir import LocalSegment, LogDir
 from storage_core.remote.catalog import PartitionCatalog
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
-from storage_core.remote.metadata import Manifest, SegmentMetadata, readable_segments
+from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.store_api import ObjectStore
 from storage_core.tiering.copy import Progress, SegmentCopier, SegmentCopy, StoredSegment
 from storage_core.tiering.plan import CopyTask, SegmentSpan, plan_copies
@@ -77,7 +77,9 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
             "high watermark is known, so no segment can be proven safe to copy"
         )
     segments = pdir.segments()
-    remote_next = manifest.segments[-1].next_offset if manifest.segments else None
+    # After a leader change the local segment holding remote_next usually starts below it: it is copied
+    # whole (byte-identical) and the overlap is resolved by every reader (storage_core/remote/cover.py).
+    remote_next = manifest.next_offset
     decision = plan_copies([s.base_offset for s in segments], stable, remote_next)
     result.already_tiered, result.held_back = decision.skipped_tiered, decision.held_back
     copier = SegmentCopier(
@@ -183,7 +185,7 @@ class _Publisher:
 
     def __init__(self, catalog: PartitionCatalog, manifest: Manifest, result: PartitionCopyResult) -> None:
         self._catalog, self.manifest, self._result = catalog, manifest, result
-        self._finished: list[SegmentMetadata] = list(manifest.segments)
+        self._finished: list[SegmentMetadata] = manifest.finished()
         self._unwritten = 0
         self._next_write = 0.0
 
@@ -202,7 +204,7 @@ class _Publisher:
         if not self._unwritten:
             return
         started = time.monotonic()
-        self.manifest = self.manifest.model_copy(update={"segments": readable_segments(self._finished)})
+        self.manifest = Manifest.of(self._catalog.tp, self._finished)
         try:
             self._catalog.store.put_atomic(
                 self._catalog.layout.manifest_key(self._catalog.tp), self.manifest.model_dump_json().encode()
