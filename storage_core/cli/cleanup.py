@@ -7,7 +7,13 @@ import sys
 import time
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, emit_json, open_store
+from storage_core.cli.common import (
+    add_remote_args,
+    add_result_file_arg,
+    emit_json,
+    open_store,
+    write_result_file,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -57,6 +63,7 @@ def register(subparsers: Any) -> None:
         "--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing"
     )
     p.add_argument("--json", action="store_true", help="machine-readable report")
+    add_result_file_arg(p)
     add_remote_args(p)
     p.set_defaults(handler=run)
 
@@ -82,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
             now_ms=int(time.time() * 1000),
         )
         report = run_cleanup(store, options)
+    if args.result_file:
+        from storage_core.reconcile.results import encode_cleanup
+
+        write_result_file(args.result_file, encode_cleanup(report))
     if args.json:
         emit_json(report)
     else:

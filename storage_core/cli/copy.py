@@ -11,12 +11,14 @@ from typing import Any
 from storage_core.cli.common import (
     add_rate_limit_arg,
     add_remote_args,
+    add_result_file_arg,
     emit_json,
     open_store,
     progress_bar,
     rate_limiter,
     require_positive,
     storage_options,
+    write_result_file,
 )
 
 
@@ -34,6 +36,13 @@ def register(subparsers: Any) -> None:
         help="Kafka to ask for last stable offsets (needed for transactional topics)",
     )
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
+    p.add_argument(
+        "--assignment",
+        action="append",
+        metavar="TOPIC=P[,P...]",
+        help="copy exactly these partitions of TOPIC (repeatable; what the operator's copy Jobs pass for "
+        "the partitions their broker leads); a listed partition missing from the log dir fails",
+    )
     p.add_argument("--broker-id", type=int, help="recorded in the segment metadata")
     p.add_argument("--parallelism", type=int, default=4, help="partitions copied at once (default 4)")
     p.add_argument(
@@ -57,6 +66,7 @@ def register(subparsers: Any) -> None:
         "so use it only where the target's durability comes from elsewhere)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    add_result_file_arg(p)
     add_remote_args(p)
     p.set_defaults(handler=run)
 
@@ -70,29 +80,32 @@ def run(args: argparse.Namespace) -> int:
     require_positive(args, "parallelism", "segments_in_flight")
     limiter = rate_limiter(args)
     store = open_store(args, fsync=not args.no_fsync)
+    from storage_core.formats.segment_files import TopicPartition
+
     log_dir = LogDir(args.log_dir)
-    partitions = log_dir.partitions(set(args.topic) if args.topic else None)
+    if args.assignment:
+        wanted = parse_assignments(args.assignment)
+    else:
+        wanted = [(p.topic, p.partition) for p in log_dir.partitions(set(args.topic) if args.topic else None)]
     checkpoints = log_dir.checkpoints()
     lso: dict[tuple[str, int], int] = {}
     if args.bootstrap_servers:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
-        lso = KafkaAdmin(args.bootstrap_servers).last_stable_offsets(
-            [(p.topic, p.partition) for p in partitions]
-        )
+        lso = KafkaAdmin(args.bootstrap_servers).last_stable_offsets(wanted)
     tasks = [
         CopyTask(
             log_dir=str(log_dir.path),
-            topic=p.topic,
-            partition=p.partition,
+            topic=topic,
+            partition=partition,
             remote_url=args.remote,
             storage_options=storage_options(args),
-            last_stable_offset=lso.get((p.topic, p.partition)),
-            high_watermark=checkpoints.high_watermarks.get(p.tp),
+            last_stable_offset=lso.get((topic, partition)),
+            high_watermark=checkpoints.high_watermarks.get(TopicPartition(topic, partition)),
             broker_id=args.broker_id,
             segments_in_flight=args.segments_in_flight,
         )
-        for p in partitions
+        for topic, partition in wanted
     ]
     lock = threading.Lock()
     with progress_bar(total=None, desc="copy", enabled=not args.json) as bar:
@@ -105,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
             results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
     failed = [r for r in results if r.error]
+    if args.result_file:
+        from storage_core.reconcile.results import encode_copy
+
+        write_result_file(args.result_file, encode_copy([r.__dict__ for r in results]))
     if args.json:
         emit_json(
             {
@@ -123,3 +140,20 @@ def run(args: argparse.Namespace) -> int:
         reason = r.error if (r.error or "").startswith(where) else f"{where}: {r.error}"
         print(f"tierkeeper copy: error: {reason}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def parse_assignments(values: list[str]) -> list[tuple[str, int]]:
+    """``["orders=0,3", "events=1"]`` -> ``[("orders", 0), ("orders", 3), ("events", 1)]``."""
+    from storage_core.errors import ConfigError
+
+    out: list[tuple[str, int]] = []
+    for value in values:
+        topic, sep, numbers = value.rpartition("=")
+        try:
+            partitions = [int(n) for n in numbers.split(",")]
+        except ValueError:
+            partitions = []
+        if not sep or not topic or not partitions or min(partitions) < 0:
+            raise ConfigError(f"--assignment {value!r}: expected TOPIC=P[,P...] with partition numbers >= 0")
+        out += [(topic, p) for p in partitions]
+    return out
