@@ -58,9 +58,15 @@ def status_patch(
     """The ``status`` fields to patch for the object as it is now, and the health they say."""
     parsed = parse_spec(model, spec)
     health = admission(parsed.value, parsed.problem, clusters)  # type: ignore[arg-type]
+    previous = _previous_conditions(status)
     if health is None:
+        if any(c.type == "Ready" for c in previous) and not any(c.type == "Stalled" for c in previous):
+            # Usable, and the reconcile round already judged it: leave the conditions and
+            # observedGeneration to the round, so a spec edit does not flap Ready (kstatus reads the
+            # stale observedGeneration as InProgress until the round has seen the new spec).
+            return {}, Health(True, "Unchanged", "left to the reconcile round")
         health = usable
-    conditions = conditions_for(health, generation, _previous_conditions(status), now)
+    conditions = conditions_for(health, generation, previous, now)
     fields = ResourceStatus(observed_generation=generation, message=health.message, conditions=conditions)
     patch = fields.model_dump(by_alias=True, mode="json")
     return patch, health
@@ -88,7 +94,8 @@ def _changed(
         status,
         datetime.datetime.now(datetime.UTC),
     )
-    patch.setdefault("status", {}).update(fields)
+    if fields:
+        patch.setdefault("status", {}).update(fields)
     if health.stalled:
         logger.warning("%s: %s", health.reason, health.message)
         kopf.warn(body, reason=health.reason, message=health.message)
@@ -99,6 +106,9 @@ def _changed(
 def build_registry(
     clusters: Mapping[str, KafkaClusterConfig] | None = None,
     login: Callable[..., Any] = kopf.login_via_client,
+    reconcile_interval: float | None = None,
+    namespaces: tuple[str, ...] = (),
+    metrics_port: int | None = None,
 ) -> kopf.OperatorRegistry:
     """A registry holding every Tierkeeper handler and one login handler.
 
@@ -109,6 +119,10 @@ def build_registry(
 
     Each resource handler runs on create, on update (spec or metadata changed; status changes do
     not trigger it), and on resume (operator restart), so every object gets a current status.
+
+    ``reconcile_interval``: seconds between reconcile rounds (:mod:`tierkeeper_operator.loop`: Kafka
+    observed, Jobs run, status written), run on a thread started at startup and stopped at cleanup;
+    None runs no rounds (the handlers alone). ``metrics_port``: serve /metrics there.
     """
     known = dict(clusters or {})
     registry = kopf.OperatorRegistry()
@@ -117,8 +131,18 @@ def build_registry(
     def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
         configure(settings, **kwargs)
         memo["clusters"] = known
+        if reconcile_interval is not None:
+            from tierkeeper_operator.background import start_rounds
+
+            memo["rounds"] = start_rounds(known, reconcile_interval, namespaces, metrics_port)
+
+    def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        rounds = memo.get("rounds")
+        if rounds is not None:
+            rounds.stop()
 
     kopf.on.startup(registry=registry)(startup)
+    kopf.on.cleanup(registry=registry)(cleanup)
     for plural, model, usable in (
         ("tieredtopics", TieredTopicSpec, PENDING),
         ("tieredbrokers", TieredBrokerSpec, BROKER_USABLE),

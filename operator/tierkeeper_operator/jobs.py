@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,7 +252,7 @@ def job_state(job: Mapping[str, Any]) -> str:
     return "Running"
 
 
-def termination_message(pods: list[Mapping[str, Any]]) -> str | None:
+def termination_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """The result the Job's last finished pod left (None when no pod left one)."""
     finished = []
     for pod in pods:

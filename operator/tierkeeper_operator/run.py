@@ -26,6 +26,10 @@ class OperatorOptions:
     """Log at DEBUG level."""
     cluster_files: tuple[Path, ...] = ()
     """Cluster configuration files (the chart mounts its ConfigMap of values ``clusters:``)."""
+    reconcile_interval: float = 30.0
+    """Seconds between reconcile rounds (Kafka observed, Jobs run, status written)."""
+    metrics_port: int | None = None
+    """Serve Prometheus /metrics on this port; None: no metrics endpoint."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CLUSTER.yaml",
         help="cluster configuration file that clusterRef names resolve against (repeatable)",
     )
+    parser.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds between reconcile rounds (default 30); each topic's copy and cleanup intervals "
+        "decide what runs",
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> OperatorOptions:
@@ -64,6 +79,8 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         liveness_endpoint=args.liveness_endpoint,
         verbose=bool(args.verbose),
         cluster_files=tuple(args.cluster_files),
+        reconcile_interval=float(args.reconcile_interval),
+        metrics_port=args.metrics_port,
     )
 
 
@@ -77,7 +94,12 @@ def run(options: OperatorOptions) -> int:
     clusters = load_clusters(options.cluster_files, secrets_allowed=True)
     kopf.configure(verbose=options.verbose)
     kopf.run(
-        registry=build_registry(clusters),
+        registry=build_registry(
+            clusters,
+            reconcile_interval=options.reconcile_interval,
+            namespaces=options.namespaces,
+            metrics_port=options.metrics_port,
+        ),
         standalone=True,
         clusterwide=options.all_namespaces,
         namespaces=options.namespaces,
