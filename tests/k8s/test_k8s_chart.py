@@ -93,7 +93,7 @@ def test_deployment_runs_non_root_on_a_read_only_root() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/tmp"}
+    assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/tmp", "/etc/tierkeeper/clusters"}
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     sa = only(render(), "ServiceAccount")["metadata"]["name"]
