@@ -89,7 +89,9 @@ def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
 def _remote_args(cluster: KafkaClusterConfig) -> list[str]:
     args = ["--remote", cluster.remote.url]
     for key, value in sorted(cluster.remote.storage_options.items()):
-        args += ["--storage-option", f"{key}={value}"]
+        # The CLI reads a value as JSON when it parses (nested options such as client_kwargs).
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        args += ["--storage-option", f"{key}={text}"]
     return args
 
 

@@ -8,7 +8,7 @@ Secrets are referenced by name and resolved in the namespace of the Job that nee
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -31,14 +31,15 @@ class RemoteStorage(ApiModel):
         description="fsspec URL of the remote tier's root, e.g. s3://bucket/prefix, gs://bucket/prefix, "
         "file:///mnt/tier. Every topic of the cluster lives under it (topic name and id in the path)."
     )
-    storage_options: dict[str, str] = Field(
+    storage_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Non-secret fsspec storage options, e.g. endpoint_url or region_name.",
+        description="Non-secret fsspec storage options, e.g. client_kwargs: {endpoint_url: ...}.",
     )
     storage_options_secret_ref: SecretRef | None = Field(
         default=None,
-        description="Secret whose keys are merged into the storage options (credentials such as key and "
-        "secret); omit to use the pod's ambient identity.",
+        description="Secret whose keys become environment variables of the Jobs, where the storage "
+        "provider reads its credentials (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); omit to use the "
+        "pods' ambient identity.",
     )
 
 
