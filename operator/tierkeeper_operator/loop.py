@@ -118,10 +118,12 @@ class Reconciler:
         message = termination_message(self.kube.job_pods(meta["namespace"], meta["name"]))
         now = self.clock()
         name = meta["name"]
-        failure = None if state == "Succeeded" else f"Job {name} failed"
+        # A readable result speaks for itself (per-partition errors); without one the whole run failed.
+        failure = None
         if kind == "copy":
             by_topic, problem = decode_copy(message or "")
-            failure = failure if problem is None else f"{failure or f'Job {name}'}: {problem}"
+            if problem is not None:
+                failure = f"Job {name} {state.lower()}: {problem}"
             all_rows = [row for rows in by_topic.values() for row in rows]
             for key, topic, _ in work_of(job):
                 if key in topics:
@@ -137,22 +139,25 @@ class Reconciler:
                 )
         elif kind == "cleanup":
             report, problem = decode_cleanup(message or "")
-            failure = failure if problem is None else f"{failure or f'Job {name}'}: {problem}"
+            if problem is not None:
+                failure = f"Job {name} {state.lower()}: {problem}"
             for key, _, _ in work_of(job):
                 if key in topics:
                     topics[key] = outcomes.topic_after_cleanup(
                         topics[key], report, now, job=name, failure=failure
                     )
-        self.metrics.jobs.labels(kind=kind or "unknown", result="Failed" if failure else "Succeeded").inc()
+        self.metrics.jobs.labels(kind=kind or "unknown", result=state).inc()
         for key, _, _ in work_of(job):
-            obj = objects.get(key)
-            if obj is not None:
+            obj, status = objects.get(key), topics.get(key)
+            outcome = None if status is None else status.last_copy if kind == "copy" else status.last_cleanup
+            if obj is not None and outcome is not None:
+                failed = outcome.result == "Failed"
                 self._event(
                     obj,
                     "TieredTopic",
-                    "Warning" if failure else "Normal",
-                    f"{(kind or 'job').capitalize()}{'Failed' if failure else 'Succeeded'}",
-                    failure or f"Job {name} succeeded",
+                    "Warning" if failed else "Normal",
+                    f"{(kind or 'job').capitalize()}{outcome.result}",
+                    f"Job {name}: {outcome.message}",
                 )
         self.kube.annotate_job(meta["namespace"], name, {ANNOTATION_RECORDED: "true"})
 
