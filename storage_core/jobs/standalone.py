@@ -173,21 +173,26 @@ class Standalone:
         for copy in first.copies:
             self._run_copy(copy)
             report.copies.append(copy)
-        for cleanup in first.cleanups:
+        # Planned again with the copies' outcomes (same observations): cleanups follow the copies they
+        # trim behind, in the same round.
+        after_copies = self._replan(topics, brokers)
+        for cleanup in after_copies.cleanups:
             self._run_cleanup(cleanup)
             report.cleanups.append(cleanup)
-        # Same observations, new run outcomes: the conditions and messages the round ends with.
-        final = plan(
+        final = self._replan(topics, brokers)  # the conditions and messages the round ends with
+        self._store(final)
+        report.plan = final
+        report.events.extend(e for e in final.events if e not in report.events)
+        return report
+
+    def _replan(self, topics: list[TopicInput], brokers: list[BrokerInput]) -> Plan:
+        return plan(
             self.clusters,
             [replace(t, status=self.topic_status[t.key]) for t in topics],
             [replace(b, status=self.broker_status[b.key]) for b in brokers],
             RunningWork(),
             self.clock(),
         )
-        self._store(final)
-        report.plan = final
-        report.events.extend(e for e in final.events if e not in report.events)
-        return report
 
     def _store(self, planned: Plan) -> None:
         self.topic_status.update(planned.topic_status)

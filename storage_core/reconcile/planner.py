@@ -11,7 +11,8 @@ Rules:
 - Copies: every partition is copied by one writer at a time, from its current leader's log dir. One copy
   action per broker per round covers the due partitions that broker leads, over all topics; none is
   planned for a broker whose previous copy still runs.
-- Cleanup (remote retention, orphan sweep, local trim): per topic, on its own interval, one at a time.
+- Cleanup (remote retention, orphan sweep, local trim): per topic, on its own interval, one at a time,
+  from the first finished copy round on.
 - Conditions (kstatus): Reconciling until the topic's first copy round finished; Stalled while a
   refusal or the last run's failure stands; Ready otherwise. Scheduled rounds change neither.
 """
@@ -235,8 +236,12 @@ def plan(
             for broker_id, partitions in sorted(leaders.by_broker.items()):
                 if (cluster, broker_id) not in running.copy_brokers:
                     copy_work[(cluster, broker_id)].append(TopicPartitions(topic.key, spec.topic, partitions))
-        if topic.key not in running.cleanup_topics and interval_due(
-            spec.cleanup.interval_seconds, topic.status.last_cleanup, now
+        # Cleanup starts once a copy round has finished: before that there is nothing tiered to trim
+        # behind, and a cleanup racing the first copies would spend its interval on nothing.
+        if (
+            topic.status.last_copy is not None
+            and topic.key not in running.cleanup_topics
+            and interval_due(spec.cleanup.interval_seconds, topic.status.last_cleanup, now)
         ):
             result.cleanups.append(CleanupAction(cluster, topic.key, spec.topic, spec))
     for (cluster, broker_id), work in sorted(copy_work.items()):

@@ -88,13 +88,20 @@ class ControlPlane:
     url: str = field(default="", init=False)
     admin_token: str = field(default_factory=lambda: secrets.token_hex(24), init=False)
     pki: Pki | None = field(default=None, init=False)
-    kubelet: ProcessKubelet | None = field(default=None, init=False)
+    _kubelet: ProcessKubelet | None = field(default=None, init=False)
     _etcd: Etcd | None = field(default=None, init=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
 
     @property
     def kubeconfig(self) -> Path:
         return self.workdir / "admin.kubeconfig"
+
+    @property
+    def kubelet(self) -> ProcessKubelet:
+        """The process kubelet running this control plane's pods (logs, pids, the image table)."""
+        if self._kubelet is None:
+            raise HarnessError("the control plane is not running: no kubelet")
+        return self._kubelet
 
     @property
     def ca_cert(self) -> Path:
@@ -113,7 +120,7 @@ class ControlPlane:
             self._etcd = Etcd(self.workdir / "etcd").start()
             self._start_apiserver(binaries, timeout)
             self._start_controller_manager(binaries, timeout)
-            self.kubelet = ProcessKubelet(self.workdir / "kubelet", api=self, nodes=self.nodes).start()
+            self._kubelet = ProcessKubelet(self.workdir / "kubelet", api=self, nodes=self.nodes).start()
             self._wait_for_controllers(timeout)
         except BaseException:
             self.stop()
@@ -244,9 +251,9 @@ class ControlPlane:
         )
 
     def stop(self) -> None:
-        if self.kubelet is not None:
-            self.kubelet.stop()
-            self.kubelet = None
+        if self._kubelet is not None:
+            self._kubelet.stop()
+            self._kubelet = None
         for name in ("kube-controller-manager", "kube-apiserver"):
             proc = self._procs.pop(name, None)
             if proc is not None:
@@ -371,7 +378,8 @@ class ControlPlane:
                 current = self.request(
                     "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                 )
-                conditions = {c["type"]: c["status"] for c in current.get("status", {}).get("conditions", [])}
+                listed = (current.get("status") or {}).get("conditions") or []  # null just after creation
+                conditions = {c["type"]: c["status"] for c in listed}
                 if conditions.get("Established") == "True":
                     break
                 if time.monotonic() > deadline:

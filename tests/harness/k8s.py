@@ -1,4 +1,6 @@
-"""A Kubernetes API for tests: kmock's emulator on 127.0.0.1 with the project's CRDs registered.
+"""A Kubernetes API emulator for tests that need an API fault a real server cannot be made to produce:
+kmock's emulator on 127.0.0.1 with the project's CRDs registered. Everything else runs against the real
+control plane (:mod:`harness.control_plane`); ``running_operator`` and ``wait_until`` serve both.
 
 kmock keeps objects in memory and serves discovery, list, watch, create, patch and delete. A real
 API server also fills some fields itself; :class:`TierkeeperEmulator` adds the ones the operator and
@@ -25,7 +27,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import kmock
@@ -48,8 +50,9 @@ class TierkeeperEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: kmock.Request) -> Any:
         if request.action == kmock.action.LIST and request.params.get("watch", "").lower() in ("true", "1"):
-            # The API server parses booleans leniently; the Python client sends watch=True, kmock wants "true".
-            # kmock routes a request by its identity in the request log (a private list), so swap it there too.
+            # The API server parses booleans leniently; the Python client sends watch=True, kmock wants
+            # "true". kmock routes a request by its identity in the request log (a private list), so swap
+            # it there too.
             watch_request = attrs.evolve(request, action=kmock.action.WATCH)
             self._requests[:] = [watch_request if r is request else r for r in self._requests]
             request = watch_request
@@ -232,6 +235,15 @@ class KubeApiServer:
         return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
 
 
+class OperatorTarget(Protocol):
+    """What ``running_operator`` needs of an API server: a kubeconfig, and which resources are watched."""
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    def watched(self) -> set[str]: ...
+
+
 @contextlib.contextmanager
 def _logging_restored() -> Iterator[None]:
     # `kopf run` configures logging process-wide (root handler and level, the asyncio logger), as a
@@ -249,12 +261,13 @@ def _logging_restored() -> Iterator[None]:
 
 @contextlib.contextmanager
 def running_operator(
-    api: KubeApiServer,
+    api: OperatorTarget,
     timeout: float = 60.0,
     start_timeout: float = 30.0,
     clusters: Mapping[str, Any] | None = None,
 ) -> Iterator[Any]:
-    """Run the Tierkeeper operator with ``kopf.testing.KopfRunner`` against ``api``.
+    """Run the Tierkeeper operator with ``kopf.testing.KopfRunner`` against ``api`` (the harness's
+    :class:`~harness.control_plane.ControlPlane`, or this module's kmock server).
 
     The operator gets its own handler registry whose login handler is kopf's kubeconfig login; the
     runner's ``env`` points ``KUBECONFIG`` at the emulator only while the operator runs. Failures of

@@ -10,11 +10,13 @@ and runs the pods bound to its nodes as local processes through :class:`harness.
 - volumes (emptyDir, hostPath, PVC bound to a hostPath/local PersistentVolume, secret, configMap,
   downwardAPI, projected with ServiceAccount tokens from the TokenRequest API) are host directories
   bind-mounted at their mountPath in a private mount namespace per container, read-only where asked;
-- runAsUser/runAsGroup/fsGroup/supplementalGroups and runAsNonRoot are honoured; everything else of the
-  security context, resource limits, probes and networking is not (every pod shares the host's
-  network as 127.0.0.1; there is no kube-proxy).
+- runAsUser/runAsGroup/fsGroup/supplementalGroups, runAsNonRoot and readOnlyRootFilesystem are
+  honoured; everything else of the security context, resource limits, probes and networking is not
+  (every pod shares the host's network as 127.0.0.1; there is no kube-proxy);
+- restartPolicy Always/OnFailure/Never with a capped back-off; ServiceAccount tokens are requested once
+  per container start (1 h by default) and not refreshed.
 
-Logs: ``kubelet.logs(namespace, pod, container)``.
+Logs: ``kubelet.logs(namespace, pod, container)``; ``pid_of`` and ``exit_code_of`` the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from harness.k8s_version import KUBERNETES_VERSION
 from harness.kafka_dist import HarnessError
 from harness.kube_rest import ApiError, KubeRest
 from harness.pod_images import ImageCommand, default_images
-from harness.pod_worker import PodWorker, now, pod_is_terminal
+from harness.pod_worker import ContainerRecord, PodWorker, now, pod_is_terminal
 
 if TYPE_CHECKING:
     from harness.control_plane import ControlPlane
@@ -47,7 +49,9 @@ class ProcessKubelet:
     node_names: list[str] = field(default_factory=list, init=False)
     _workers: dict[str, PodWorker] = field(default_factory=dict, init=False)
     _bound: set[str] = field(default_factory=set, init=False)
-    _logs: dict[tuple[str, str, str], list[Path]] = field(default_factory=dict, init=False)
+    _runs: dict[tuple[str, str, str], list[tuple[Path, ContainerRecord]]] = field(
+        default_factory=dict, init=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _stopping: threading.Event = field(default_factory=threading.Event, init=False)
     _watcher: threading.Thread | None = field(default=None, init=False)
@@ -256,17 +260,31 @@ class ProcessKubelet:
     def pod_directory(self, namespace: str, name: str, uid: str) -> Path:
         return self.workdir / "pods" / f"{namespace}_{name}_{uid}"
 
-    def note_log(self, meta: dict[str, Any], container: str, path: Path) -> None:
+    def note_run(self, meta: dict[str, Any], record: ContainerRecord, log: Path) -> None:
         with self._lock:
-            self._logs.setdefault((meta["namespace"], meta["name"], container), []).append(path)
+            self._runs.setdefault((meta["namespace"], meta["name"], record.name), []).append((log, record))
+
+    def _run(self, namespace: str, pod: str, container: str, previous: bool) -> tuple[Path, ContainerRecord]:
+        with self._lock:
+            runs = list(self._runs.get((namespace, pod, container), []))
+        index = -2 if previous else -1
+        if len(runs) < -index:
+            kind = "previous run" if previous else "run"
+            raise HarnessError(f"no {kind} of container {container} of pod {namespace}/{pod} on this kubelet")
+        return runs[index]
 
     def logs(self, namespace: str, pod: str, container: str, *, previous: bool = False) -> str:
         """stdout and stderr of the container's current run (``previous``: the run before it)."""
-        with self._lock:
-            runs = list(self._logs.get((namespace, pod, container), []))
-        index = -2 if previous else -1
-        if len(runs) < -index:
-            raise HarnessError(
-                f"no {'previous ' if previous else ''}log of {namespace}/{pod} container {container}"
-            )
-        return runs[index].read_text(errors="replace")
+        return self._run(namespace, pod, container, previous)[0].read_text(errors="replace")
+
+    def pid_of(self, namespace: str, pod: str, container: str) -> int:
+        """Process id of the container's current run (the process group leader)."""
+        proc = self._run(namespace, pod, container, False)[1].proc
+        if proc is None:
+            raise HarnessError(f"container {container} of pod {namespace}/{pod} has not started")
+        return proc.pid
+
+    def exit_code_of(self, namespace: str, pod: str, container: str) -> int | None:
+        """Exit code of the container's current run, None while it runs."""
+        state = self._run(namespace, pod, container, False)[1].state
+        return state["terminated"]["exitCode"] if "terminated" in state else None

@@ -3,7 +3,9 @@
 A container runs ``command or entrypoint`` followed by ``args or cmd`` (Docker's ENTRYPOINT/CMD rules),
 with the image's environment under the container's. The tag is ignored: whatever tag the pod names,
 the code that runs is the checkout's own. An image missing from the table fails the pod with reason
-``ErrImagePull`` and a message naming the known images; it never runs something else.
+``ErrImagePull`` and a message naming the known images (under restartPolicy Always the pod stays
+Pending with that container state instead, as a kubelet keeps retrying the pull); it never runs
+something else.
 
 Tests add images with ``plane.kubelet.images["name"] = ImageCommand(...)``.
 """
@@ -14,6 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.paths import REPO_ROOT
+
 
 @dataclass(frozen=True)
 class ImageCommand:
@@ -23,6 +27,10 @@ class ImageCommand:
     working_dir: str = "/"
     user: int | None = None  # the image's USER (None: root), used when the pod sets no runAsUser
     group: int | None = None
+    # Host paths the image's files live under; a non-root container user must be able to reach them.
+    needs: tuple[str, ...] = ()
+    # Accounts the image adds to /etc/passwd and /etc/group (uid -> name; the group has the same id).
+    accounts: dict[int, str] = field(default_factory=dict)
 
 
 def repository_of(image: str) -> str:
@@ -41,8 +49,10 @@ def repository_of(image: str) -> str:
 def default_images() -> dict[str, ImageCommand]:
     """Our own images, run from the interpreter's environment (the project's venv under pytest)."""
     bin_dir = Path(sys.executable).parent
+    needs = (sys.base_prefix, sys.prefix, str(REPO_ROOT))
     path = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    # As the Dockerfile: ENTRYPOINT ["tierkeeper"], CMD ["--help"], USER 10001:10001, WORKDIR /tmp.
+    # As the Dockerfile: ENTRYPOINT ["tierkeeper"], CMD ["--help"], USER 10001:10001 (an account named
+    # tierkeeper), WORKDIR /tmp.
     tierkeeper_env = {"PATH": path, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
     tierkeeper = ImageCommand(
         entrypoint=(str(bin_dir / "tierkeeper"),),
@@ -51,6 +61,8 @@ def default_images() -> dict[str, ImageCommand]:
         working_dir="/tmp",
         user=10001,
         group=10001,
+        needs=needs,
+        accounts={10001: "tierkeeper"},
     )
     return {
         "tierkeeper": tierkeeper,
@@ -61,10 +73,12 @@ def default_images() -> dict[str, ImageCommand]:
             working_dir="/tmp",
             user=10001,
             group=10001,
+            needs=needs,
+            accounts={10001: "tierkeeper"},
         ),
         # A Python image with the project installed, for test pods that script something (python:3.11 runs
         # as root with CMD ["python3"]).
         "python": ImageCommand(
-            cmd=("python3",), env={"PATH": path, "HOME": "/root", "PYTHONUNBUFFERED": "1"}
+            cmd=("python3",), env={"PATH": path, "HOME": "/root", "PYTHONUNBUFFERED": "1"}, needs=needs
         ),
     }

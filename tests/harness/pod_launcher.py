@@ -1,10 +1,14 @@
-"""Start one container process in a private mount namespace (run by the process kubelet, as root).
+"""Start one container process in private mount and UTS namespaces (run by the process kubelet, as root).
 
-``python -I pod_launcher.py SPEC.json`` reads the launch spec the kubelet wrote, then:
-unshares the mount namespace (so nothing it mounts is seen by the host), makes every mount private,
-bind-mounts each volume onto its ``mountPath`` (creating a missing mount point, as a container runtime
-does), remounts the ``readOnly`` ones read-only (the kernel then refuses writes, even root's, with EROFS),
-drops to the container's user and groups, changes to its working directory and execs the command.
+``python -I pod_launcher.py SPEC.json`` reads the launch spec the kubelet wrote, then: unshares the
+mount and UTS namespaces (nothing it mounts is seen by the host; the hostname is the pod's name), makes
+every mount private, makes the directories the image's files live under traversable for a non-root
+container user (our "images" are the host's Python and this checkout, which may sit under a 0700 home),
+bind-mounts each volume onto its ``mountPath`` (creating a missing mount point on the host, as a
+runtime does in the image's root), remounts the ``readOnly`` ones read-only (the kernel then refuses
+writes, even root's, with EROFS; ``readOnlyRootFilesystem`` makes every other mount read-only first,
+the volumes staying as asked), drops to the container's user and groups, changes to its working
+directory and execs the command.
 Standard library only: it runs with ``-I`` before any project code. A failure before exec is written to
 ``spec["start_error_file"]`` and exits 128, which the kubelet reports as reason ``StartError``.
 """
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -28,6 +33,10 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
+SYS_MOUNT_SETATTR = 442  # x86-64
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
 
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
@@ -38,11 +47,61 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _mount(source: str | None, target: str, flags: int) -> None:
+def _mount(
+    source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None
+) -> None:
     _check(
-        _libc.mount(source.encode() if source else None, target.encode(), None, ctypes.c_ulong(flags), None),
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
         f"mount {source or ''} -> {target}",
     )
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _read_only_root() -> None:
+    """readOnlyRootFilesystem: every mount of this namespace read-only (volumes are mounted after)."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    result = _libc.syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+    )
+    _check(result, "mount_setattr(/, read-only, recursive)")
+    try:
+        _mount(None, "/dev/shm", MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)  # a container's is writable
+    except OSError:
+        pass  # no separate /dev/shm on this host
+
+
+def _open_up(directory: str) -> None:
+    """Let the container user traverse ``directory`` in this mount namespace only: a tmpfs of mode 0711
+    goes over it and every original entry is bind-mounted back, keeping its own owner and mode."""
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+    original = f"/proc/self/fd/{fd}"  # still the hidden directory once the tmpfs covers its path
+    names = os.listdir(original)
+    _mount("tmpfs", directory, MS_NOSUID | MS_NODEV, "tmpfs", "mode=0711")
+    for name in names:
+        source, target = f"{original}/{name}", os.path.join(directory, name)
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), target)
+            continue
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        _mount(source, target, MS_BIND | MS_REC)
+    os.close(fd)
 
 
 def _mount_point(target: Path, is_file: bool) -> None:
@@ -56,14 +115,29 @@ def _mount_point(target: Path, is_file: bool) -> None:
 
 
 def launch(spec: dict[str, Any]) -> None:
-    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS | CLONE_NEWUTS)")
+    hostname = spec["hostname"].encode()
+    _check(_libc.sethostname(hostname, len(hostname)), "sethostname")  # the pod's name, as in a container
     _mount(None, "/", MS_REC | MS_PRIVATE)  # our mounts must not propagate back to the host
-    for mount in spec["mounts"]:
-        source, target = mount["source"], Path(mount["target"])
-        _mount_point(target, Path(source).is_file())
+    # Held open before any mount: a later one (an emptyDir on /tmp, say) may cover a source's path. Opened
+    # after unshare, because a bind mount's source must belong to this mount namespace.
+    sources = [os.open(mount["source"], os.O_PATH) for mount in spec["mounts"]]
+    for directory in spec.get("open_up", []):
+        _open_up(directory)
+    read_only_root = bool(spec.get("read_only_root"))
+    if read_only_root:
+        for mount in spec["mounts"]:  # mount points must exist before the root turns read-only
+            _mount_point(Path(mount["target"]), os.path.isfile(mount["source"]))
+        _read_only_root()
+    for mount, fd in zip(spec["mounts"], sources):
+        source, target = f"/proc/self/fd/{fd}", Path(mount["target"])
+        _mount_point(target, os.path.isfile(source))
         _mount(source, str(target), MS_BIND | MS_REC)
         if mount["read_only"]:
             _mount(None, str(target), MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        elif read_only_root:  # a bind mount inherits the read-only flag of the mount it comes from
+            _mount(None, str(target), MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+        os.close(fd)
     gid, uid = spec.get("gid"), spec.get("uid")
     if uid is not None:
         os.setgroups(list(spec.get("groups", [])))
@@ -78,11 +152,14 @@ def launch(spec: dict[str, Any]) -> None:
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
+    # Opened now, as root: the container user may not reach the kubelet's directory. Closed by exec.
+    errors = open(spec["start_error_file"], "w")
     try:
         launch(spec)
     except OSError as exc:
         message = f"could not start container: {exc}"
-        Path(spec["start_error_file"]).write_text(message)
+        errors.write(message)
+        errors.close()
         print(message, file=sys.stderr, flush=True)
         os._exit(128)
 

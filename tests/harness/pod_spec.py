@@ -113,8 +113,8 @@ def container_env(
             else ("ConfigMap", source["configMapRef"])
         )
         data = _object_data(rest, namespace, kind, ref["name"], bool(ref.get("optional")))
-        for key, value in (data or {}).items():
-            env[source.get("prefix", "") + key] = value
+        for key, text in (data or {}).items():
+            env[source.get("prefix", "") + key] = text
     for var in container.get("env", []):
         if "valueFrom" not in var:
             env[var["name"]] = expand(var.get("value", ""), env)

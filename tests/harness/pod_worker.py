@@ -101,7 +101,7 @@ class PodWorker(threading.Thread):
         spec = pod["spec"]
         self.init_records = [ContainerRecord(c, init=True) for c in spec.get("initContainers", [])]
         self.records = [ContainerRecord(c, init=False) for c in spec["containers"]]
-        self._initialized = not self.init_records
+        self._init_done = not self.init_records
 
     # -- requests from the kubelet ----------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class PodWorker(threading.Thread):
         try:
             self._run_pod()
         except Exception as exc:  # noqa: BLE001 - a harness bug must show in the pod, not vanish in a thread
-            self.kubelet.errors.append(f"{self.name}: {exc!r}")
+            self.kubelet.errors.append(f"{self.pod_key}: {exc!r}")
             self._finish("Failed", "KubeletError", f"process kubelet error: {exc!r}")
         if self.stopping.is_set() and not self.killed:
             self._finalize_deletion()
@@ -138,6 +138,12 @@ class PodWorker(threading.Thread):
                     f"image {record.spec['image']!r} is not in the process kubelet's image table ({known})"
                 )
                 record.state = {"waiting": {"reason": "ErrImagePull", "message": message}}
+            if self.pod["spec"].get("restartPolicy", "Always") == "Always":
+                # As a kubelet does: the pod stays Pending (a controller replacing a Failed pod at once
+                # would only make another one that fails the same way).
+                self._report()
+                self.stopping.wait()
+                return
             self._finish("Failed", "ErrImagePull", unknown[0].state["waiting"]["message"])
             return
         volumes = self._with_config_retry(self._volumes)
@@ -146,7 +152,7 @@ class PodWorker(threading.Thread):
         for record in self.init_records:
             if not self._run_to_success(record, volumes):
                 return
-        self._initialized = True
+        self._init_done = True
         threads = [
             threading.Thread(target=self._run_main, args=(r, volumes), daemon=True) for r in self.records
         ]
@@ -269,6 +275,8 @@ class PodWorker(threading.Thread):
                 "read_only": False,
             }
         )
+        mounts += account_files(directory, image.accounts)
+        mounts.sort(key=lambda mount: Path(mount["target"]).parts)  # a mount inside another goes after it
         spec = {
             "argv": argv,
             "env": env,
@@ -278,11 +286,14 @@ class PodWorker(threading.Thread):
             "gid": gid,
             "groups": groups,
             "start_error_file": str(start_error),
+            "open_up": closed_ancestors(image.needs) if uid else [],
+            "hostname": self.pod["spec"].get("hostname") or self.pod["metadata"]["name"],
+            "read_only_root": bool(record.spec.get("securityContext", {}).get("readOnlyRootFilesystem")),
         }
         spec_file = directory / f"launch-{record.attempt}.json"
         spec_file.write_text(json.dumps(spec))
         log = directory / f"{record.attempt}.log"
-        self.kubelet.note_log(self.pod["metadata"], record.name, log)
+        self.kubelet.note_run(self.pod["metadata"], record, log)
         record.attempt += 1
         started = now()
         with open(log, "ab") as out:
@@ -300,8 +311,9 @@ class PodWorker(threading.Thread):
         code = self._wait(record.proc)
         message = termination.read_text(errors="replace")[:4096]
         reason = "Completed" if code == 0 else "Error"
-        if start_error.exists():
-            reason, message = "StartError", start_error.read_text(errors="replace")
+        start_failure = start_error.read_text(errors="replace") if start_error.exists() else ""
+        if start_failure:
+            reason, message = "StartError", start_failure
         elif (
             not message
             and code != 0
@@ -352,7 +364,7 @@ class PodWorker(threading.Thread):
     # -- status ------------------------------------------------------------------------------------------
 
     @property
-    def name(self) -> str:
+    def pod_key(self) -> str:
         return f"{self.pod['metadata']['namespace']}/{self.pod['metadata']['name']}"
 
     def _finish(self, phase: str, reason: str | None, message: str | None) -> None:
@@ -371,7 +383,7 @@ class PodWorker(threading.Thread):
             return
         with self._lock:
             records = self.records
-            if self._phase == "Pending" and self._initialized and any("running" in r.state for r in records):
+            if self._phase == "Pending" and self._init_done and any("running" in r.state for r in records):
                 self._phase = "Running"
             ready = all("running" in r.state for r in records) and self._phase == "Running"
             status: dict[str, Any] = {
@@ -385,7 +397,7 @@ class PodWorker(threading.Thread):
                 "startTime": self._start_time,
                 "conditions": [
                     self._condition("PodScheduled", True),
-                    self._condition("Initialized", self._initialized),
+                    self._condition("Initialized", self._init_done),
                     self._condition("ContainersReady", ready),
                     self._condition("Ready", ready),
                 ],
@@ -401,9 +413,9 @@ class PodWorker(threading.Thread):
                 if exc.code == 404:
                     self.forgotten = True
                 else:
-                    self.kubelet.errors.append(f"{self.name}: status update: {exc}")
+                    self.kubelet.errors.append(f"{self.pod_key}: status update: {exc}")
             except OSError as exc:
-                self.kubelet.errors.append(f"{self.name}: status update: {exc!r}")
+                self.kubelet.errors.append(f"{self.pod_key}: status update: {exc!r}")
 
     def _finalize_deletion(self) -> None:
         # Every process has exited (the waits above end only then): report, then remove the pod.
@@ -416,6 +428,36 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def account_files(directory: Path, accounts: Mapping[int, str]) -> list[dict[str, Any]]:
+    """/etc/passwd and /etc/group as the image has them: the host's plus the image's own accounts."""
+    if not accounts:
+        return []
+    mounts = []
+    for name, line in (
+        ("passwd", "{name}:x:{id}:{id}::/nonexistent:/usr/sbin/nologin"),
+        ("group", "{name}:x:{id}:"),
+    ):
+        host = Path("/etc") / name
+        text = host.read_text() if host.exists() else ""
+        known = {entry.split(":")[2] for entry in text.splitlines() if entry.count(":") >= 2}
+        extra = [line.format(name=user, id=uid) for uid, user in accounts.items() if str(uid) not in known]
+        copy = directory / name
+        copy.write_text(text + "".join(f"{entry}\n" for entry in extra))
+        copy.chmod(0o644)
+        mounts.append({"source": str(copy), "target": str(host), "read_only": True})
+    return mounts
+
+
+def closed_ancestors(paths: tuple[str, ...]) -> list[str]:
+    """Directories above ``paths`` that other users cannot traverse, outermost first."""
+    closed: set[str] = set()
+    for path in paths:
+        for directory in reversed(Path(path).resolve().parents):
+            if not directory.stat().st_mode & 0o001:
+                closed.add(str(directory))
+    return sorted(closed, key=lambda d: (d.count("/"), d))
 
 
 def pod_is_terminal(pod: Mapping[str, Any]) -> bool:

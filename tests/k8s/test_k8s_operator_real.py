@@ -9,14 +9,10 @@ run as the chart's ClusterRole through a ServiceAccount token.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 import s3fs
 import yaml
 from confluent_kafka import Producer
@@ -122,29 +118,15 @@ def produce(kafka: KafkaCluster, topic: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-@pytest.fixture
-def kafka_outside_tmp() -> Iterator[KafkaCluster]:
-    """A 3-broker cluster whose log dirs are not under /tmp: the process kubelet mounts each pod's
-    scratch emptyDir at /tmp first, which would hide host sources under /tmp from later mounts (a real
-    kubelet mounts from the host's view)."""
-    workdir = Path(tempfile.mkdtemp(prefix="tk-kafka-", dir="/var/tmp"))
-    cluster = KafkaCluster(workdir, brokers=3)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
 def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     k8s_control_plane: ControlPlane,
     k8s_namespace: str,
-    kafka_outside_tmp: KafkaCluster,
+    kafka_cluster_factory: Callable[..., KafkaCluster],
     moto_server: MotoServer,
 ) -> None:
     plane, ns = k8s_control_plane, k8s_namespace
     plane.apply_crds(load_crds())
-    kafka = kafka_outside_tmp
+    kafka = kafka_cluster_factory(3)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     config = {"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"}
     admin.create_topics([NewTopic("orders", 3, 3, config=config)])["orders"].result(60)
