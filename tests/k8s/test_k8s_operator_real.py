@@ -3,7 +3,7 @@ with a real 3-broker Kafka and moto S3: TieredTopic -> copy Jobs (one per broker
 claim mounted read-only) and a cleanup Job, run by the kubelet as real ``tierkeeper`` commands; results
 come back from the termination messages; segments land in S3, Kafka's log start moves only behind the
 tier, the status reaches Ready with the remote summary, and kstatus reads Current. The operator's rounds
-run as the chart's ClusterRole through a ServiceAccount token.
+run as the chart's ClusterRole through a ServiceAccount token, and it restarts while its first Jobs run.
 """
 
 from __future__ import annotations
@@ -191,9 +191,15 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     deadline = time.monotonic() + DEADLINE
     created: list[str] = []
     obj: dict[str, Any] = {}
+    restarted = False
     while time.monotonic() < deadline:
         result = reconciler.run_round()
         created += result.created
+        if created and not restarted:
+            # The operator restarts while its first Jobs run: a new one keeps no memory but what the API
+            # server holds, so it must neither start a second copy per broker nor lose a result.
+            reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {"local": cluster})
+            restarted = True
         obj = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
         status = obj.get("status") or {}
         if status.get("lastCopy") and status.get("lastCleanup") and kstatus(obj) == "Current":
@@ -215,6 +221,8 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
 
     kinds = sorted(j["metadata"]["labels"][LABEL_KIND] for j in jobs)
     assert kinds == ["cleanup", "copy", "copy", "copy"], kinds  # one copy per broker, no duplicates
+    assert sorted(created) == sorted(j["metadata"]["name"] for j in jobs)
+    assert all(j["metadata"]["annotations"].get("tierkeeper.io/recorded") == "true" for j in jobs)
     copy_pod = plane.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={LABEL_KIND}%3Dcopy")[
         "items"
     ][0]
