@@ -91,6 +91,10 @@ def run(options: OperatorOptions) -> int:
     from storage_core.jobs.standalone import load_clusters
     from tierkeeper_operator.handlers import build_registry
 
+    if options.reconcile_interval <= 0:
+        from storage_core.errors import ConfigError
+
+        raise ConfigError(f"--reconcile-interval must be > 0, got {options.reconcile_interval}")
     clusters = load_clusters(options.cluster_files, secrets_allowed=True)
     kopf.configure(verbose=options.verbose)
     kopf.run(
