@@ -235,6 +235,33 @@ def cleanup_job(
     return _job(name, owner, labels, annotations, cluster, _container(cluster, args), [], None)
 
 
+def delete_job(
+    topic: str, topic_id: str, cluster_name: str, cluster: KafkaClusterConfig, owner: Owner, round_key: str
+) -> dict[str, Any]:
+    """The Job deleting one topic incarnation's remote tier (deletionPolicy Delete), crash-safe and
+    idempotent: a retry after a partial run finishes it, and a tier already gone is not an error."""
+    args = [
+        "cleanup",
+        "--delete-topic",
+        topic,
+        "--topic-id",
+        topic_id,
+        "--missing-ok",
+        "--result-file",
+        RESULT_PATH,
+        "--json",
+        *_remote_args(cluster),
+    ]
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_KIND: "delete",
+        LABEL_CLUSTER: cluster_name,
+        LABEL_TOPIC: owner.name,
+    }
+    name = job_name("delete", owner.name, round_key)
+    return _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
+
+
 def work_of(job: Mapping[str, Any]) -> list[tuple[str, str, list[int]]]:
     """The (TieredTopic key, topic, partitions) a Job was created for, from its annotation."""
     raw = (job.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_WORK, "[]")

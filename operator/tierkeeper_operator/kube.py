@@ -61,6 +61,13 @@ class Kube:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status"
         self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
 
+    def set_finalizers(self, plural: str, obj: Mapping[str, Any], finalizers: list[str]) -> None:
+        """Replace the object's finalizers; the resourceVersion makes a concurrent change fail (409)."""
+        meta = obj["metadata"]
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+        self._call("PATCH", path, body, "application/merge-patch+json")
+
     def list_jobs(self, selector: str) -> list[dict[str, Any]]:
         query = urllib.parse.urlencode({"labelSelector": selector})
         out: list[dict[str, Any]] = []

@@ -25,6 +25,7 @@ from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import TierkeeperError
 from storage_core.reconcile import outcomes
+from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION, decide_deletion
 from storage_core.reconcile.observed import BrokerInput, KafkaTopic, PartitionLeader, RunningWork, TopicInput
 from storage_core.reconcile.planner import Plan, plan
 from storage_core.reconcile.results import decode_cleanup, decode_copy
@@ -34,10 +35,12 @@ from tierkeeper_operator.jobs import (
     LABEL_CLUSTER,
     LABEL_KIND,
     LABEL_MANAGED_BY,
+    LABEL_TOPIC,
     MANAGED_BY,
     Owner,
     cleanup_job,
     copy_job,
+    delete_job,
     job_state,
     termination_message,
     work_of,
@@ -161,6 +164,64 @@ class Reconciler:
                 )
         self.kube.annotate_job(meta["namespace"], name, {ANNOTATION_RECORDED: "true"})
 
+    def _finalize(self, obj: Mapping[str, Any], jobs: list[dict[str, Any]]) -> bool:
+        """Keep the finalizer on a live TieredTopic; carry out its deletionPolicy once it is deleted.
+        True when the object is live (to be reconciled), False while it is being deleted."""
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if not meta.get("deletionTimestamp"):
+            if FINALIZER not in finalizers:
+                self.kube.set_finalizers("tieredtopics", obj, [*finalizers, FINALIZER])
+            return True
+        if FINALIZER not in finalizers:
+            return False
+        spec = parse_spec(TieredTopicSpec, obj.get("spec") or {}).value
+        status = _status(TieredTopicStatus, obj)
+        mine = [
+            j
+            for j in jobs
+            if (j["metadata"].get("labels") or {}).get(LABEL_KIND) == "delete"
+            and j["metadata"]["namespace"] == meta["namespace"]
+            and (j["metadata"].get("labels") or {}).get(LABEL_TOPIC) == meta["name"]
+        ]
+        states = [job_state(j) for j in sorted(mine, key=lambda j: j["metadata"]["creationTimestamp"])]
+        last = "none" if not states else "running" if "Running" in states else states[-1].lower()
+        skip = (meta.get("annotations") or {}).get(SKIP_ANNOTATION) == "true"
+        decision = decide_deletion(
+            spec.deletion_policy if spec else None,
+            skip,
+            status.topic_id,
+            last,  # type: ignore[arg-type]
+        )
+        if decision.step == "release":
+            self.kube.set_finalizers("tieredtopics", obj, [f for f in finalizers if f != FINALIZER])
+            self._event(obj, "TieredTopic", "Normal", "Released", decision.reason)
+        elif decision.step == "start-delete" and spec is not None and status.topic_id is not None:
+            cluster = self.clusters.get(spec.cluster_ref.name)
+            if cluster is None:
+                self._event(
+                    obj, "TieredTopic", "Warning", "ClusterNotFound", f"cannot delete: {decision.reason}"
+                )
+                return False
+            owner = Owner("TieredTopic", meta["name"], meta["namespace"], meta["uid"])
+            job = delete_job(
+                spec.topic,
+                status.topic_id,
+                spec.cluster_ref.name,
+                cluster,
+                owner,
+                self.clock().strftime("%Y%m%dT%H%M%S"),
+            )
+            if self.kube.create_job(job):
+                self._event(
+                    obj,
+                    "TieredTopic",
+                    "Normal",
+                    "DeleteStarted",
+                    f"Job {job['metadata']['name']}: {decision.reason}",
+                )
+        return False
+
     def _event(self, obj: Mapping[str, Any], kind: str, type_: str, reason: str, message: str) -> None:
         try:
             self.kube.event(obj, kind, type_, reason, message, COMPONENT)
@@ -170,7 +231,11 @@ class Reconciler:
     # ---- one round ---------------------------------------------------------------------------------
     def run_round(self) -> RoundResult:
         started = self.clock()
-        topic_objs = {_key(o): o for o in self.kube.list_resources("tieredtopics")}
+        jobs = self.kube.list_jobs(f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+        topic_objs = {}
+        for obj in self.kube.list_resources("tieredtopics"):
+            if self._finalize(obj, jobs):  # being deleted: no new copies or cleanups for it
+                topic_objs[_key(obj)] = obj
         broker_objs = {_key(o): o for o in self.kube.list_resources("tieredbrokers")}
         topic_specs = {k: parse_spec(TieredTopicSpec, o.get("spec") or {}) for k, o in topic_objs.items()}
         broker_specs = {k: parse_spec(TieredBrokerSpec, o.get("spec") or {}) for k, o in broker_objs.items()}
@@ -184,9 +249,11 @@ class Reconciler:
         recorded = []
         copy_busy: set[tuple[str, int]] = set()
         cleanup_busy: set[str] = set()
-        for job in self.kube.list_jobs(f"{LABEL_MANAGED_BY}={MANAGED_BY}"):
+        for job in jobs:
             meta = job["metadata"]
             labels = meta.get("labels") or {}
+            if labels.get(LABEL_KIND) == "delete":
+                continue  # followed by _finalize
             if job_state(job) == "Running":
                 if labels.get(LABEL_KIND) == "copy":
                     copy_busy.add((labels.get(LABEL_CLUSTER, ""), int(labels.get(LABEL_BROKER, -1))))

@@ -60,6 +60,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--topic-id", help="with --delete-topic: only this incarnation")
     p.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="with --delete-topic: a topic with nothing in the remote tier is not an error",
+    )
+    p.add_argument(
         "--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing"
     )
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -74,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     if args.delete_topic:
         report = delete_topic(store, args.delete_topic, topic_id=args.topic_id, dry_run=args.dry_run)
+        if args.missing_ok and not report["deleted_topics"]:
+            report["errors"] = []
     else:
         options = CleanupOptions(
             topics=set(args.topic) if args.topic else None,

@@ -4,6 +4,7 @@ claim mounted read-only) and a cleanup Job, run by the kubelet as real ``tierkee
 come back from the termination messages; segments land in S3, Kafka's log start moves only behind the
 tier, the status reaches Ready with the remote summary, and kstatus reads Current. The operator's rounds
 run as the chart's ClusterRole through a ServiceAccount token, and it restarts while its first Jobs run.
+Finally deletionPolicy Delete: deleting the TieredTopic removes its remote tier before the object goes.
 """
 
 from __future__ import annotations
@@ -246,3 +247,29 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     after = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
     assert after["status"]["conditions"] == obj["status"]["conditions"]
     assert json.loads(json.dumps(after["status"]["remote"])) == obj["status"]["remote"]
+
+    # deletionPolicy Delete: deleting the TieredTopic removes the topic's remote tier, then the object.
+    plane.rest().call(
+        "PATCH",
+        f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders",
+        {"spec": {"deletionPolicy": "Delete"}},
+        content_type="application/merge-patch+json",
+    )
+    assert "tierkeeper.io/remote-tier" in after["metadata"]["finalizers"]
+    plane.request("DELETE", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
+    gone = False
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline and not gone:
+        reconciler.run_round()
+        names = [
+            o["metadata"]["name"]
+            for o in plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics")[
+                "items"
+            ]
+        ]
+        gone = "orders" not in names
+        time.sleep(1)
+    assert gone, plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"][-3:]
+    fs.invalidate_cache()
+    leftover = [k for k in fs.find(f"{bucket}/tier") if "/orders" in k]
+    assert leftover == [], leftover[:5]
