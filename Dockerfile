@@ -1,25 +1,92 @@
-# Tierkeeper image: the `tierkeeper` console script (operator, CLI and job commands).
-#   docker build -t tierkeeper:dev .
-#   docker run --rm tierkeeper:dev --help
-# The Helm chart runs it as `tierkeeper operator --all-namespaces` with a read-only root filesystem.
+# Tierkeeper images, two targets from one build (BuildKit's built-in frontend, Docker 23 or later; no
+# `# syntax=` line, so no frontend image is pulled unpinned; docs/install.md has the details):
+#   docker build --target operator -t tierkeeper/operator:dev .   # the kopf operator: no PySpark, no JVM
+#   docker build --target pipeline -t tierkeeper/pipeline:dev .   # every `tierkeeper` subcommand + Java for Spark
+# Both run as the numeric user 10001 with the `tierkeeper` console script as entrypoint. Every Python
+# dependency is installed at the exact version pinned in constraints.txt (`make constraints` regenerates it).
+#
+# Base images are pinned by tag and digest (the multi-arch index digests published in
+# docker-library/repo-info for these tags). Bumping one: change tag and digest together.
+ARG PYTHON_IMAGE=python:3.11.16-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
+ARG JRE_IMAGE=eclipse-temurin:17.0.20_8-jre-jammy@sha256:ec72ba5962b45ae4e7f96bfb5ebf6eeb34a488b967f937c8e14f0aaec688954f
 
-FROM python:3.11-slim AS build
+# ---- build stages: everything that compiles or downloads stays here ----
+
+FROM ${PYTHON_IMAGE} AS wheels
 WORKDIR /src
-# Only what the package build needs, so the build cache survives edits to tests and docs.
+# Wheels for the project and every pinned dependency (PySpark is an sdist on PyPI: it is built here,
+# so the final stages never need a build backend).
+COPY constraints.txt ./
+RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels --requirement constraints.txt
+# Only what the package build needs, so this layer's cache survives edits to tests and docs.
 COPY pyproject.toml README.md ./
 COPY storage_core ./storage_core
 COPY operator ./operator
-RUN pip install --no-cache-dir --prefix=/install .
+RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE} AS venv-base
+# Offline from here on: only the wheels built above, and no pip cache left in any layer.
+ENV PIP_NO_INDEX=1 \
+    PIP_FIND_LINKS=/wheels \
+    PIP_NO_CACHE_DIR=1
+COPY constraints.txt docker/install-venv.sh /build/
+
+FROM venv-base AS operator-venv
+RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
+    --mount=type=bind,from=wheels,source=/dist,target=/dist \
+    /build/install-venv.sh operator /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
+
+FROM venv-base AS pipeline-venv
+RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
+    --mount=type=bind,from=wheels,source=/dist,target=/dist \
+    /build/install-venv.sh pipeline /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
+
+FROM ${JRE_IMAGE} AS jre
+
+# ---- final stages: the interpreter, one venv, and (pipeline) a JRE; no compilers, no pip cache ----
+
+FROM ${PYTHON_IMAGE} AS runtime
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.source="https://github.com/tierkeeper/tierkeeper" \
+      org.opencontainers.image.url="https://github.com/tierkeeper/tierkeeper" \
+      org.opencontainers.image.documentation="https://github.com/tierkeeper/tierkeeper/blob/main/docs/install.md" \
+      org.opencontainers.image.vendor="Tierkeeper" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="docker.io/library/python:3.11.16-slim-bookworm"
+# HOME=/tmp: the pods run with a read-only root filesystem and an emptyDir at /tmp, the one place where
+# tools that want a home (Spark, caches) can write.
 ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    PATH=/opt/tierkeeper/bin:$PATH
 RUN groupadd --system --gid 10001 tierkeeper \
  && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \
     --shell /usr/sbin/nologin tierkeeper
-COPY --from=build /install /usr/local
-# Numeric, so Kubernetes can verify runAsNonRoot without resolving the name.
-USER 10001:10001
 WORKDIR /tmp
 ENTRYPOINT ["tierkeeper"]
+CMD ["--help"]
+
+FROM runtime AS operator
+LABEL org.opencontainers.image.title="tierkeeper-operator" \
+      org.opencontainers.image.description="Tierkeeper's Kubernetes operator (TieredTopic, TieredBroker); no PySpark, no JVM."
+COPY --from=operator-venv /opt/tierkeeper /opt/tierkeeper
+# Numeric, so Kubernetes can verify runAsNonRoot without resolving the name.
+USER 10001:10001
+# The Helm chart runs `tierkeeper operator ...` with a read-only root filesystem.
+CMD ["operator", "--help"]
+
+FROM runtime AS pipeline
+LABEL org.opencontainers.image.title="tierkeeper-pipeline" \
+      org.opencontainers.image.description="Every tierkeeper subcommand (copy, cleanup, rebuild, ...) with a Java runtime for Spark; run by the operator's Jobs."
+ENV JAVA_HOME=/opt/java/openjdk \
+    PATH=/opt/tierkeeper/bin:/opt/java/openjdk/bin:/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin
+# Temurin's JRE is self-contained (glibc only; jammy's glibc is older than bookworm's, so it runs here).
+COPY --from=jre /opt/java/openjdk /opt/java/openjdk
+COPY --from=pipeline-venv /opt/tierkeeper /opt/tierkeeper
+USER 10001:10001
 CMD ["--help"]

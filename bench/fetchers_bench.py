@@ -142,7 +142,8 @@ def bench_scale(seed: int) -> bool:
     print("|---|---|---|---|---|")
     print(
         f"| {len(timings)} | {best:.2f} s | {statistics.median(timings):.2f} s | {PLAN_BUDGET_SECONDS:g} s "
-        f"| {rec.recommended.fetchers} (worst {rec.recommended.worst_load:g} vs {rec.current.worst_load:g} at 4) |"
+        f"| {rec.recommended.fetchers} "
+        f"(worst {rec.recommended.worst_load:g} vs {rec.current.worst_load:g} at 4) |"
     )
     print()
     return math.isfinite(best) and statistics.median(timings) < PLAN_BUDGET_SECONDS

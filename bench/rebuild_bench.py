@@ -661,13 +661,15 @@ def run_benchmark(
         )
         print("|---|---|---|---|---|---|")
         print(
-            f"| plain replication, full local retention | {plain_s:.1f} s | - | {plain_up - plain_start:.1f} s | "
+            "| plain replication, full local retention "
+            f"| {plain_s:.1f} s | - | {plain_up - plain_start:.1f} s | "
             f"{plain_end - plain_up:.1f} s | {plain_bytes / 2**20:.0f} MiB |"
         )
         print(
             f"| tierkeeper rebuild, {args.window:.0%} local window | {tiered_s:.1f} s | "
             f"{rebuilt_at - tiered_start:.1f} s ({summary['downloaded_bytes'] / 2**20:.0f} MiB restored) | "
-            f"{tiered_up - rebuilt_at:.1f} s | {tiered_end - tiered_up:.1f} s | {tail_bytes / 2**20:.0f} MiB |"
+            f"{tiered_up - rebuilt_at:.1f} s | {tiered_end - tiered_up:.1f} s "
+            f"| {tail_bytes / 2**20:.0f} MiB |"
         )
         ratio = plain_s / tiered_s
         catch_up_ratio = (plain_end - plain_up) / max(1e-3, tiered_end - tiered_up)
@@ -695,7 +697,8 @@ def run_benchmark(
                 + ", ".join(f"{r.end - r.start:.1f}" for r in rounds)
                 + " s; p99 per round "
                 + ", ".join(f"{pct(probe.window(r.start, r.end), 0.99):.1f}" for r in rounds)
-                + f" ms; pooled ({len(pooled)} records): p50 {pct(pooled, 0.5):.1f} ms, p99 {tiered_p99:.1f} ms "
+                + f" ms; pooled ({len(pooled)} records): "
+                f"p50 {pct(pooled, 0.5):.1f} ms, p99 {tiered_p99:.1f} ms "
                 f"= {tiered_p99 / base_p99:.2f}x normal"
             )
         print(

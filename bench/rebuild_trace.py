@@ -111,7 +111,8 @@ def main() -> None:
             lat = sorted(ms * 1000 for t, ms in samples if second <= t < second + 1)
             p99 = lat[int(0.99 * (len(lat) - 1))] if lat else 0.0
             print(
-                f"+{second - start:6.1f}  n={len(lat):3d}  p99={p99:7.1f}  max={lat[-1] if lat else 0:7.1f} ms"
+                f"+{second - start:6.1f}  n={len(lat):3d}  p99={p99:7.1f}  "
+                f"max={lat[-1] if lat else 0:7.1f} ms"
                 f"  | {vm.get(second, '-')}"
             )
             busy = _busiest(trace.get("threads", []), second)

@@ -11,9 +11,10 @@ then for each target (file:// in the temp dir, s3:// on a moto server):
    (CRC checks, markers, remote indexes, manifest included), each round to fresh prefixes, order
    alternating, sources read into the page cache first; ratio = raw seconds / ours, median over rounds.
    ``--copy-per-segment`` instead times one pass per rolled segment against that segment's raw put.
-2. read, per tiered segment object: sequential ``cat_file`` ranges vs (a) ``RemoteReader.read_batches_from_offset``
-   (CRC-checked batches, records not decoded) and (b) ``RemoteReader.read_from_offset`` decoding every record,
-   back to back with the order rotating; ratio = raw seconds / ours, median over all segment reads.
+2. read, per tiered segment object: sequential ``cat_file`` ranges vs
+   (a) ``RemoteReader.read_batches_from_offset`` (CRC-checked batches, records not decoded) and
+   (b) ``RemoteReader.read_from_offset`` decoding every record, back to back with the order rotating;
+   ratio = raw seconds / ours, median over all segment reads.
 3. peak RSS of a child process that tiers the partition, and of one that reads it back record by record.
 Everything lives in one temp dir that is removed at the end (``--keep`` keeps it).
 """
@@ -391,7 +392,8 @@ def bench_rss(
 # ---- output --------------------------------------------------------------------------------------
 def table(rows: list[Row]) -> str:
     out = [
-        "| target | benchmark | baseline MiB/s | Tierkeeper MiB/s | ratio (median) | per round | goal | met |",
+        "| target | benchmark | baseline MiB/s | Tierkeeper MiB/s | ratio (median) "
+        "| per round | goal | met |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

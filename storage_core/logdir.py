@@ -13,6 +13,7 @@ from pathlib import Path
 
 from storage_core.errors import ConfigError
 from storage_core.formats.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -110,6 +111,8 @@ class LogDirCheckpoints:
     high_watermarks: dict[TopicPartition, int]
     recovery_points: dict[TopicPartition, int]
     log_start_offsets: dict[TopicPartition, int]
+    cleaner_offsets: dict[TopicPartition, int]
+    """Partitions the log cleaner has compacted: local evidence of ``cleanup.policy=compact``."""
 
 
 class LogDir:
@@ -141,4 +144,5 @@ class LogDir:
             high_watermarks=read(REPLICATION_OFFSET_CHECKPOINT),
             recovery_points=read(RECOVERY_POINT_OFFSET_CHECKPOINT),
             log_start_offsets=read(LOG_START_OFFSET_CHECKPOINT),
+            cleaner_offsets=read(CLEANER_OFFSET_CHECKPOINT),
         )

@@ -1,4 +1,4 @@
-"""The ``tierkeeper operator`` subcommand (registered by storage_core/cli/main.py)."""
+"""The ``tierkeeper operator`` subcommand, found by the CLI through the ``tierkeeper.commands`` group."""
 
 from __future__ import annotations
 

@@ -109,13 +109,6 @@ class KafkaAdmin:
 
         return self._list_offsets(tps, OffsetSpec.earliest(), committed=False)
 
-    def offsets_for_timestamp(
-        self, tps: Iterable[tuple[str, int]], timestamp: int
-    ) -> dict[tuple[str, int], int]:
-        from confluent_kafka.admin import OffsetSpec
-
-        return self._list_offsets(tps, OffsetSpec.for_timestamp(timestamp), committed=False)
-
     def delete_records(self, before: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """Advance log start offsets to ``before``; returns the low watermarks the brokers report."""
         from confluent_kafka import TopicPartition

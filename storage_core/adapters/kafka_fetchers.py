@@ -176,7 +176,8 @@ class FetcherAdmin:
                 return time.monotonic() - start
             if time.monotonic() > deadline:
                 raise KafkaAdminError(
-                    f"{CONFIG_NAME}={value} not in effect after {deadline - start:.0f}s; brokers still report {lagging} "
+                    f"{CONFIG_NAME}={value} not in effect after {deadline - start:.0f}s; brokers still "
+                    f"report {lagging} "
                     "(a broker that fails to reconfigure logs why)"
                 )
             time.sleep(0.2)
@@ -197,7 +198,8 @@ class FetcherAdmin:
         for value in steps:
             if not is_allowed_step(current, value):
                 raise ConfigError(
-                    f"step {current} -> {value} is outside Kafka's allowed range [{current // 2}, {current * 2}]"
+                    f"step {current} -> {value} is outside Kafka's allowed range [{current // 2}, "
+                    f"{current * 2}]"
                 )
             if broker is None:
                 self.set_cluster_default(value)

@@ -13,12 +13,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import fsspec
 
 from storage_core.adapters import local_copy, s3_upload
+from storage_core.adapters.transient import is_transient, server_answer
 from storage_core.errors import CorruptDataError, RemoteObjectNotFound, RemoteStoreError, TierkeeperError
+from storage_core.faults import fault_point
+from storage_core.retry import RetryPolicy
+
+_T = TypeVar("_T")
 
 UPLOAD_BLOCK = 8 << 20
 # Chunks read from a local file on their way to an object store: each is read, CRC-checked and queued while
@@ -33,6 +38,22 @@ def _describe(exc: BaseException) -> str:
     return text[:300]
 
 
+def _explain(exc: BaseException) -> str:
+    answer = server_answer(exc)
+    return f"{answer or type(exc).__name__}: {_describe(exc)}"
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without the user-info part (``scheme://user:password@host/...``), for messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
 @contextmanager
 def _translated(action: str, key: str) -> Iterator[None]:
     try:
@@ -42,7 +63,7 @@ def _translated(action: str, key: str) -> Iterator[None]:
     except TierkeeperError:
         raise  # ours, e.g. a CRC failure raised by the chunk generator being uploaded
     except Exception as exc:
-        raise RemoteStoreError(f"{action} {key}: {type(exc).__name__}: {_describe(exc)}") from exc
+        raise RemoteStoreError(f"{action} {key}: {_explain(exc)}") from exc
 
 
 class RemoteStore:
@@ -54,16 +75,28 @@ class RemoteStore:
     """
 
     def __init__(
-        self, url: str, storage_options: dict[str, Any] | None = None, *, fsync: bool = True
+        self,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        fsync: bool = True,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
         self.fsync = fsync
-        with _translated("open", url):
-            self.fs, self.root = fsspec.core.url_to_fs(url, **self.storage_options)
+        self.retry = retry or RetryPolicy()
+        self._retrier = self.retry.runner()
+        with _translated("open", redacted_url(url)):
+            self.fs, self.root = fsspec.core.url_to_fs(url, **_single_attempt(url, self.storage_options))
         self.root = self.root.rstrip("/")
         self.is_local = "file" in _protocols(self.fs)
         self.is_s3 = "s3" in _protocols(self.fs) and s3_upload.can_drive(self.fs)
+        if "s3" in _protocols(self.fs):
+            # s3fs retries some errors itself (5 tries); with botocore's own 5 that would be 25 requests
+            # per call before our policy even sees a failure. This instance is ours (its botocore
+            # config differs from any default one in fsspec's instance cache).
+            self.fs.retries = 1
         # Side by side, local writes only compete for the cores the copy's checks run on (measured
         # slower); requests to an object store spend their time waiting on the network.
         self.write_concurrency = 1 if self.is_local else SMALL_WRITES_IN_FLIGHT
@@ -72,18 +105,33 @@ class RemoteStore:
         # upload keeps several parts in flight already, and a second segment would double its buffers.
         self.segments_in_flight = LOCAL_SEGMENTS_IN_FLIGHT if self.is_local else 1
 
-    def __reduce__(self) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any], bool]]:
-        return (_reopen, (self.url, self.storage_options, self.fsync))
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[..., RemoteStore], tuple[str, dict[str, Any], bool, RetryPolicy]]:
+        return (_reopen, (self.url, self.storage_options, self.fsync, self.retry))
 
     def __repr__(self) -> str:
-        return f"RemoteStore({self.url!r})"
+        return f"RemoteStore({redacted_url(self.url)!r})"  # never the options: they may hold credentials
+
+    def _call(self, action: str, key: str, call: Callable[[], _T]) -> _T:
+        """One idempotent operation: retried by the store's policy while it fails transiently, then
+        translated (a permanent failure at once, unchanged in meaning)."""
+        fault_point("store.request")
+        with _translated(action, key):
+            return self._retrier.run(action, key, call, transient=is_transient, describe=_explain)
 
     # ---- writes ---------------------------------------------------------------------------------
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
-        """Stream ``chunks`` into ``key``; return the bytes written. Not atomic: callers mark completion."""
+        """Stream ``chunks`` into ``key``; return the bytes written. Not atomic: callers mark completion.
+
+        ``chunks`` is consumed once, so the object as a whole is not retried: on S3 each request of the
+        upload is (a part is resent whole under its number, which replaces rather than appends); on other
+        stores a failure fails the call, and the caller's rerun starts the object again under a new name.
+        """
         with _translated("upload", key):
             if self.is_s3:
-                return s3_upload.upload_chunks(self.fs, key, chunks)
+                return s3_upload.upload_chunks(self.fs, key, chunks, retrier=self._retry_s3)
+            fault_point("store.request")
             if self.is_local:
                 self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             with self.fs.open(key, "wb", block_size=UPLOAD_BLOCK) as out:
@@ -110,12 +158,13 @@ class RemoteStore:
         """
         if not self.is_local:
             return self.put_chunks(key, _inspected_chunks(source, size, inspect))
+        fault_point("store.request")
         with _translated("upload", key):
             self.fs.makedirs(os.path.dirname(key), exist_ok=True)
             return local_copy.copy_inspected(source, size, key, inspect, fsync=self.fsync)
 
     def abort_stale_uploads(self, path: str, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
-        """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return their keys.
+        """Abort unfinished multipart uploads under ``path`` begun before ``older_than_ms``; return keys.
 
         Only S3 has them; on other stores a killed upload leaves a visible object, which the orphan sweep
         of the segment listing removes.
@@ -123,7 +172,9 @@ class RemoteStore:
         if not self.is_s3:
             return []
         with _translated("abort stale uploads under", path):
-            return s3_upload.abort_stale_uploads(self.fs, path, older_than_ms, dry_run=dry_run)
+            return s3_upload.abort_stale_uploads(
+                self.fs, path, older_than_ms, dry_run=dry_run, retrier=self._retry_s3
+            )
 
     def put_file(self, local_path: str, key: str) -> None:
         """Upload a local file as-is (the raw baseline the copy path is measured against)."""
@@ -136,53 +187,59 @@ class RemoteStore:
         An object store PUT is atomic by itself; a local filesystem write is not, so it goes to a
         temporary name first and is renamed into place.
         """
-        with _translated("write", key):
-            if self.is_local:
-                directory = os.path.dirname(key)
-                self.fs.makedirs(directory, exist_ok=True)
-                tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    if self.fsync:
-                        f.flush()
-                        os.fsync(f.fileno())
-                os.replace(tmp, key)
-            else:
-                self.fs.pipe_file(key, data)
+        if self.is_local:
+            self._call("write", key, lambda: self._replace_local(key, data))
+        else:
+            # A whole-object PUT of the same bytes is idempotent: a retry after a lost answer rewrites
+            # what the first attempt stored.
+            self._call("write", key, lambda: self.fs.pipe_file(key, data))
+
+    def _replace_local(self, key: str, data: bytes) -> None:
+        directory = os.path.dirname(key)
+        self.fs.makedirs(directory, exist_ok=True)
+        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, key)
 
     def delete(self, keys: Iterable[str]) -> None:
         """Delete ``keys``; keys already gone are fine (deletion is idempotent)."""
-        keys = list(keys)
-        if not keys:
-            return
-        with _translated("delete", keys[0]):
-            for key in keys:
-                try:
-                    self.fs.rm_file(key)
-                except FileNotFoundError:
-                    pass
+        for key in keys:
+            self._call("delete", key, lambda key=key: self._rm_file(key))  # type: ignore[misc]
+
+    def _rm_file(self, key: str) -> None:
+        try:
+            self.fs.rm_file(key)
+        except FileNotFoundError:
+            pass  # gone already, perhaps by an attempt whose answer was lost
 
     def delete_tree(self, path: str) -> None:
         """Remove ``path`` and everything below it; a missing path is fine."""
-        with _translated("delete", path):
-            try:
-                self.fs.rm(path, recursive=True)
-            except FileNotFoundError:
-                pass
+        self._call("delete", path, lambda: self._rm_tree(path))
+
+    def _rm_tree(self, path: str) -> None:
+        try:
+            self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
 
     # ---- reads ----------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
-        with _translated("read", key):
-            data: bytes = self.fs.cat_file(key)
-            return data
+        # s3fs would first ask for the size (a HEAD) to decide on a concurrent download; the objects read
+        # whole are small, so one GET does, and one request is one thing to retry.
+        single = {"max_concurrency": 1} if self.is_s3 else {}
+        data: bytes = self._call("read", key, lambda: self.fs.cat_file(key, **single))
+        return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``key``; shorter only at the end of the object."""
         if end <= start:
             return b""
-        with _translated("read", key):
-            data: bytes = self.fs.cat_file(key, start=start, end=end)
-            return data
+        data: bytes = self._call("read", key, lambda: self.fs.cat_file(key, start=start, end=end))
+        return data
 
     def open_local(self, key: str) -> BinaryIO | None:
         """``key`` opened for reading from this machine's filesystem (file:// stores), for readers that map
@@ -190,47 +247,42 @@ class RemoteStore:
         ``RemoteObjectNotFound``, as ``get`` does."""
         if not self.is_local:
             return None
-        with _translated("read", key):
-            return open(key, "rb")
+        return self._call("read", key, lambda: open(key, "rb"))
 
     def size(self, key: str) -> int:
-        with _translated("stat", key):
-            return int(self.fs.size(key))
+        return self._call("stat", key, lambda: int(self.fs.size(key)))
 
     def exists(self, key: str) -> bool:
-        with _translated("stat", key):
-            return bool(self.fs.exists(key))
+        return self._call("stat", key, lambda: bool(self.fs.exists(key)))
 
     def list_dir(self, path: str) -> list[tuple[str, int]]:
         """(key, size) of the objects directly under ``path``; empty when it does not exist."""
-        with _translated("list", path):
-            try:
-                entries = (
-                    self.fs.ls(path, detail=True, refresh=True)
-                    if self._ls_takes_refresh()
-                    else self.fs.ls(path, detail=True)
-                )
-            except FileNotFoundError:
-                return []
+        refresh = {"refresh": True} if self._ls_takes_refresh() else {}
+        entries = self._call("list", path, lambda: self._ls(path, **refresh))
         return [(e["name"], int(e.get("size") or 0)) for e in entries if e.get("type") != "directory"]
 
     def list_modified(self, path: str) -> dict[str, int | None]:
         """key -> last-modified time (ms since the epoch, None when the backend does not say) of the
         objects directly under ``path``."""
-        with _translated("list", path):
-            try:
-                entries = self.fs.ls(path, detail=True)
-            except FileNotFoundError:
-                return {}
+        entries = self._call("list", path, lambda: self._ls(path))
         return {e["name"]: _modified_ms(e) for e in entries if e.get("type") != "directory"}
 
     def list_subdirs(self, path: str) -> list[str]:
-        with _translated("list", path):
-            try:
-                entries = self.fs.ls(path, detail=True)
-            except FileNotFoundError:
-                return []
+        entries = self._call("list", path, lambda: self._ls(path))
         return [e["name"].rstrip("/") for e in entries if e.get("type") == "directory"]
+
+    def _ls(self, path: str, **kwargs: Any) -> list[dict[str, Any]]:
+        """Entries under ``path``; a missing path is an empty directory."""
+        try:
+            entries: list[dict[str, Any]] = self.fs.ls(path, detail=True, **kwargs)
+        except FileNotFoundError:
+            return []
+        return entries
+
+    def _retry_s3(self, action: str, key: str, call: Callable[[], _T]) -> _T:
+        """The retrier as ``s3_upload`` takes it: untranslated, so it can tell a missing upload apart."""
+        fault_point("store.request")
+        return self._retrier.run(action, key, call, transient=is_transient, describe=_explain)
 
     def invalidate(self, path: str | None = None) -> None:
         self.fs.invalidate_cache(path)
@@ -239,8 +291,19 @@ class RemoteStore:
         return "s3" in _protocols(self.fs)
 
 
-def _reopen(url: str, storage_options: dict[str, Any], fsync: bool) -> RemoteStore:
-    return RemoteStore(url, storage_options, fsync=fsync)
+def _reopen(url: str, storage_options: dict[str, Any], fsync: bool, retry: RetryPolicy) -> RemoteStore:
+    return RemoteStore(url, storage_options, fsync=fsync, retry=retry)
+
+
+def _single_attempt(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with botocore's own retries turned off on S3 URLs (unless the user configured them), so
+    ``RetryPolicy`` is the one rule a request is retried by."""
+    protocol, _ = fsspec.core.split_protocol(url)
+    if protocol not in ("s3", "s3a"):
+        return options
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("retries", {"total_max_attempts": 1})
+    return {**options, "config_kwargs": config}
 
 
 def _inspected_chunks(source: BinaryIO, size: int, inspect: Callable[[memoryview], None]) -> Iterator[bytes]:

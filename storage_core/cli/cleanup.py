@@ -12,6 +12,7 @@ from storage_core.cli.common import (
     add_result_file_arg,
     emit_json,
     open_store,
+    require_positive,
     write_result_file,
 )
 
@@ -41,6 +42,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--local-retention-bytes", type=int, help="default: the topic's local.retention.bytes (or no trim)"
+    )
+    p.add_argument(
+        "--copy-interval-ms",
+        type=int,
+        help="how often copy and cleanup run (default 1 h): the local trim is refused for topics whose "
+        "Kafka retention.ms is shorter than the local window + this + a 1 h margin, since Kafka could "
+        "delete segments before they are tiered (docs/reliability.md)",
     )
     p.add_argument(
         "--orphan-grace-ms",
@@ -75,7 +83,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.jobs.cleanup import CleanupOptions, delete_topic, run_cleanup
+    from storage_core.tiering.eligibility import TrimTiming
 
+    require_positive(args, "copy_interval_ms")
     store = open_store(args)
     if args.delete_topic:
         report = delete_topic(store, args.delete_topic, topic_id=args.topic_id, dry_run=args.dry_run)
@@ -94,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
             use_log_start=not args.ignore_log_start,
             dry_run=args.dry_run,
             now_ms=int(time.time() * 1000),
+            trim_timing=TrimTiming(copy_interval_ms=args.copy_interval_ms)
+            if args.copy_interval_ms is not None
+            else TrimTiming(),
         )
         report = run_cleanup(store, options)
     if args.result_file:
@@ -114,9 +127,8 @@ def _print(report: dict[str, Any]) -> None:
     for part in report.get("partitions", []):
         name = f"{part['topic']}-{part['partition']}"
         for d in part["deleted"]:
-            print(
-                f"{name}: {verb} segment {d['base_offset']}-{d['end_offset']} ({d['bytes']} bytes): {d['reason']}"
-            )
+            span = f"{d['base_offset']}-{d['end_offset']}"
+            print(f"{name}: {verb} segment {span} ({d['bytes']} bytes): {d['reason']}")
         if part["resumed"] or part["orphans_removed"] or part["duplicates_removed"]:
             print(
                 f"{name}: finished {part['resumed']} interrupted deletes, swept {part['orphans_removed']} "
@@ -137,6 +149,5 @@ def _print(report: dict[str, Any]) -> None:
         )
     for key in report.get("stale_uploads_aborted", []):
         print(f"{'would abort' if report.get('dry_run') else 'aborted'} unfinished multipart upload of {key}")
-    print(
-        f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {len(report.get('partitions', []))} partitions"
-    )
+    partitions = len(report.get("partitions", []))
+    print(f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {partitions} partitions")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from storage_core.errors import ConfigError
+from storage_core.retry import DEFAULT_ATTEMPTS, DEFAULT_MAX_DELAY, RetryPolicy
 
 if TYPE_CHECKING:
     from storage_core.throttle import RateLimiter
@@ -30,37 +33,110 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=JSON",
-        help="extra fsspec storage option (value parsed as JSON when it parses); repeatable. "
-        "Credentials are best left to the provider's environment/config files.",
+        help="extra fsspec storage option (value parsed as JSON when it parses); repeatable. Not for "
+        "credentials: command lines are visible to every user of the machine (ps, /proc) and in pod "
+        "specs; use --storage-options-file, TIERKEEPER_STORAGE_OPTION_<KEY> or the provider's own chain",
+    )
+    group.add_argument(
+        "--storage-options-file",
+        metavar="PATH",
+        help="a JSON object of fsspec storage options, e.g. a mounted Secret "
+        f"(default: ${OPTIONS_FILE_ENV}); the way to pass credentials (key, secret, token) without "
+        "putting them in the process arguments",
+    )
+    group.add_argument(
+        "--retry-attempts",
+        type=int,
+        default=DEFAULT_ATTEMPTS,
+        metavar="N",
+        help=f"tries of each remote request that fails transiently (5xx, throttling, timeouts, "
+        f"resets), the first included; default {DEFAULT_ATTEMPTS}",
+    )
+    group.add_argument(
+        "--retry-max-delay",
+        type=float,
+        default=DEFAULT_MAX_DELAY,
+        metavar="SECONDS",
+        help=f"cap of the jittered exponential backoff between tries; default {DEFAULT_MAX_DELAY:g}",
     )
 
 
-def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+OPTIONS_FILE_ENV = "TIERKEEPER_STORAGE_OPTIONS_FILE"
+OPTION_ENV_PREFIX = "TIERKEEPER_STORAGE_OPTION_"
+
+
+def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """fsspec options from, in increasing precedence: the options file, ``TIERKEEPER_STORAGE_OPTION_<KEY>``
+    variables (``<KEY>`` lower-cased: ``..._KEY``, ``..._SECRET``, ``..._TOKEN``), the remote flags and
+    ``--storage-option``. The environment is read here and nowhere else. No message ever quotes a value.
+    """
     from storage_core.adapters.store import storage_options_from_flags
 
-    options = storage_options_from_flags(
-        endpoint_url=args.endpoint_url,
-        region=args.region,
-        anonymous=args.anonymous,
-        path_style=args.path_style,
+    env = os.environ if environ is None else environ
+    options: dict[str, Any] = {}
+    path = getattr(args, "storage_options_file", None) or env.get(OPTIONS_FILE_ENV)
+    if path:
+        options.update(_options_file(path))
+    for name, raw in sorted(env.items()):
+        if name.startswith(OPTION_ENV_PREFIX) and len(name) > len(OPTION_ENV_PREFIX):
+            options[name[len(OPTION_ENV_PREFIX) :].lower()] = _value(raw)
+    options.update(
+        storage_options_from_flags(
+            endpoint_url=args.endpoint_url,
+            region=args.region,
+            anonymous=args.anonymous,
+            path_style=args.path_style,
+        )
     )
-    for item in args.storage_option:
+    for n, item in enumerate(args.storage_option, 1):
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--storage-option {key!r}: expected KEY=VALUE")
-        try:
-            options[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key] = raw
+            # Not even the key is quoted: without '=' the whole item may be a secret pasted by mistake.
+            raise ConfigError(f"--storage-option number {n}: expected KEY=VALUE")
+        options[key] = _value(raw)
     return options
 
 
-def require_positive(args: argparse.Namespace, *names: str) -> None:
-    """Refuse a count flag (``args.<name>``, e.g. ``parallelism`` for ``--parallelism``) given below 1."""
+_CREDENTIAL_WORDS = ("key", "secret", "token", "password", "credential", "sas", "signature")
+
+
+def is_credential_option(name: str) -> bool:
+    """Whether a storage option's name looks like it holds a credential (never echoed by a command)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _CREDENTIAL_WORDS)
+
+
+def _value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _options_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded = json.load(f)
+    except OSError as exc:
+        raise ConfigError(f"storage options file {path}: {exc.strerror or type(exc).__name__}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        # The parser's message would quote the text around the error, which may be a credential.
+        raise ConfigError(f"storage options file {path}: not valid JSON") from None
+    if not isinstance(loaded, dict) or not all(isinstance(k, str) for k in loaded):
+        raise ConfigError(f"storage options file {path}: expected a JSON object of option names to values")
+    return loaded
+
+
+def require_positive(args: argparse.Namespace, *names: str, flags: dict[str, str] | None = None) -> None:
+    """Refuse a count flag (``args.<name>``, e.g. ``parallelism`` for ``--parallelism``) given below 1.
+
+    ``flags`` names the flag of a destination that is not spelled like it (``{"minimum": "--min"}``).
+    """
     for name in names:
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+            flag = (flags or {}).get(name, f"--{name.replace('_', '-')}")
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
 
 
 def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:
@@ -80,7 +156,14 @@ def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:
 def open_store(args: argparse.Namespace, *, fsync: bool = True) -> Any:
     from storage_core.adapters.store import RemoteStore
 
-    return RemoteStore(args.remote, storage_options(args), fsync=fsync)
+    return RemoteStore(args.remote, storage_options(args), fsync=fsync, retry=retry_policy(args))
+
+
+def retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    require_positive(args, "retry_attempts")
+    if args.retry_max_delay < 0:
+        raise ConfigError(f"--retry-max-delay must be >= 0, got {args.retry_max_delay}")
+    return RetryPolicy(attempts=args.retry_attempts, max_delay=args.retry_max_delay)
 
 
 def emit_json(payload: Any) -> None:

@@ -20,6 +20,7 @@ from storage_core.cli.common import (
     storage_options,
     write_result_file,
 )
+from storage_core.errors import ConfigError
 
 
 def register(subparsers: Any) -> None:
@@ -34,6 +35,13 @@ def register(subparsers: Any) -> None:
         "--bootstrap-servers",
         metavar="HOST:PORT",
         help="Kafka to ask for last stable offsets (needed for transactional topics)",
+    )
+    p.add_argument(
+        "--assume-tierable",
+        action="store_true",
+        help="without --bootstrap-servers copy cannot read the topics' configs: assert that every topic "
+        "copied has cleanup.policy=delete and remote.storage.enable=false (compacted and Kafka-tiered "
+        "topics are refused; the log dir's cleaner checkpoint is still checked)",
     )
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
     p.add_argument(
@@ -74,12 +82,17 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from storage_core.logdir import LogDir
     from storage_core.throttle import limited
+    from storage_core.tiering.eligibility import copy_refusal
     from storage_core.tiering.partition_copy import copy_partition
     from storage_core.tiering.plan import CopyTask
 
     require_positive(args, "parallelism", "segments_in_flight")
     limiter = rate_limiter(args)
-    store = open_store(args, fsync=not args.no_fsync)
+    if not args.bootstrap_servers and not args.assume_tierable:
+        raise ConfigError(
+            "without --bootstrap-servers the topics' cleanup.policy and remote.storage.enable cannot be "
+            "checked; pass --bootstrap-servers, or --assume-tierable to assert they are tierable"
+        )
     from storage_core.formats.segment_files import TopicPartition
 
     log_dir = LogDir(args.log_dir)
@@ -89,10 +102,24 @@ def run(args: argparse.Namespace) -> int:
         wanted = [(p.topic, p.partition) for p in log_dir.partitions(set(args.topic) if args.topic else None)]
     checkpoints = log_dir.checkpoints()
     lso: dict[tuple[str, int], int] = {}
+    configs: dict[str, dict[str, str]] = {}
+    refused: list[str] = []
     if args.bootstrap_servers:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
-        lso = KafkaAdmin(args.bootstrap_servers).last_stable_offsets(wanted)
+        admin = KafkaAdmin(args.bootstrap_servers)
+        configs = {topic: admin.topic_configs(topic) for topic in sorted({topic for topic, _ in wanted})}
+        # One line per refused topic, before anything is written; the tasks carry the configs too, so a
+        # copy driven from elsewhere (Spark, the operator) refuses the same way.
+        for topic, topic_configs in configs.items():
+            refusal = copy_refusal(topic, topic_configs)
+            if refusal is not None:
+                refused.append(str(refusal))
+        wanted = [
+            (topic, partition) for topic, partition in wanted if copy_refusal(topic, configs[topic]) is None
+        ]
+        lso = admin.last_stable_offsets(wanted)
+    store = open_store(args, fsync=not args.no_fsync)
     tasks = [
         CopyTask(
             log_dir=str(log_dir.path),
@@ -104,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             high_watermark=checkpoints.high_watermarks.get(TopicPartition(topic, partition)),
             broker_id=args.broker_id,
             segments_in_flight=args.segments_in_flight,
+            topic_configs=configs.get(topic) if args.bootstrap_servers else None,
         )
         for topic, partition in wanted
     ]
@@ -129,23 +157,24 @@ def run(args: argparse.Namespace) -> int:
                 "copied_segments": sum(r.copied_segments for r in results),
                 "copied_bytes": sum(r.copied_bytes for r in results),
                 "failed_partitions": len(failed),
+                "refused_topics": refused,
             }
         )
     else:
         copied = sum(r.copied_segments for r in results)
         size = sum(r.copied_bytes for r in results)
         print(f"copied {copied} segments ({size} bytes) from {len(results)} partitions; {len(failed)} failed")
+    for line in refused:
+        print(f"tierkeeper copy: error: {line}", file=sys.stderr)
     for r in failed:
         where = f"{r.topic}-{r.partition}"
         reason = r.error if (r.error or "").startswith(where) else f"{where}: {r.error}"
         print(f"tierkeeper copy: error: {reason}", file=sys.stderr)
-    return 1 if failed else 0
+    return 1 if failed or refused else 0
 
 
 def parse_assignments(values: list[str]) -> list[tuple[str, int]]:
     """``["orders=0,3", "events=1"]`` -> ``[("orders", 0), ("orders", 3), ("events", 1)]``."""
-    from storage_core.errors import ConfigError
-
     out: list[tuple[str, int]] = []
     for value in values:
         topic, sep, numbers = value.rpartition("=")

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from storage_core.cli.common import require_positive
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -22,16 +23,6 @@ DEFAULT_MIN = 1
 DEFAULT_MAX = 16
 # Kafka's own default for num.replica.fetchers, assumed for assignment files without --fetchers.
 KAFKA_DEFAULT_FETCHERS = 1
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive count")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     plan.add_argument(
         "--fetchers",
         metavar="N",
-        type=_positive,
-        help=f"current count to compare against (default: what the brokers run, or {KAFKA_DEFAULT_FETCHERS} for a file)",
+        type=int,
+        help=f"current count to compare against (default: what the brokers run, or {KAFKA_DEFAULT_FETCHERS} "
+        "for a file)",
     )
     _bounds(plan)
     plan.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -61,9 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     apply = verbs.add_parser("apply", help="set num.replica.fetchers step by step and verify each step")
     apply.add_argument("--bootstrap-servers", metavar="B", required=True)
-    apply.add_argument(
-        "--target", metavar="N", type=_positive, help="count to reach (default: the recommendation)"
-    )
+    apply.add_argument("--target", metavar="N", type=int, help="count to reach (default: the recommendation)")
     apply.add_argument(
         "--broker", metavar="ID", type=int, help="set this broker's override instead of the cluster default"
     )
@@ -79,7 +69,7 @@ def _bounds(parser: argparse.ArgumentParser) -> None:
         "--min",
         dest="minimum",
         metavar="N",
-        type=_positive,
+        type=int,
         default=DEFAULT_MIN,
         help=f"smallest count to consider (default {DEFAULT_MIN})",
     )
@@ -87,13 +77,15 @@ def _bounds(parser: argparse.ArgumentParser) -> None:
         "--max",
         dest="maximum",
         metavar="N",
-        type=_positive,
+        type=int,
         default=DEFAULT_MAX,
         help=f"largest count to consider (default {DEFAULT_MAX})",
     )
 
 
 def _check_bounds(args: argparse.Namespace) -> None:
+    counts = (name for name in ("fetchers", "target", "minimum", "maximum") if name in args)
+    require_positive(args, *counts, flags={"minimum": "--min", "maximum": "--max"})
     if args.minimum > args.maximum:
         raise ConfigError(f"--min {args.minimum} is above --max {args.maximum}")
 
@@ -159,13 +151,15 @@ def _print_plan(rec: Recommendation, weighted: bool, note: str | None) -> None:
     print(f"steps: {steps}" if rec.steps else "steps: none, already there")
     print()
     print(
-        f"| broker | threads used | idle threads | max load | mean load |  (current {rec.current.fetchers} -> recommended {rec.recommended.fetchers})"
+        f"| broker | threads used | idle threads | max load | mean load |  (current {rec.current.fetchers} "
+        f"-> recommended {rec.recommended.fetchers})"
     )
     print("|---|---|---|---|---|")
     for after in rec.recommended.brokers:
         before = rec.current.broker(after.broker)
         print(
-            f"| {after.broker} | {before.threads_used} -> {after.threads_used} | {before.idle_threads} -> {after.idle_threads} "
+            f"| {after.broker} | {before.threads_used} -> {after.threads_used} | {before.idle_threads} -> "
+            f"{after.idle_threads} "
             f"| {format_load(before.max_load)} -> {format_load(after.max_load)} "
             f"| {before.mean_load:.3g} -> {after.mean_load:.3g} |"
         )
@@ -200,7 +194,8 @@ def apply_command(args: argparse.Namespace) -> int:
 
     def report(step: StepResult) -> None:
         print(
-            f"set {step.value}: brokers {', '.join(map(str, step.brokers))} report {step.value} after {step.seconds:.1f}s"
+            f"set {step.value}: brokers {', '.join(map(str, step.brokers))} report {step.value} after "
+            f"{step.seconds:.1f}s"
         )
 
     admin.apply(steps, broker=args.broker, on_step=report)

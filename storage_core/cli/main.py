@@ -3,30 +3,39 @@
 Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
 ``handler`` to a function ``(argparse.Namespace) -> int``. Modules import heavy libraries inside
 their handlers so ``tierkeeper --help`` stays fast.
+
+Packages above the storage core (the operator) add their verbs through the ``tierkeeper.commands``
+entry-point group instead of being named here: the CLI never imports upward, and import-linter sees
+every import this module makes.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Any
 
 from storage_core import __version__
+from storage_core.cli import cleanup, copy, fetchers, ls, read, rebuild, recover, standalone
 from storage_core.errors import TierkeeperError
 
-# Subcommand modules, in the order their verbs appear in --help.
-SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "storage_core.cli.copy",
-    "storage_core.cli.read",
-    "storage_core.cli.ls",
-    "storage_core.cli.cleanup",
-    "storage_core.cli.recover",
-    "storage_core.cli.rebuild",
-    "storage_core.cli.fetchers",
-    "storage_core.cli.standalone",
-    "tierkeeper_operator.cli",
+Register = Callable[[Any], None]
+
+# Built-in subcommands, in the order their verbs appear in --help.
+BUILTIN_COMMANDS: tuple[Register, ...] = (
+    copy.register,
+    read.register,
+    ls.register,
+    cleanup.register,
+    recover.register,
+    rebuild.register,
+    fetchers.register,
+    standalone.register,
 )
+COMMAND_GROUP = "tierkeeper.commands"
+"""Entry-point group of installed packages' subcommands; each entry point is a ``register`` function."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,8 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tierkeeper {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for register in BUILTIN_COMMANDS:
+        register(subparsers)
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        try:
+            plugin: Register = entry.load()
+        except ImportError as exc:
+            # A broken optional part must not take the storage commands down with it.
+            print(f"tierkeeper: command {entry.name!r} unavailable: {exc}", file=sys.stderr)
+            continue
+        plugin(subparsers)
     return parser
 
 
@@ -50,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_topic_flags(args)
         return int(handler(args))
     except TierkeeperError as exc:
         print(f"tierkeeper {args.command}: error: {exc}", file=sys.stderr)
@@ -57,6 +75,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tierkeeper {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _check_topic_flags(args: argparse.Namespace) -> None:
+    """Topic names from the command line are checked before any command uses them (a name Kafka does
+    not allow could otherwise only ever match nothing, or reach a key: storage_core/remote/layout.py)."""
+    from storage_core.remote.layout import check_topic
+
+    for flag in ("topic", "delete_topic", "exclude_topic"):
+        value = getattr(args, flag, None)
+        for topic in value if isinstance(value, list) else [value] if value is not None else []:
+            check_topic(topic)
 
 
 if __name__ == "__main__":

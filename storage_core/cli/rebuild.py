@@ -22,10 +22,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "rebuild",
         help="restore a replaced broker's log dir from the remote tier",
-        description="Restore, into the empty log dir of a replaced broker, the tiered segments of every partition "
-        "assigned to it that lie inside the local retention window, so the broker replicates only the untiered "
-        "tail when it starts. Crash-safe: an interrupted run is completed by the next one, and Kafka refuses "
-        "to start on a half-restored dir.",
+        description="Restore, into the empty log dir of a replaced broker, the tiered segments of every "
+        "partition assigned to it that lie inside the local retention window, so the broker replicates only "
+        "the untiered tail when it starts. Crash-safe: an interrupted run is completed by the next one, and "
+        "Kafka refuses to start on a half-restored dir.",
     )
     p.add_argument("--log-dir", required=True, help="the new broker's log dir (meta.properties only)")
     p.add_argument(
@@ -63,7 +63,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.adapters.kafka_admin import KafkaAdmin
-    from storage_core.rebuild.run import AssignedPartition, RebuildOptions, rebuild_log_dir
+    from storage_core.jobs.rebuild import RebuildOptions, rebuild_log_dir
+    from storage_core.rebuild.plan import AssignedPartition
 
     for name in ("local_retention_ms", "local_retention_bytes"):
         value = getattr(args, name)

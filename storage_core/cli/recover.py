@@ -11,6 +11,7 @@ from storage_core.cli.common import (
     add_rate_limit_arg,
     add_remote_args,
     emit_json,
+    is_credential_option,
     open_store,
     rate_limiter,
     require_positive,
@@ -18,15 +19,15 @@ from storage_core.cli.common import (
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from storage_core.recovery.recover import RecoverySummary
+    from storage_core.jobs.recover import RecoverySummary
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "recover",
         help="recreate a deleted topic from the remote tier and restore its history",
-        description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka and "
-        "re-produce its committed history into it exactly once (resumable). The old incarnation stays "
+        description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka "
+        "and re-produce its committed history into it exactly once (resumable). The old incarnation stays "
         "readable with `tierkeeper read --topic-id`.",
     )
     p.add_argument("--topic", required=True)
@@ -134,8 +135,13 @@ def read_command(args: argparse.Namespace, topic_id: str, partition: int, offset
             argv += [flag, value]
     argv += ["--anonymous"] if args.anonymous else []
     argv += ["--path-style"] if args.path_style else []
+    if args.storage_options_file:
+        argv += ["--storage-options-file", args.storage_options_file]
     for option in args.storage_option:
-        argv += ["--storage-option", option]
+        # Credentials given on the command line are not repeated in our output: pass them again through
+        # TIERKEEPER_STORAGE_OPTION_<KEY> or --storage-options-file.
+        if not is_credential_option(option.partition("=")[0]):
+            argv += ["--storage-option", option]
     argv += [
         "--topic",
         args.topic,
@@ -151,8 +157,8 @@ def read_command(args: argparse.Namespace, topic_id: str, partition: int, offset
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.adapters.kafka_admin import KafkaAdmin
+    from storage_core.jobs.recover import RecoverRequest, recover
     from storage_core.recovery.plan import PlanOptions
-    from storage_core.recovery.recover import RecoverRequest, recover
     from storage_core.recovery.restore import ChunkLimits
 
     require_positive(args, "replication_factor", "partitions", "transaction_records", "transaction_bytes")

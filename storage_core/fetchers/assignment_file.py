@@ -49,7 +49,8 @@ class AssignmentFile(BaseModel):
                 raise ValueError(f"byte_rates names topic {topic!r}, which is not in 'topics'")
             if len(rates) != len(self.topics[topic]):
                 raise ValueError(
-                    f"byte_rates for {topic!r} has {len(rates)} values for {len(self.topics[topic])} partitions"
+                    f"byte_rates for {topic!r} has {len(rates)} values for {len(self.topics[topic])} "
+                    "partitions"
                 )
             if any(r < 0 for r in rates):
                 raise ValueError(f"byte_rates for {topic!r} has a negative rate")

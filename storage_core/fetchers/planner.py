@@ -174,7 +174,7 @@ def step_plan(current: int, target: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The chosen count, the current one for comparison, every candidate, the steps and one line per broker."""
+    """The chosen count, the current one, every candidate, the steps and one line per broker."""
 
     current: CountReport
     recommended: CountReport
@@ -229,11 +229,15 @@ def explain(before: BrokerReport, after: BrokerReport, old: int, new: int) -> st
     head = f"broker {after.broker}:"
     if after.leaders == 0:
         return f"{head} follows no partition, so the fetcher count does not matter here"
-    spread = f"{before.perfect_groups}/{before.groups} -> {after.perfect_groups}/{after.groups} leader groups spread perfectly"
+    spread = (
+        f"{before.perfect_groups}/{before.groups} -> {after.perfect_groups}/{after.groups} "
+        "leader groups spread perfectly"
+    )
     if old == new:
         return (
             f"{head} keep {new}: busiest thread {format_load(after.max_load)}, "
-            f"{after.perfect_groups}/{after.groups} leader groups spread perfectly, {after.idle_threads} idle slots"
+            f"{after.perfect_groups}/{after.groups} leader groups spread perfectly, {after.idle_threads} "
+            "idle slots"
         )
     change = f"busiest thread {format_load(before.max_load)} -> {format_load(after.max_load)}"
     worst = next(g for g in before.groups_detail if (g.leader, g.busiest_fetcher_id) == before.busiest_thread)
@@ -243,7 +247,10 @@ def explain(before: BrokerReport, after: BrokerReport, old: int, new: int) -> st
             f"share fetcher {worst.busiest_fetcher_id} (ideal {worst.ideal})"
         )
     elif after.max_load < before.max_load:
-        why = f"{new} threads per leader split the {worst.partitions} partitions from leader {worst.leader} further"
+        why = (
+            f"{new} threads per leader split the {worst.partitions} partitions from leader {worst.leader} "
+            "further"
+        )
     elif after.max_load > before.max_load:
         why = "worse on this broker, but the cluster-wide busiest thread decides"
     else:

@@ -97,7 +97,8 @@ class BatchChainCheck:
                 computed = crc(view[pos + CRC_START : end], 0)
                 if computed != stored:
                     raise CorruptDataError(
-                        f"record batch CRC mismatch at byte {self._position + pos - first}: stored {stored:#010x}, "
+                        f"record batch CRC mismatch at byte {self._position + pos - first}: stored "
+                        f"{stored:#010x}, "
                         f"computed {computed:#010x}",
                         offset=base_offset,
                         path=self._path,

@@ -4,8 +4,8 @@ helper thread.
 Checking a batch's CRC-32C means reading every byte once more; on a scan straight out of the page cache
 (a mapped local object) that pass is the whole cost of the scan, and one thread spends as long on it as a
 plain ``read`` of the file takes. The CRC call releases the GIL, so splitting the checks of a group of
-batches (tens of megabytes) between two threads halves that pass. Per batch the hand-off would cost more than it
-saves (see :func:`~storage_core.formats.record_batch.iter_batches`); per group it is one submit.
+batches (tens of megabytes) between two threads halves that pass. Per batch the hand-off would cost more than
+it saves (see :func:`~storage_core.formats.record_batch.iter_batches`); per group it is one submit.
 
 Nothing unchecked is ever yielded: a group's batches come out only after all of their CRCs are known,
 in order, and a bad one raises ``CorruptDataError`` after the good batches before it, exactly as

@@ -84,11 +84,6 @@ def parse_segment_file_name(name: str) -> SegmentFileName | None:
     return SegmentFileName(int(match.group(1)), kind)
 
 
-def partition_dir_name(tp: TopicPartition) -> str:
-    """``<topic>-<partition>``."""
-    return str(tp)
-
-
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
     """The partition of a live partition directory; None for non-live or unrelated directories.
 

@@ -23,6 +23,11 @@ RangeFetcher = Callable[[int, int], bytes]
 ByteSource = BinaryIO | RangeFetcher
 """What readers accept: a seekable binary file object or a :data:`RangeFetcher`."""
 
+MAX_READ = 8 << 20
+"""Largest single read a file fetcher makes. ``os.pread(fd, n)`` and ``file.read(n)`` allocate ``n`` bytes
+before they know how many there are, and ``end`` often comes from an untrusted length field (a batch
+header claiming 2 GiB); reading in steps bounds the memory by the bytes that exist."""
+
 ViewFetcher = Callable[[int, int], bytes | memoryview]
 """A fetcher that may answer with views instead of copies (e.g. of a mapped file). Only
 :class:`ChunkCursor`, and so :func:`~storage_core.formats.record_batch.iter_batches`, take one."""
@@ -58,7 +63,7 @@ def file_fetcher(fileobj: BinaryIO) -> RangeFetcher:
             parts: list[bytes] = []
             want = end - start
             while want > 0:
-                chunk = os.pread(real_fd, want, start)
+                chunk = os.pread(real_fd, min(want, MAX_READ), start)
                 if not chunk:
                     break
                 parts.append(chunk)
@@ -75,7 +80,7 @@ def file_fetcher(fileobj: BinaryIO) -> RangeFetcher:
         parts: list[bytes] = []
         want = end - start
         while want > 0:
-            chunk = fileobj.read(want)
+            chunk = fileobj.read(min(want, MAX_READ))
             if not chunk:
                 break
             parts.append(bytes(chunk))

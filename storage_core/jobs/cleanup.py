@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storage_core.errors import TierkeeperError
+from storage_core.faults import fault_point
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.store_api import ObjectStore
 from storage_core.retention.local_trim import plan_local_trim
 from storage_core.retention.policy import UNLIMITED, RetentionPolicy
 from storage_core.retention.remote_cleanup import cleanup_partition, delete_partition_tier
+from storage_core.tiering.eligibility import Refusal, TrimTiming, copy_refusal, local_trim_refusal
 
 
 @dataclass
@@ -33,6 +35,8 @@ class CleanupOptions:
     use_log_start: bool = True
     dry_run: bool = False
     now_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    trim_timing: TrimTiming = field(default_factory=TrimTiming)
+    """How often copy and cleanup run: decides which topics' Kafka retention leaves time to trim."""
 
 
 @dataclass
@@ -43,6 +47,8 @@ class _TopicView:
     remote: RetentionPolicy = field(default_factory=RetentionPolicy)
     local: RetentionPolicy | None = None
     log_start: dict[int, int] = field(default_factory=dict)
+    refusal: Refusal | None = None
+    """Why Tierkeeper must leave this topic alone (tiering.eligibility); the cleanup skips it."""
 
 
 def _int(configs: dict[str, str], key: str) -> int | None:
@@ -93,6 +99,7 @@ def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
         "errors": [],
         "bytes_deleted": 0,
         "stale_uploads_aborted": [],
+        "refused": [],
     }
     views: dict[str, _TopicView] = {}
     for topic, topic_id in list_topics(store, layout):
@@ -101,6 +108,11 @@ def run_cleanup(store: ObjectStore, options: CleanupOptions) -> dict[str, Any]:
         view = views.get(topic)
         if view is None:
             view = views[topic] = _view(admin, topic, options, report)
+            if view.refusal is not None:
+                report["errors"].append(str(view.refusal))
+                report["refused"].append({"topic": topic, "reason": view.refusal.reason.value})
+        if view.refusal is not None:
+            continue
         for tp in list_partitions(store, layout, topic, topic_id):
             try:
                 report["partitions"].append(_cleanup_one(store, layout, tp, view, admin, options))
@@ -129,6 +141,13 @@ def _view(admin: Any, topic: str, options: CleanupOptions, report: dict[str, Any
             configs = admin.topic_configs(topic)
             view.log_start = {p: o for (_, p), o in admin.log_start_offsets(list(described)).items()}
     view.remote, view.local = _policies(options, configs)
+    if configs:
+        # Checked only where Kafka still has the topic: a deleted topic's tier is only expired.
+        view.refusal = (
+            copy_refusal(topic, configs)
+            if view.local is None
+            else local_trim_refusal(topic, configs, view.local, options.trim_timing)
+        )
     return view
 
 
@@ -192,6 +211,7 @@ def _trim(
         catalog.write_state(
             state.model_copy(update={"local_trim_offset": max(target, state.local_trim_offset or 0)})
         )
+        fault_point("cleanup.trim.recorded")
         reported = admin.delete_records({(tp.topic, tp.partition): target})
         trim["to"] = reported.get((tp.topic, tp.partition), target)
     return trim

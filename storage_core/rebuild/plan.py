@@ -44,8 +44,8 @@ class RebuildRefused(TierkeeperError):
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionObservation:
-    """Everything the planner needs about one partition assigned to the broker being rebuilt."""
+class AssignedPartition:
+    """A partition as Kafka describes it, with the leader's offsets and the topic's config."""
 
     topic: str
     partition: int
@@ -57,6 +57,14 @@ class PartitionObservation:
     """The leader's log start offset (ListOffsets earliest)."""
     high_watermark: int
     """The leader's high watermark (ListOffsets latest): the end a caught-up follower reaches."""
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionObservation(AssignedPartition):
+    """Everything the planner needs about one partition assigned to the broker being rebuilt: Kafka's view
+    joined with the remote tier's."""
+
     policy: RetentionPolicy
     remote_topic_ids: tuple[str, ...]
     """Topic ids under which the remote tier holds a topic of this name."""
@@ -186,9 +194,9 @@ def plan_partition(obs: PartitionObservation, layout: RemoteLayout, now_ms: int)
         others = sorted(set(obs.remote_topic_ids) - {obs.topic_id})
         if others:
             raise RebuildRefused(
-                f"{where}: the remote tier holds topic {obs.topic!r} only under topic id(s) {', '.join(others)}, "
-                f"but Kafka's topic has id {obs.topic_id} (deleted and recreated?); refusing to restore another "
-                "incarnation's data (exclude the topic to replicate it plainly)"
+                f"{where}: the remote tier holds topic {obs.topic!r} only under topic id(s) "
+                f"{', '.join(others)}, but Kafka's topic has id {obs.topic_id} (deleted and recreated?); "
+                "refusing to restore another incarnation's data (exclude the topic to replicate it plainly)"
             )
         return replace(base, note="nothing tiered")
     manifest = obs.manifest

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage_core.errors import CorruptDataError, TierkeeperError
+from storage_core.faults import fault_point
 from storage_core.formats.batch_chain import BatchChainCheck
 from storage_core.formats.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -87,6 +88,7 @@ def download(store: ObjectStore, item: RestoreFile, target: Path, progress: Prog
                 check.feed(chunk)
                 position += len(chunk)
                 progress(len(chunk))
+                fault_point("rebuild.chunk.written")
             out.flush()
             os.fsync(out.fileno())
         check.finish()
@@ -94,6 +96,7 @@ def download(store: ObjectStore, item: RestoreFile, target: Path, progress: Prog
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, target)
+    fault_point("rebuild.file.restored")
     return item.size
 
 

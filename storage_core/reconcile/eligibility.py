@@ -1,9 +1,13 @@
 """Can a topic be tiered safely, judged from its Kafka configuration? Refusals are returned, never fixed:
 Tierkeeper does not change a user's topic configuration (docs/operator.md says why).
 
-- ``cleanup.policy`` containing ``compact``: the log cleaner rewrites segments after they are rolled, so a
-  tiered copy would disagree with the broker (Kafka itself refuses to tier compacted topics).
-- ``remote.storage.enable=true``: Kafka's own tiered storage owns the topic; two tiers would race.
+Whether a topic may be copied at all (``cleanup.policy`` containing ``compact``; ``remote.storage.enable=
+true``; no ``cleanup.policy`` reported) is :func:`storage_core.tiering.eligibility.copy_refusal`'s decision,
+the same one the copy and cleanup commands make; here it only gets a CamelCase reason for the Stalled
+condition. The planner adds one rule of its own. It differs from cleanup's local-trim check
+(``local_trim_refusal``: Kafka's retention must exceed the local window + copy interval + a margin),
+which the cleanup Jobs still apply, so a topic the planner accepts may still have its trim skipped there:
+
 - Kafka's ``retention.ms`` / ``retention.bytes`` deleting segments that the remote retention still wants:
   Tierkeeper trims local data itself (DeleteRecords, only behind the tier), so Kafka's own retention must
   be infinite or at least as long as the remote retention; otherwise Kafka deletes segments before they
@@ -17,6 +21,13 @@ from dataclasses import dataclass
 
 from storage_core.api.fields import INFINITE
 from storage_core.api.resources import TieredTopicSpec
+from storage_core.tiering.eligibility import RefusalReason, copy_refusal
+
+_REASONS = {
+    RefusalReason.COMPACTED: "CompactedTopic",
+    RefusalReason.KAFKA_TIERING: "KafkaTieringEnabled",
+    RefusalReason.CONFIGS_UNKNOWN: "TopicConfigsUnknown",
+}
 
 
 @dataclass(frozen=True)
@@ -42,23 +53,9 @@ def _retention_covers(kafka_value: int | None, remote: int) -> bool:
 def refusals(topic: str, configs: Mapping[str, str], spec: TieredTopicSpec) -> list[Refusal]:
     """Every reason ``topic`` with ``configs`` cannot be tiered as ``spec`` asks; empty when it can."""
     out: list[Refusal] = []
-    policy = {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
-    if "compact" in policy:
-        out.append(
-            Refusal(
-                "CompactedTopic",
-                f"topic {topic} has cleanup.policy={configs.get('cleanup.policy')}: the log cleaner rewrites "
-                "segments, so compacted topics cannot be tiered",
-            )
-        )
-    if configs.get("remote.storage.enable", "false").strip().lower() == "true":
-        out.append(
-            Refusal(
-                "KafkaTieringEnabled",
-                f"topic {topic} has remote.storage.enable=true: Kafka's own tiered storage owns it; "
-                "turn one of the two off",
-            )
-        )
+    refused = copy_refusal(topic, configs)
+    if refused is not None:
+        out.append(Refusal(_REASONS.get(refused.reason, "NotTierable"), str(refused)))
     for key, remote, field in (
         ("retention.ms", spec.remote_retention_ms, "remoteRetentionMs"),
         ("retention.bytes", spec.remote_retention_bytes, "remoteRetentionBytes"),

@@ -59,7 +59,7 @@ def concat_runs(parts: Iterable[Sequence[OffsetRun]]) -> list[OffsetRun]:
 
 
 def new_offset(runs: Sequence[OffsetRun], old: int) -> int | None:
-    """Where the record at ``old`` was restored to; None if it was not restored (aborted, control, not yet)."""
+    """Where the record at ``old`` was restored to; None if not restored (aborted, control, not yet)."""
     i = bisect.bisect_right([r.old_start for r in runs], old) - 1
     if i < 0 or old > runs[i].old_end:
         return None

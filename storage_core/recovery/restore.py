@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from storage_core.errors import KafkaAdminError
+from storage_core.faults import fault_point
 from storage_core.formats.records import Record
 from storage_core.recovery.mapping import OffsetRun, runs_from_pairs
 from storage_core.recovery.state import ChunkMapping, Progress
@@ -144,6 +145,7 @@ def _commit_chunk(
     while True:
         try:
             pairs = sink.produce_chunk(partition, chunk)
+            fault_point("recover.chunk.produced")
             runs = runs_from_pairs(pairs)
             write_chunk(
                 ChunkMapping(
@@ -154,6 +156,7 @@ def _commit_chunk(
                 )
             )
             sink.commit_chunk(partition, max(new for _, new in pairs) + 1, progress)
+            fault_point("recover.chunk.committed")
             return runs
         except ChunkAborted:
             sink.abort_chunk()
@@ -161,5 +164,6 @@ def _commit_chunk(
                 raise
             attempt += 1
         except BaseException:
-            sink.abort_chunk()  # an interrupted run leaves nothing open for the transaction timeout to clean up
+            # An interrupted run leaves nothing open for the transaction timeout to clean up.
+            sink.abort_chunk()
             raise

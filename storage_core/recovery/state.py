@@ -28,11 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from storage_core.errors import CorruptDataError, RemoteObjectNotFound
 from storage_core.recovery.mapping import OffsetRun
-from storage_core.remote.layout import OFFSET_DIGITS, RemoteLayout
+from storage_core.remote.layout import OFFSET_DIGITS, RemoteLayout, check_non_negative
 from storage_core.remote.store_api import ObjectStore
 
 STATE_VERSION = 1
-RECOVERY_DIR = "recovery"
 
 
 class Claim(BaseModel):
@@ -122,7 +121,7 @@ class RecoveryState:
         if committed_next_old <= start_old:
             return []
         by_first: dict[int, str] = {}
-        for key, _size in self.store.list_dir(f"{self.dir}/{partition}"):
+        for key, _size in self.store.list_dir(f"{self.dir}/{check_non_negative('partition', partition)}"):
             stem = key.rsplit("/", 1)[-1].removesuffix(".json")
             if len(stem) == OFFSET_DIGITS and stem.isdigit():
                 by_first[int(stem)] = key
@@ -143,11 +142,12 @@ class RecoveryState:
         return out
 
     def _chunk_key(self, partition: int, first_old: int) -> str:
-        return f"{self.dir}/{partition}/{first_old:0{OFFSET_DIGITS}d}.json"
+        partition = check_non_negative("partition", partition)
+        return f"{self.dir}/{partition}/{check_non_negative('offset', first_old):0{OFFSET_DIGITS}d}.json"
 
 
 def recovery_dir(store: ObjectStore, topic: str, source_topic_id: str, target_topic_id: str) -> str:
-    return f"{RemoteLayout(store.root).topic_dir(topic, source_topic_id)}/{RECOVERY_DIR}/{target_topic_id}"
+    return RemoteLayout(store.root).recovery_dir(topic, source_topic_id, target_topic_id)
 
 
 def read_claim(store: ObjectStore, topic: str, source_topic_id: str, target_topic_id: str) -> Claim | None:

@@ -13,7 +13,8 @@ and resolved here, once, for every reader (RemoteReader, retention, rebuild, ``l
   segment whose every offset an earlier one serves is *shadowed* and serves nothing.
 - Overlapping copies must hold the same data. The metadata check is the leader epochs: over the offsets
   two segments share, their leader-epoch lineages must agree (after an unclean election they do not).
-  A disagreement is reported as a Divergence; readers refuse the range and cleanup deletes neither side.
+  A disagreement is reported as a Divergence: readers stop before its first offset, cleanup deletes
+  neither side, rebuild refuses the partition.
   A segment without recorded epochs cannot be checked and is trusted, as before overlaps were resolved.
   The readers also check that the later segment has a batch starting exactly where its range starts: a
   batch straddling that offset would mean the two logs were not copies of each other.

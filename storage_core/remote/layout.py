@@ -3,6 +3,12 @@
 ``<prefix>/<topic>-<topicId>/<partition>/<20-digit base offset>-<segment id>.<ext>``; documented in
 docs/remote-layout.md. The topic id is Kafka's 22-character url-safe base64 form, so a deleted and
 recreated topic of the same name never mixes with its predecessor's data.
+
+Every component is checked here before it becomes part of a key (:func:`check_topic` and friends), so no
+key can leave its prefix or land in another topic's place: a topic name must be one Kafka allows
+(1-249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``, so never ``/``, ``%``, NUL or a parent reference), a
+topic id 22 base64url characters, partitions and offsets non-negative integers, segment ids UUIDs. A
+name read back from a listing is checked the same way (:func:`parse_topic_dir`).
 """
 
 from __future__ import annotations
@@ -12,7 +18,43 @@ import uuid
 from dataclasses import dataclass
 from enum import Enum
 
+from storage_core.errors import ConfigError
+from storage_core.formats.segment_files import is_valid_topic_name
+
 OFFSET_DIGITS = 20
+RECOVERY_DIR = "recovery"
+"""Under a topic incarnation's dir: ``recovery/<target topic id>/`` holds a topic recovery's state."""
+_TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{22}")
+
+
+class UnsafeKeyError(ConfigError):
+    """A key component that could escape its place in the remote tier (a hostile or broken name)."""
+
+
+def check_topic(topic: str) -> str:
+    if not isinstance(topic, str) or not is_valid_topic_name(topic):
+        raise UnsafeKeyError(
+            f"topic name {_shown(topic)} is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-], "
+            "not '.' or '..'); refusing to use it in a remote key"
+        )
+    return topic
+
+
+def check_topic_id(topic_id: str) -> str:
+    if not isinstance(topic_id, str) or not _TOPIC_ID.fullmatch(topic_id):
+        raise UnsafeKeyError(f"topic id {_shown(topic_id)} is not 22 base64url characters")
+    return topic_id
+
+
+def check_non_negative(what: str, value: int) -> int:
+    if type(value) is not int or value < 0:
+        raise UnsafeKeyError(f"{what} {_shown(value)} is not a non-negative integer")
+    return value
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 class SegmentObject(str, Enum):
@@ -74,13 +116,20 @@ class RemoteLayout:
     root: str
 
     def topic_dir(self, topic: str, topic_id: str) -> str:
-        return f"{self._root()}{topic}-{topic_id}"
+        return f"{self._root()}{check_topic(topic)}-{check_topic_id(topic_id)}"
 
     def partition_dir(self, tp: TopicPartitionId) -> str:
-        return f"{self.topic_dir(tp.topic, tp.topic_id)}/{tp.partition}"
+        return f"{self.topic_dir(tp.topic, tp.topic_id)}/{check_non_negative('partition', tp.partition)}"
 
     def segment_stem(self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID) -> str:
-        return f"{self.partition_dir(tp)}/{base_offset:0{OFFSET_DIGITS}d}-{segment_id}"
+        if not isinstance(segment_id, uuid.UUID):
+            raise UnsafeKeyError(f"segment id {_shown(segment_id)} is not a UUID")
+        base = check_non_negative("base offset", base_offset)
+        return f"{self.partition_dir(tp)}/{base:0{OFFSET_DIGITS}d}-{segment_id}"
+
+    def recovery_dir(self, topic: str, source_topic_id: str, target_topic_id: str) -> str:
+        """Where a recovery of incarnation ``source_topic_id`` into ``target_topic_id`` keeps its state."""
+        return f"{self.topic_dir(topic, source_topic_id)}/{RECOVERY_DIR}/{check_topic_id(target_topic_id)}"
 
     def object_key(
         self, tp: TopicPartitionId, base_offset: int, segment_id: uuid.UUID, obj: SegmentObject
@@ -127,6 +176,6 @@ def parse_topic_dir(name: str) -> tuple[str, str] | None:
     if len(name) < 24 or name[-23] != "-":
         return None
     topic, topic_id = name[:-23], name[-22:]
-    if not re.fullmatch(r"[A-Za-z0-9_-]{22}", topic_id):
-        return None
+    if not _TOPIC_ID.fullmatch(topic_id) or not is_valid_topic_name(topic):
+        return None  # not ours (or planted): never turned into keys
     return topic, topic_id

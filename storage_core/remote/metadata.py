@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from storage_core.remote.cover import Cover, resolve_cover
-from storage_core.remote.layout import STATE_ORDER, SegmentObject, SegmentState, TopicPartitionId
+from storage_core.remote.layout import SegmentObject, SegmentState, TopicPartitionId
 
 MANIFEST_VERSION = 1
 
@@ -68,22 +68,13 @@ class SegmentMetadata(BaseModel):
         return self.model_copy(update={"state": state, "event_time_ms": event_time_ms, **changes})
 
 
-def current_states(markers: Iterable[SegmentMetadata]) -> dict[uuid.UUID, SegmentMetadata]:
-    """Latest marker per segment id: the segment's state is the furthest it has reached."""
-    latest: dict[uuid.UUID, SegmentMetadata] = {}
-    for marker in markers:
-        have = latest.get(marker.segment_id)
-        if have is None or STATE_ORDER[marker.state] > STATE_ORDER[have.state]:
-            latest[marker.segment_id] = marker
-    return latest
-
-
 class Manifest(BaseModel):
     """The readable (COPY_FINISHED) segments of one partition, resolved by the cover rule (cover.py).
 
     ``segments`` are the ones serving at least one offset, in offset order (their end offsets strictly
     increase); ``shadowed`` the finished ones serving none, kept so divergent copies stay visible and so
-    cleanup knows what it may delete. ``cover()`` says which offsets each segment serves.
+    cleanup knows what it may delete. ``cover()`` says which offsets each segment serves; it is computed
+    once per object, so a manifest is never changed in place: build another with ``Manifest.of``.
     """
 
     version: int = MANIFEST_VERSION

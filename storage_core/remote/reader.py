@@ -14,8 +14,9 @@ lists every aborted transaction overlapping the segment); control records are ne
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -154,36 +155,31 @@ class RemoteReader:
             first = max(offset, served.first_offset)
             start = self._start_position(served.segment, first, None)
             if start is not None:
-                yield from self._segment_batches(
-                    served, start, cover.divergence_in(first, served.last_offset)
-                )
+                yield from self._segment_batches(served, start, first, cover.divergences)
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
         """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
+        yield from self.read_from_offset(tp, self._offset_for_timestamp(tp, timestamp))
+
+    def _offset_for_timestamp(self, tp: TopicPartitionId, timestamp: int) -> int:
+        """The offset of the first record (offset order) with timestamp >= ``timestamp``."""
         cover = self.manifest(tp, refresh=True).cover()
         index = next((i for i, r in enumerate(cover.ranges) if r.segment.max_timestamp >= timestamp), None)
-        if index is None:
-            raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
-        found: int | None = None  # once the first match is found, everything from it on, in offset order
-        for served in cover.ranges[index:]:
+        for served in cover.ranges[index:] if index is not None else ():
             # Where the time index points below the range's first offset, _segment_batches skips the batches
             # the range before served.
-            start = (
-                self._start_position(served.segment, None, timestamp)
-                if found is None
-                else self._start_position(served.segment, max(found, served.first_offset), None)
-            )
+            start = self._start_position(served.segment, None, timestamp)
             if start is None:
                 continue
-            divergence = cover.divergence_in(max(found or 0, served.first_offset), served.last_offset)
-            for batch in self._segment_batches(served, start, divergence):
-                for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
-                    if found is None:
-                        if record.timestamp < timestamp:
-                            continue
-                        found = record.offset
-                    if record.offset >= found:
-                        yield record
+            batches = self._segment_batches(
+                served, start, served.first_offset, cover.divergences, min_timestamp=timestamp
+            )
+            with closing(batches):  # stops the read-ahead as soon as the record is found
+                for batch in batches:
+                    for record in iter_records(batch, verify_crc=False):  # checked as the batch was read
+                        if record.timestamp >= timestamp:
+                            return record.offset
+        raise OffsetOutOfRangeError(f"{tp}: no tiered record has a timestamp >= {timestamp}")
 
     def _start_position(self, meta: SegmentMetadata, offset: int | None, timestamp: int | None) -> int | None:
         log_index = self._cache.get(meta, SegmentObject.REMOTE_LOG_INDEX)
@@ -199,10 +195,18 @@ class RemoteReader:
         return entry.data_id.position
 
     def _segment_batches(
-        self, served: ServedRange, start: int, divergence: Divergence | None = None
-    ) -> Iterator[RawBatch]:
-        """The range's batches from byte ``start``; ``divergence``: stored copies disagree from its first
-        offset on, so the read stops with DivergentDataError before serving any of it."""
+        self,
+        served: ServedRange,
+        start: int,
+        first: int,
+        divergences: Sequence[Divergence] = (),
+        *,
+        min_timestamp: int | None = None,
+    ) -> Generator[RawBatch, None, None]:
+        """The range's batches from byte ``start`` (an index entry's position), leaving out those wholly
+        below offset ``first`` and, with ``min_timestamp``, those without a record that recent.
+        ``divergences``: offsets whose stored copies disagree; the read stops with DivergentDataError
+        before serving a batch holding any of them."""
         meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         committed = self.options.isolation is Isolation.READ_COMMITTED
@@ -213,8 +217,10 @@ class RemoteReader:
         )
         for batch in self._checked_batches(key, meta.objects[SegmentObject.LOG].size, start):
             header = batch.header
-            if header.last_offset < served.first_offset:
-                continue  # served by the range before (overlapping segments)
+            if header.last_offset < first:
+                continue  # below the read's start, or served by the range before (overlapping segments)
+            if min_timestamp is not None and header.max_timestamp < min_timestamp:
+                continue
             if header.base_offset < served.first_offset:
                 # Replicas hold the leader's batches byte for byte, so the previous range ends on a batch
                 # boundary of this segment too; a batch across it means the two copies are not the same log.
@@ -226,7 +232,15 @@ class RemoteReader:
                     offset=served.first_offset,
                     path=key,
                 )
-            if divergence is not None and header.last_offset >= divergence.first_offset:
+            divergence = next(
+                (
+                    d
+                    for d in divergences
+                    if header.base_offset <= d.last_offset and header.last_offset >= d.first_offset
+                ),
+                None,
+            )
+            if divergence is not None:
                 raise DivergentDataError(
                     f"refusing to serve {meta.tp}: {divergence.describe()}",
                     topic=meta.topic,

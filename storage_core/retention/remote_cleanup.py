@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from storage_core.faults import fault_point
 from storage_core.remote.catalog import PartitionCatalog, PartitionListing, SegmentListing
 from storage_core.remote.layout import SegmentState
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -113,6 +114,7 @@ def _execute(
     for meta in to_delete:
         catalog.write_marker(meta.with_state(SegmentState.DELETE_STARTED, now_ms))
     if to_delete:
+        fault_point("cleanup.delete.started")
         gone = {m.segment_id for m in to_delete}
         manifest = Manifest.of(catalog.tp, [m for m in finished if m.segment_id not in gone])
         catalog.store.put_atomic(catalog.layout.manifest_key(catalog.tp), manifest.model_dump_json().encode())
@@ -137,8 +139,10 @@ def _finish_delete(
 ) -> int:
     data, _ = catalog.segment_keys(entry)
     catalog.store.delete(data)
+    fault_point("cleanup.segment.data_deleted")
     if meta.state is not SegmentState.DELETE_FINISHED:
         catalog.write_marker(meta.with_state(SegmentState.DELETE_FINISHED, now_ms))
+    fault_point("cleanup.segment.deleted")
     older = [
         catalog.layout.marker_key(catalog.tp, meta.base_offset, meta.segment_id, s)
         for s in (SegmentState.COPY_STARTED, SegmentState.COPY_FINISHED, SegmentState.DELETE_STARTED)

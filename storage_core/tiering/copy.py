@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from storage_core.errors import CorruptDataError, TierkeeperError
+from storage_core.faults import fault_point
 from storage_core.formats.batch_stream import BatchStreamValidator
 from storage_core.formats.checkpoints import EpochEntry, format_leader_epoch_checkpoint
 from storage_core.formats.crc import crc32c
@@ -157,6 +158,7 @@ class SegmentCopier:
                 event_time_ms=_now_ms(),
             )
             self.catalog.write_marker(started)
+            fault_point("copy.segment.started")
             upload = _Upload()
             # On an object store the small objects go up on helper threads while the .log is copied: each
             # costs a few requests whose latency would otherwise add up after every segment (on a local
@@ -169,7 +171,9 @@ class SegmentCopier:
                 self.catalog.store.write_concurrency,
             )
             try:
-                return self._store_log(started, log_file, size, upload, side)
+                stored = self._store_log(started, log_file, size, upload, side)
+                fault_point("copy.log.stored")
+                return stored
             except BaseException:
                 side.close(failed=True)
                 self._discard(started, upload)
@@ -196,6 +200,7 @@ class SegmentCopier:
         except BaseException:
             self._discard(stored.started, upload)
             raise
+        fault_point("copy.segment.finished")
         return SegmentCopy(finished, sum(o.size for o in finished.objects.values()))
 
     def abandon(self, stored: StoredSegment) -> None:

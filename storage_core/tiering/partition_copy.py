@@ -24,6 +24,7 @@ from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.store_api import ObjectStore
 from storage_core.tiering.copy import Progress, SegmentCopier, SegmentCopy, StoredSegment
+from storage_core.tiering.eligibility import NotTierableError, compacted_locally, copy_refusal
 from storage_core.tiering.plan import CopyTask, SegmentSpan, plan_copies
 
 
@@ -63,6 +64,14 @@ def copy_partition(
 def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progress: Progress | None) -> None:
     log_dir = LogDir(task.log_dir)
     wanted = TopicPartition(task.topic, task.partition)
+    # Before anything touches the remote tier: a refused topic leaves no trace there.
+    refusal = (
+        copy_refusal(task.topic, task.topic_configs)
+        if task.topic_configs is not None
+        else compacted_locally(task.topic, wanted in log_dir.checkpoints().cleaner_offsets)
+    )
+    if refusal is not None:
+        raise NotTierableError(refusal)
     pdir = next((p for p in log_dir.partitions({task.topic}) if p.tp == wanted), None)
     if pdir is None:
         raise ConfigError(f"{wanted}: no partition directory in {task.log_dir}")

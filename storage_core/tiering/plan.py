@@ -8,7 +8,7 @@ remote tier never has a hole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -61,7 +61,8 @@ class CopyTask:
     partition: int
     remote_url: str
     """Root of the remote tier, prefix included (``s3://bucket/some/prefix``)."""
-    storage_options: dict[str, Any]
+    storage_options: dict[str, Any] = field(repr=False)
+    """May hold credentials: left out of the repr, so a logged or failed task never shows them."""
     last_stable_offset: int | None
     """From the broker's Admin API (read_committed latest offset); None when no broker was given."""
     high_watermark: int | None
@@ -69,4 +70,8 @@ class CopyTask:
     broker_id: int | None = None
     index_entry_bytes: int = 1 << 20
     segments_in_flight: int | None = None
-    """Segments of this partition stored at once; None leaves it to the store (``ObjectStore.segments_in_flight``)."""
+    """Segments of this partition stored at once; None: the store decides (``segments_in_flight``)."""
+    topic_configs: dict[str, str] | None = None
+    """The topic's configs from Kafka (DescribeConfigs); the copy refuses a topic they show cannot be
+    tiered (``tiering.eligibility``). None: not checked here, the caller vouches (``--assume-tierable``);
+    the log cleaner's checkpoint in the log dir is still checked."""

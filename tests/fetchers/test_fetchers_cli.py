@@ -103,6 +103,13 @@ def test_min_above_max_is_refused(line_file: Path) -> None:
     assert proc.returncode == 1 and "--min 8 is above --max 4" in proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--fetchers", "--min", "--max"])
+def test_a_count_below_one_is_refused(line_file: Path, flag: str) -> None:
+    proc = tierkeeper("fetchers", "plan", "--assignment", str(line_file), flag, "0")
+    assert proc.returncode == 1
+    assert f"{flag} must be >= 1, got 0" in proc.stderr
+
+
 def test_source_is_required() -> None:
     proc = tierkeeper("fetchers", "plan")
     assert proc.returncode == 2 and "--bootstrap-servers" in proc.stderr

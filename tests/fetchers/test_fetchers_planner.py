@@ -20,7 +20,7 @@ T_BASE = 3596
 
 
 def _pairs_on_t(pairs: dict[int, tuple[int, ...]], partitions: int, brokers: tuple[int, ...]) -> Assignment:
-    """Topic "t": the listed partitions get the listed replicas; the rest sit alone on broker 1 (no followers)."""
+    """Topic "t": the listed partitions get the listed replicas; the rest sit alone on broker 1."""
     return Assignment(brokers=brokers, topics={"t": [pairs.get(p, (1,)) for p in range(partitions)]})
 
 

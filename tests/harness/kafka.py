@@ -135,6 +135,10 @@ class KafkaCluster:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
+            # Tests hold transactions open on purpose for as long as a module runs, which on a loaded
+            # machine exceeded Kafka's default 15-minute ceiling (the coordinator aborted them and fenced
+            # the producer). A day is longer than any test session.
+            "transaction.max.timeout.ms": str(24 * 3600 * 1000),
         }
         props.update(self.broker_config)
         return props

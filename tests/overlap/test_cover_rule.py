@@ -220,3 +220,34 @@ def test_retention_never_deletes_an_offset_still_needed(
         assert held(kept) >= {o for o in held(segments) if o >= after.start_offset}
     if retention_bytes == -1:
         assert {o for o in held(segments) if o >= log_start} <= held(kept)
+
+
+@settings(max_examples=300, deadline=None)
+@given(segment_sets(), st.lists(st.integers(1, 250), max_size=5, unique=True), st.booleans())
+def test_copies_of_one_log_never_diverge_and_a_rewritten_lineage_always_does(
+    segments: list[SegmentMetadata], epoch_starts: list[int], follower_view: bool
+) -> None:
+    """One log's lineage (epoch i starts at the i-th start), as each copy records it: up to its end,
+    and, for a follower that started inside the log (``follower_view``), moved up to its own base."""
+    lineage = [(0, 0)] + [(i + 1, start) for i, start in enumerate(sorted(epoch_starts))]
+
+    def recorded(s: SegmentMetadata) -> list[tuple[int, int]]:
+        upto = [(e, st_) for e, st_ in lineage if st_ <= max(s.end_offset, s.base_offset)]
+        if follower_view:
+            covering = [(e, st_) for e, st_ in upto if st_ <= s.base_offset][-1]
+            upto = [(covering[0], s.base_offset)] + [(e, st_) for e, st_ in upto if st_ > s.base_offset]
+        return upto
+
+    clean = [s.model_copy(update={"leader_epochs": recorded(s)}) for s in segments]
+    assert resolve_cover(clean).divergences == ()
+
+    # Rewrite the lineage of one overlapped segment: the disagreement is always found.
+    cover = resolve_cover(clean)
+    overlapped = [s for s in cover.shadowed if s.end_offset >= s.base_offset] + [
+        r.segment for r in cover.ranges if not r.whole
+    ]
+    if overlapped:
+        victim = overlapped[0]
+        forged = victim.model_copy(update={"leader_epochs": [(99, 0)]})
+        diverged = resolve_cover([forged if s.segment_id == victim.segment_id else s for s in clean])
+        assert victim.segment_id in diverged.divergent_segments()

@@ -429,7 +429,12 @@ def test_copies_that_disagree_are_refused_reported_and_kept(scenario: Scenario, 
         assert got == scenario.expected_from(0, got[-1][0]) and got[-1][0] < contested[0]
         after = contested[1] + 1  # offsets only the new copy holds stay readable
         got = [(r.offset, r.timestamp, r.key, r.value) for r in reader.read_from_offset(tp, after)]
-    assert got == scenario.expected_from(after, cover.end_offset)
+        by_time = [
+            (r.offset, r.timestamp, r.key, r.value) for r in reader.read_from_timestamp(tp, T0 + after)
+        ]
+        with pytest.raises(DivergentDataError):
+            list(reader.read_from_timestamp(tp, T0 + contested[0]))
+    assert got == by_time == scenario.expected_from(after, cover.end_offset)
 
     proc = run_cli(
         "read", "--remote", f"file://{remote}", "--topic", TOPIC, "--partition", "0", "--from-offset", "0"

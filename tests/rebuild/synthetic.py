@@ -18,7 +18,7 @@ from formats.formats_builders import Rec, build_batch
 from storage_core.adapters.store import RemoteStore
 from storage_core.formats.crc import crc32c
 from storage_core.formats.record_batch import CRC_START
-from storage_core.rebuild.run import AssignedPartition
+from storage_core.rebuild.plan import AssignedPartition
 from storage_core.remote.catalog import PartitionCatalog
 from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState, TopicPartitionId
 from storage_core.remote.metadata import SegmentMetadata, StoredObject
@@ -140,7 +140,8 @@ def format_log_dir(path: Path, node_id: int = BROKER) -> bytes:
     """A log dir as kafka-storage format leaves it; returns the meta.properties bytes."""
     path.mkdir(parents=True, exist_ok=True)
     meta = (
-        f"#\n#Thu Nov 20 10:00:00 UTC 2025\nnode.id={node_id}\ndirectory.id=Xm2tXo9jS0aXq3vJ9uC7BQ\nversion=1\n"
+        "#\n#Thu Nov 20 10:00:00 UTC "
+        f"2025\nnode.id={node_id}\ndirectory.id=Xm2tXo9jS0aXq3vJ9uC7BQ\nversion=1\n"
         "cluster.id=7x2hHk5DTlqdNf6mPq0Ang\n"
     ).encode()
     (path / "meta.properties").write_bytes(meta)

@@ -41,9 +41,9 @@ def observation(
         (1, 2, 3),
         log_start,
         hw,
-        policy or RetentionPolicy(),
-        (TOPIC_ID,),
-        manifest_of(segments, partition=partition) if segments else None,
+        policy=policy or RetentionPolicy(),
+        remote_topic_ids=(TOPIC_ID,),
+        manifest=manifest_of(segments, partition=partition) if segments else None,
     )
 
 
@@ -162,7 +162,16 @@ def test_untiered_partition_restores_nothing() -> None:
 
 def test_other_topic_incarnation_is_refused() -> None:
     obs = PartitionObservation(
-        TOPIC, 0, TOPIC_ID, 1, (1, 2, 3), 0, 100, RetentionPolicy(), (OTHER_TOPIC_ID,), None
+        TOPIC,
+        0,
+        TOPIC_ID,
+        1,
+        (1, 2, 3),
+        0,
+        100,
+        policy=RetentionPolicy(),
+        remote_topic_ids=(OTHER_TOPIC_ID,),
+        manifest=None,
     )
     with pytest.raises(RebuildRefused, match="topic id"):
         plan_partition(obs, LAYOUT, NOW)
@@ -178,9 +187,9 @@ def test_metadata_of_another_topic_id_is_refused() -> None:
         (1, 2, 3),
         0,
         100,
-        RetentionPolicy(),
-        (TOPIC_ID,),
-        manifest_of(segments, topic_id=OTHER_TOPIC_ID),
+        policy=RetentionPolicy(),
+        remote_topic_ids=(TOPIC_ID,),
+        manifest=manifest_of(segments, topic_id=OTHER_TOPIC_ID),
     )
     with pytest.raises(RebuildRefused):
         plan_partition(obs, LAYOUT, NOW)
@@ -192,7 +201,18 @@ def test_leaderless_partition_is_refused_and_reported_with_the_rest() -> None:
     leaderless = observation(
         build_segments([Seg(10, 100, NOW)], partition=1), hw=10, partition=1, leader=None
     )
-    not_mine = PartitionObservation(TOPIC, 2, TOPIC_ID, 1, (1, 2), 0, 0, RetentionPolicy(), (TOPIC_ID,), None)
+    not_mine = PartitionObservation(
+        TOPIC,
+        2,
+        TOPIC_ID,
+        1,
+        (1, 2),
+        0,
+        0,
+        policy=RetentionPolicy(),
+        remote_topic_ids=(TOPIC_ID,),
+        manifest=None,
+    )
     plan = plan_rebuild(3, [leaderless, good, not_mine], LAYOUT, NOW)
     assert [p.partition for p in plan.partitions] == [0]
     assert len(plan.refusals) == 1 and "no leader" in plan.refusals[0]

@@ -18,9 +18,9 @@ from storage_core.formats.checkpoints import (
     read_partition_metadata,
     topic_id_to_string,
 )
+from storage_core.jobs.rebuild import RebuildOptions, RebuildOutcome, rebuild_log_dir
 from storage_core.rebuild.plan import RebuildRefused
 from storage_core.rebuild.restore import CHUNK, TMP_SUFFIX
-from storage_core.rebuild.run import RebuildOptions, RebuildOutcome, rebuild_log_dir
 from storage_core.rebuild.state import (
     CLEAN_SHUTDOWN,
     MARKER,
@@ -201,8 +201,8 @@ def test_a_crash_after_the_restore_is_finished_by_installing(tmp_path: Path) -> 
         rebuild(log_dir, tier, RebuildOptions(broker_id=BROKER, parallelism=1))
     Path(hidden + ".away").rename(hidden)
     # Walk the remaining steps by hand up to the install, as a crash right after mark_installing leaves it.
+    from storage_core.jobs.rebuild import make_plan, summarize
     from storage_core.rebuild.restore import restore
-    from storage_core.rebuild.run import make_plan, summarize
 
     rdir = RebuildDir(log_dir)
     plan = make_plan(tier.store, tier.cluster, OPTIONS)
@@ -263,9 +263,10 @@ def test_a_held_lock_means_a_running_broker(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import fcntl, os, sys, time\n"
+            "import fcntl, os, signal\n"
             f"fd = os.open({str(log_dir / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-            "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n",
+            # Hold the lock until killed (a fixed sleep could end before a slow test is done).
+            "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\nsignal.pause()\n",
         ],
         stdout=subprocess.PIPE,
         text=True,

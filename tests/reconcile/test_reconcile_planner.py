@@ -95,9 +95,22 @@ def test_no_second_copy_for_a_busy_broker_nor_second_cleanup() -> None:
     [
         ({"cleanup.policy": "compact"}, "CompactedTopic", "cleanup.policy=compact"),
         ({"cleanup.policy": "delete,compact"}, "CompactedTopic", "log cleaner"),
-        ({"remote.storage.enable": "true"}, "KafkaTieringEnabled", "remote.storage.enable=true"),
-        ({"retention.ms": "604800000"}, "KafkaRetentionTooShort", "retention.ms=604800000"),
-        ({"retention.bytes": "1073741824"}, "KafkaRetentionTooShort", "retention.bytes=1073741824"),
+        (
+            {"cleanup.policy": "delete", "remote.storage.enable": "true"},
+            "KafkaTieringEnabled",
+            "remote.storage.enable=true",
+        ),
+        ({}, "TopicConfigsUnknown", "no cleanup.policy"),
+        (
+            {"cleanup.policy": "delete", "retention.ms": "604800000"},
+            "KafkaRetentionTooShort",
+            "retention.ms=604800000",
+        ),
+        (
+            {"cleanup.policy": "delete", "retention.bytes": "1073741824"},
+            "KafkaRetentionTooShort",
+            "retention.bytes=1073741824",
+        ),
     ],
 )
 def test_unsafe_topics_are_stalled_and_never_copied(configs: dict[str, str], reason: str, words: str) -> None:
@@ -112,7 +125,11 @@ def test_unsafe_topics_are_stalled_and_never_copied(configs: dict[str, str], rea
 def test_kafka_retention_at_least_the_remote_retention_is_fine() -> None:
     spec = {"localRetentionMs": 3_600_000, "remoteRetentionMs": 86_400_000}
     result = plan(
-        CLUSTERS, [topic(spec=spec, configs={"retention.ms": "86400000"})], BROKERS, RunningWork(), T0
+        CLUSTERS,
+        [topic(spec=spec, configs={"cleanup.policy": "delete", "retention.ms": "86400000"})],
+        BROKERS,
+        RunningWork(),
+        T0,
     )
     assert "Stalled" not in conditions(result.topic_status["ns/orders"])
     assert len(result.copies) == 3

@@ -4,7 +4,7 @@ data a real broker wrote and the real CLI tiered."""
 from __future__ import annotations
 
 import json
-import random
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +16,7 @@ import pytest
 
 from harness.tierkeeper_cli import run_cli
 from storage_core.adapters.store import RemoteStore
+from storage_core.faults import ENV
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState
 from storage_core.remote.metadata import SegmentMetadata
@@ -201,14 +202,22 @@ def test_delete_topic_removes_all_remote_data(tiered_topic: TieredTopic, tmp_pat
     assert again.returncode == 1 and "is not in the remote tier" in again.stderr
 
 
+def _kill_points(expired: int) -> list[str]:
+    """Where the trials kill the cleanup (storage_core/faults.py): after the DELETE_STARTED markers,
+    and after each expired segment's data delete and DELETE_FINISHED marker."""
+    points = ["cleanup.delete.started"]
+    for n in range(1, expired + 1):
+        points += [f"cleanup.segment.data_deleted:{n}", f"cleanup.segment.deleted:{n}"]
+    return points
+
+
 @pytest.mark.slow
 def test_killed_cleanup_converges(tiered_topic: TieredTopic, tmp_path: Path) -> None:
-    rng = random.Random(4)
     before = tiered_topic.segments(tiered_topic.baseline)
     keep = 3
     limit = str(sum(m.size_bytes for m in before[-keep:]))
-    interrupted = 0
-    for trial in range(12):
+    points = _kill_points(len(before) - keep)
+    for trial, point in enumerate(points):
         remote = tiered_topic.fresh_remote(tmp_path / f"remote-{trial}")
         argv = [
             sys.executable,
@@ -220,28 +229,20 @@ def test_killed_cleanup_converges(tiered_topic: TieredTopic, tmp_path: Path) -> 
             "--remote-retention-bytes",
             limit,
         ]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while (
-            proc.poll() is None
-            and time.monotonic() < deadline
-            and not any(remote.rglob("*.DELETE_STARTED.json"))
-        ):
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.05))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+        killed = subprocess.run(
+            argv, capture_output=True, text=True, env={**os.environ, ENV: point}, timeout=120
+        )
+        assert killed.returncode == -signal.SIGKILL, f"{point}: the kill must land ({killed.stderr})"
         catalog = _catalog(remote, tiered_topic.topic)
         states = [e.state for e in catalog.listing().segments.values()]
-        if SegmentState.DELETE_STARTED in states:
-            interrupted += 1
+        if point != f"cleanup.segment.deleted:{len(before) - keep}":  # the last kill leaves none half done
+            assert SegmentState.DELETE_STARTED in states, f"{point}: a deletion is left half done"
         # Whatever the kill left, what is readable is complete and contiguous.
         readable = tiered_topic.segments(remote)
         with RemoteReader(catalog.store) as reader:
             offsets = [r.offset for r in reader.read_from_offset(catalog.tp, readable[0].base_offset)]
         assert offsets == list(range(readable[0].base_offset, before[-1].end_offset + 1))
-        rerun = subprocess.run(argv, capture_output=True, text=True)
+        rerun = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert rerun.returncode == 0, rerun.stderr
         assert [m.segment_id for m in tiered_topic.segments(remote)] == [m.segment_id for m in before[-keep:]]
         _assert_deleted(remote, tiered_topic.topic, before[:-keep])
-    assert interrupted >= 3, "kills should land inside deletions"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from harness.kafka import KafkaCluster
 from harness.ports import free_ports
 from storage_core.adapters.store import RemoteStore
 from storage_core.errors import RemoteStoreError
+from storage_core.faults import ENV
 from storage_core.formats.record_batch import HEADER_SIZE, iter_batch_headers
 from storage_core.logdir import LogDir
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
@@ -57,7 +57,7 @@ def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
     victim.write_bytes(bytes(data))
 
     remote = tmp_path / "remote"
-    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    proc = run_cli("copy", "--assume-tierable", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
     assert proc.returncode != 0
     assert f"topic={topic}" in proc.stderr and "partition=0" in proc.stderr
     assert f"offset={hit[1].base_offset}" in proc.stderr, proc.stderr
@@ -86,6 +86,7 @@ def test_unreachable_bucket_fails_with_one_line(
     started = time.monotonic()
     proc = run_cli(
         "copy",
+        "--assume-tierable",
         "--log-dir",
         str(log_dir),
         "--remote",
@@ -104,23 +105,15 @@ def test_unreachable_bucket_fails_with_one_line(
     assert time.monotonic() - started < 240
 
 
-def _wait_for_first_object(remote: Path, proc: subprocess.Popen[bytes]) -> float:
-    """Block until the copy has written something (so a kill lands in the copy, not in Python's start-up)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if remote.exists() and any(p.is_file() for p in remote.rglob("*")):
-            break
-        time.sleep(0.005)
-    return time.monotonic()
-
-
-def _copy_process(log_dir: Path, remote: Path) -> subprocess.Popen[bytes]:
+def _copy_process(log_dir: Path, remote: Path, fault: str | None = None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, ENV: fault} if fault else {k: v for k, v in os.environ.items() if k != ENV}
     return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "storage_core.cli",
             "copy",
+            "--assume-tierable",
             "--log-dir",
             str(log_dir),
             "--remote",
@@ -130,7 +123,11 @@ def _copy_process(log_dir: Path, remote: Path) -> subprocess.Popen[bytes]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
+
+
+_COPY_POINTS = ("copy.segment.started", "copy.log.stored", "copy.segment.finished")
 
 
 @pytest.mark.slow
@@ -140,39 +137,45 @@ def test_sigkill_never_leaves_readable_partial_data(
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     expected = {p: rolled_segments(log_dir, topic, p) for p in (0, 1)}
-    full_offsets = {}
-    calibration = _copy_process(log_dir, tmp_path / "calibrate")
-    started = _wait_for_first_object(tmp_path / "calibrate", calibration)
-    assert calibration.wait(120) == 0
-    duration = time.monotonic() - started
+    total = sum(len(bases) for bases in expected.values())
+    assert total >= 6, "the trials need several segments per partition"
+    assert _copy_process(log_dir, tmp_path / "full").wait(120) == 0
+    full_offsets = {p: read_offsets(_file_store(tmp_path / "full"), topic, p) for p in (0, 1)}
     for p in (0, 1):
-        full_offsets[p] = read_offsets(_file_store(tmp_path / "calibrate"), topic, p)
         assert full_offsets[p] == list(range(len(full_offsets[p])))
 
-    rng = random.Random(20)
-    killed_mid_copy = 0
-    shared = tmp_path / "shared-remote"  # one remote killed again and again, as a crash-looping Job would
-    for trial in range(24):
-        remote = shared if trial % 3 == 0 else tmp_path / f"remote-{trial}"
-        proc = _copy_process(log_dir, remote)
-        _wait_for_first_object(remote, proc)
-        time.sleep(rng.uniform(0.0, 1.0) * duration)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+    def check(remote: Path, what: str) -> None:
         finished = finished_segments_complete(_file_store(remote), log_dir) if remote.exists() else {}
         for p in (0, 1):
             bases = finished.get((topic, p), [])
-            if 0 < len(bases) < len(expected[p]):
-                killed_mid_copy += 1
-            assert bases == expected[p][: len(bases)], "finished segments must be a gap-free prefix"
+            assert bases == expected[p][: len(bases)], f"{what}: finished segments must be a gap-free prefix"
             offsets = read_offsets(_file_store(remote), topic, p) if bases else []
-            assert offsets == full_offsets[p][: len(offsets)], "every readable offset once, in order"
-        rerun = _copy_process(log_dir, remote)
-        assert rerun.wait(120) == 0
+            assert offsets == full_offsets[p][: len(offsets)], f"{what}: every readable offset once, in order"
+
+    # Each trial kills a fresh copy at a named point (storage_core/faults.py) on its n-th pass, so the
+    # kill lands inside the copy by construction: the first, a middle and the last segment, at each step.
+    trials = [(point, n) for point in _COPY_POINTS for n in sorted({1, (total + 1) // 2, total})]
+    for trial, (point, n) in enumerate(trials):
+        remote = tmp_path / f"remote-{trial}"
+        fault = f"{point}:{n}"
+        assert _copy_process(log_dir, remote, fault).wait(120) == -signal.SIGKILL, f"{fault}: not killed"
+        check(remote, fault)
+        assert _copy_process(log_dir, remote).wait(120) == 0
         for p in (0, 1):
-            assert read_offsets(_file_store(remote), topic, p) == full_offsets[p]
+            assert read_offsets(_file_store(remote), topic, p) == full_offsets[p], fault
         finished_segments_complete(_file_store(remote), log_dir)
-    assert killed_mid_copy >= 5, "the kills should land in the middle of copies"
+
+    # One remote killed again and again, as a crash-looping Job would be: every run is killed at its
+    # first pass of a point (so it makes at most one segment of progress per partition), then a clean run.
+    shared = tmp_path / "shared-remote"
+    for attempt in range(2 * len(_COPY_POINTS)):
+        fault = f"{_COPY_POINTS[attempt % len(_COPY_POINTS)]}:1"
+        assert _copy_process(log_dir, shared, fault).wait(120) == -signal.SIGKILL, f"{fault}: not killed"
+        check(shared, f"crash loop {attempt} ({fault})")
+    assert _copy_process(log_dir, shared).wait(120) == 0
+    for p in (0, 1):
+        assert read_offsets(_file_store(shared), topic, p) == full_offsets[p]
+    finished_segments_complete(_file_store(shared), log_dir)
     os.sync()
 
 
@@ -184,7 +187,7 @@ def test_transactional_data_needs_the_last_stable_offset(
     plain = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [dataset.txn_topic, plain], tmp_path / "logs")
     remote = tmp_path / "remote"
-    proc = run_cli("copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    proc = run_cli("copy", "--assume-tierable", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
     assert proc.returncode == 1
     assert f"{dataset.txn_topic}-0" in proc.stderr and "--bootstrap-servers" in proc.stderr
     finished = finished_segments_complete(_file_store(remote), log_dir)
@@ -192,9 +195,24 @@ def test_transactional_data_needs_the_last_stable_offset(
     assert finished[(plain, 0)] == rolled_segments(log_dir, plain, 0)
 
 
+_REMOTE_INDEXES = (".remoteLogIndex", ".remoteOffsetIndex", ".remoteTimeIndex")
+_GATE_TIMEOUT_S = 60.0  # only ever waited out when the product does not overlap as it should
+
+
+def _base_of(key: str) -> int:
+    return int(key.rsplit("/", 1)[-1][:20])
+
+
 class _SlowSmallWrites(RemoteStore):
     """The S3 store (moto) with small-object writes that take 50 ms longer, as over a real network; it
-    records when each small write and each .log upload ran, and fails the small writes ``fails`` picks."""
+    records when each small write and each .log upload ran, and fails the small writes ``fails`` picks.
+
+    Orderings a test asserts are made to happen by gates, not by timing: with ``pair_small_writes`` the
+    first two companion writes of a segment wait for each other and for the segment's .log to have begun,
+    and the .log upload does not return before they met (a copy that wrote them one at a time, or before
+    or after the .log, would wait out the gate and fail the test); with ``finish_after_next_log`` the
+    remote indexes of a segment (written while it is finished) wait until the next segment's .log has
+    begun (the last segment's do not wait)."""
 
     def __init__(
         self,
@@ -202,23 +220,58 @@ class _SlowSmallWrites(RemoteStore):
         options: dict[str, Any],
         fails: Callable[[str], bool] = lambda _key: False,
         delay: float = 0.05,
+        *,
+        pair_small_writes: bool = False,
+        finish_after_next_log: list[int] | None = None,
     ) -> None:
         super().__init__(url, options)
         self.fails = fails
         self.delay = delay
+        self.pair_small_writes = pair_small_writes
+        self.finish_after_next_log = finish_after_next_log
         self._lock = threading.Lock()
         self.in_flight = 0
         self.most_in_flight = 0
         self.small_spans: list[tuple[float, float]] = []
         self.log_spans: list[tuple[float, float]] = []
         self.spans_by_key: dict[str, tuple[float, float]] = {}
+        self.log_begun: dict[int, threading.Event] = {}
+        self.pairs: dict[int, threading.Barrier] = {}
+        self.pairs_met: dict[int, threading.Event] = {}
+        self.companions_begun: dict[int, int] = {}
+        self.gates_waited_out: list[str] = []
+
+    def _event(self, base: int) -> threading.Event:
+        with self._lock:
+            return self.log_begun.setdefault(base, threading.Event())
+
+    def _met(self, base: int) -> threading.Event:
+        with self._lock:
+            return self.pairs_met.setdefault(base, threading.Event())
+
+    def _pair(self, base: int) -> threading.Barrier | None:
+        """The barrier the first two companion writes of a segment meet at (None for later ones)."""
+        with self._lock:
+            self.companions_begun[base] = self.companions_begun.get(base, 0) + 1
+            if self.companions_begun[base] > 2:
+                return None
+            return self.pairs.setdefault(base, threading.Barrier(2, timeout=_GATE_TIMEOUT_S))
+
+    def _wait(self, event: threading.Event, what: str) -> None:
+        if not event.wait(_GATE_TIMEOUT_S):
+            self.gates_waited_out.append(what)
 
     def put_from_file(
         self, key: str, source: BinaryIO, size: int, inspect: Callable[[memoryview], None]
     ) -> int:
         started = time.monotonic()
+        base = _base_of(key)
+        self._event(base).set()
         try:
-            return super().put_from_file(key, source, size, inspect)
+            written = super().put_from_file(key, source, size, inspect)
+            if self.pair_small_writes:
+                self._wait(self._met(base), f"{key}: no two companion writes met while it went up")
+            return written
         finally:
             self.log_spans.append((started, time.monotonic()))
             self.spans_by_key[key] = self.log_spans[-1]
@@ -236,6 +289,7 @@ class _SlowSmallWrites(RemoteStore):
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         started = time.monotonic()
         try:
+            self._gate(key)
             time.sleep(self.delay)
             if self.fails(key):
                 raise RemoteStoreError(f"upload {key}: injected failure")
@@ -246,11 +300,36 @@ class _SlowSmallWrites(RemoteStore):
                 self.small_spans.append((started, time.monotonic()))
                 self.spans_by_key[key] = self.small_spans[-1]
 
+    def _gate(self, key: str) -> None:
+        base = _base_of(key)
+        order = self.finish_after_next_log
+        if order is not None and key.endswith(_REMOTE_INDEXES) and order.index(base) + 1 < len(order):
+            self._wait(self._event(order[order.index(base) + 1]), f"{key}: next .log never began")
+        if self.pair_small_writes and not key.endswith(_REMOTE_INDEXES):
+            self._wait(self._event(base), f"{key}: its .log never began")
+            pair = self._pair(base)
+            if pair is not None:
+                try:
+                    pair.wait()
+                    self._met(base).set()
+                except threading.BrokenBarrierError:
+                    self.gates_waited_out.append(f"{key}: no second companion write beside it")
+
     def logs_overlapped_by_small_writes(self) -> int:
         return sum(
             any(s < log_end and e > log_start for s, e in self.small_spans)
             for log_start, log_end in self.log_spans
         )
+
+    def assert_nothing_running(self) -> None:
+        """After a copy returned: no write is running and no thread of the copy is left that could start
+        one, so what the store holds now is final (a deterministic check instead of sleeping first)."""
+        assert self.in_flight == 0, "a write was still running after the copy returned"
+        left = [t.name for t in threading.enumerate() if t.name.startswith(_COPY_THREADS)]
+        assert left == [], f"copy threads outlived the copy: {left}"
+
+
+_COPY_THREADS = ("tierkeeper-companion", "tierkeeper-segment", "tierkeeper-finish", "tierkeeper-upload")
 
 
 def _active_base(log_dir: Path, topic: str) -> int:
@@ -280,12 +359,13 @@ def test_small_objects_go_up_beside_the_log_on_an_object_store(
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
-    store = _SlowSmallWrites(*s3_bucket)
+    store = _SlowSmallWrites(*s3_bucket, pair_small_writes=True)
     assert store.write_concurrency > 1 and RemoteStore(f"file://{tmp_path}").write_concurrency == 1
     result = copy_partition(_copy_task(log_dir, topic, store), store)
     assert result.error is None and result.copied_bases == bases and len(bases) >= 3
     assert store.most_in_flight >= 2, "the small objects of a segment should be written side by side"
     assert store.logs_overlapped_by_small_writes() == len(bases), "and while each .log goes up"
+    assert store.gates_waited_out == []
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases
     assert read_offsets(store, topic, 0) == list(range(_active_base(log_dir, topic)))
 
@@ -305,7 +385,7 @@ def test_a_failed_small_object_write_fails_its_segment_and_leaves_nothing(
     result = copy_partition(_copy_task(log_dir, topic, store), store)
     assert result.error is not None and "injected failure" in result.error
     assert result.copied_bases == bases[:1]
-    time.sleep(0.3)  # a write still running after the copy returned would land by now
+    store.assert_nothing_running()
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
     layout = RemoteLayout(store.root)
     tp = list_partitions(store, layout, *list_topics(store, layout)[0])[0]
@@ -332,12 +412,13 @@ def test_a_segment_is_finished_while_the_next_one_goes_up(
     topic = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [topic], tmp_path / "logs")
     bases = rolled_segments(log_dir, topic, 0)
-    store = _SlowSmallWrites(*s3_bucket, delay=0.2)
+    store = _SlowSmallWrites(*s3_bucket, finish_after_next_log=bases)
     result = copy_partition(_copy_task(log_dir, topic, store), store)
     assert result.error is None and result.copied_bases == bases and len(bases) >= 3
+    assert store.gates_waited_out == [], "each segment's .log should go up while the one before is finished"
     for before, after in zip(bases, bases[1:]):
-        # Finishing a segment takes at least one slow small write (its remote indexes), so the next
-        # segment's .log must have started going up before the COPY_FINISHED marker was written.
+        # The remote indexes of a segment wait for the next segment's .log to begin (a gate, not a
+        # delay), and COPY_FINISHED follows them, so the order below holds whatever the machine's speed.
         assert _span(store, after, ".log")[0] < _span(store, before, "COPY_FINISHED.json")[0], (
             f"segment {after}'s .log should go up while segment {before} is finished"
         )
@@ -379,7 +460,7 @@ def test_when_finishing_a_segment_fails_the_next_one_is_removed_too(
     result = copy_partition(_copy_task(log_dir, topic, store, in_flight), store)
     assert result.error is not None and "injected failure" in result.error, result.error
     assert result.copied_bases == bases[:1]
-    time.sleep(0.3)  # a write still running after the copy returned would land by now
+    store.assert_nothing_running()
     assert finished_segments_complete(store, log_dir)[(topic, 0)] == bases[:1]
     for base in bases[1:]:
         assert _segment_entries(store, base) == [], (
@@ -438,7 +519,7 @@ def test_two_segments_are_stored_at_once_on_a_local_filesystem(
 
 
 def _flip_in_batch(segment: Path, which: int) -> int:
-    """Flip a byte inside the records of batch ``which`` (covered by its CRC); return that batch's base offset."""
+    """Flip a byte inside the records of batch ``which`` (covered by its CRC); return the batch's base."""
     data = bytearray(segment.read_bytes())
     position, header = list(iter_batch_headers(io.BytesIO(bytes(data))))[which]
     data[position + HEADER_SIZE + (header.size_in_bytes - HEADER_SIZE) // 2] ^= 0x40
@@ -469,6 +550,7 @@ def test_with_segments_in_flight_the_first_failure_in_offset_order_is_reported(
 def test_copy_refuses_fewer_than_one_segment_in_flight(tmp_path: Path) -> None:
     proc = run_cli(
         "copy",
+        "--assume-tierable",
         "--log-dir",
         str(tmp_path),
         "--remote",

@@ -1,17 +1,17 @@
 """SIGKILL during copies to S3 whose segments go up as multipart uploads (moto, real Kafka segments).
 
-The file:// kill test (test_copy_failures.py) covers 24 trials; here the segments are larger than one
-upload part, and half of the kills are aimed at the moment a multipart upload is open (only S3 has
-those), the other half land at random points of the copy.
+The file:// kill test (test_copy_failures.py) covers the copy's steps; here the segments are larger than
+one upload part, and half of the kills land just after a part was sent, while a multipart upload is open
+(only S3 has those), the other half at the steps of a segment's copy. Every kill is at a named fault
+point (storage_core/faults.py), so where it lands does not depend on the machine's speed.
 """
 
 from __future__ import annotations
 
 import os
-import random
+import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
 from storage_core.adapters.store import RemoteStore
+from storage_core.faults import ENV
 from storage_core.logdir import LogDir
 
 from .conftest import run_cli, s3_remote
@@ -54,18 +55,6 @@ def _produce_big_topic(kafka: KafkaCluster) -> str:
     return topic
 
 
-def _wait_for_first_object(store: RemoteStore, proc: subprocess.Popen[bytes]) -> float:
-    """Wait until the copier has written its first object (its start-up is over); return that time."""
-    deadline = time.monotonic() + 60
-    while True:
-        store.invalidate()
-        if store.fs.exists(store.root) and store.fs.find(store.root):
-            return time.monotonic()
-        assert proc.poll() is None, "the copier exited before writing anything"
-        assert time.monotonic() < deadline, "the copier wrote nothing in 60 s"
-        time.sleep(0.02)
-
-
 def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_aborts_the_rest(
     kafka_broker: KafkaCluster, moto_server: MotoServer, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -77,7 +66,7 @@ def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_ab
     assert len(rolled) >= 3, "the test needs several segments larger than one upload part"
     url, options = s3_bucket
 
-    def start(remote: Any) -> subprocess.Popen[bytes]:
+    def start(remote: Any, fault: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [
                 sys.executable,
@@ -89,34 +78,32 @@ def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_ab
                 *kafka,
                 *remote.flags,
             ],
-            env={**os.environ, **remote.env},
+            env={**os.environ, **remote.env, ENV: fault},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
-    calibration = s3_remote(moto_server, f"{url}/calibrate", options)
-    copier = start(calibration)
-    began = _wait_for_first_object(RemoteStore(calibration.url, options), copier)
-    assert copier.wait(120) == 0
-    duration = time.monotonic() - began
-
-    rng = random.Random(405)
-    killed_inside_uploads = 0
-    for trial in range(8):
+    # Each trial kills the copier at a named point (storage_core/faults.py) on its n-th pass: half of them
+    # just after a part of a multipart upload was sent (an upload is open by construction), the others
+    # at the steps of a segment's copy.
+    trials = [
+        ("copy.part.sent", 1),
+        ("copy.segment.finished", 1),
+        ("copy.part.sent", 2),
+        ("copy.log.stored", 2),
+        ("copy.part.sent", 3),
+        ("copy.segment.started", 3),
+        ("copy.part.sent", 4),
+        ("copy.segment.finished", 2),
+    ]
+    for trial, (point, n) in enumerate(trials):
         remote = s3_remote(moto_server, f"{url}/tier-{trial}", options)
         store = RemoteStore(remote.url, options)
-        copier = start(remote)
-        _wait_for_first_object(store, copier)
-        if trial % 2:
-            time.sleep(rng.uniform(0.0, 1.0) * duration)
-        else:  # aimed: kill as soon as a multipart upload is open
-            while not open_uploads(store, store.root) and copier.poll() is None:
-                time.sleep(0.005)
-        copier.kill()
-        copier.wait(30)
+        copier = start(remote, f"{point}:{n}")
+        assert copier.wait(120) == -signal.SIGKILL, f"{point}:{n}: the kill must land"
         store.invalidate()
-        if open_uploads(store, store.root):
-            killed_inside_uploads += 1
+        if point == "copy.part.sent":
+            assert open_uploads(store, store.root), f"{point}:{n}: the kill leaves an upload open"
         finished = (
             finished_segments_complete(store, log_dir).get((topic, 0), []) if store.exists(store.root) else []
         )
@@ -137,6 +124,3 @@ def test_sigkill_inside_multipart_uploads_leaves_nothing_readable_and_cleanup_ab
         assert finished_segments_complete(store, log_dir)[(topic, 0)] == rolled, (
             "the sweep never touches finished segments"
         )
-    assert killed_inside_uploads >= 3, (
-        f"only {killed_inside_uploads} of 8 kills landed inside multipart uploads"
-    )

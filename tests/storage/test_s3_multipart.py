@@ -168,8 +168,8 @@ url, options = sys.argv[1], json.loads(sys.argv[2])
 store = RemoteStore(url, options)
 layout = RemoteLayout(store.root)
 tp = TopicPartitionId("orders", "q0nC4cY1Rk2H9b8hQ1XW3w", 0)
-meta = SegmentMetadata(topic=tp.topic, topic_id=tp.topic_id, partition=0, segment_id=uuid.uuid4(), base_offset=0,
-                       end_offset=99, next_offset=100, max_timestamp=0, size_bytes=1 << 30,
+meta = SegmentMetadata(topic=tp.topic, topic_id=tp.topic_id, partition=0, segment_id=uuid.uuid4(),
+                       base_offset=0, end_offset=99, next_offset=100, max_timestamp=0, size_bytes=1 << 30,
                        leader_epochs=[(0, 0)], state=SegmentState.COPY_STARTED)
 PartitionCatalog(store, layout, tp).write_marker(meta)
 

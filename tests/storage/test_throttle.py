@@ -90,6 +90,7 @@ def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(
 
     bad = run_cli(
         "copy",
+        "--assume-tierable",
         "--log-dir",
         str(log_dir),
         "--remote",
@@ -103,6 +104,7 @@ def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(
     started = time.monotonic()
     proc = run_cli(
         "copy",
+        "--assume-tierable",
         "--log-dir",
         str(log_dir),
         "--remote",
@@ -135,7 +137,21 @@ def test_copy_flushes_to_disk_unless_told_not_to(
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     remote = tmp_path / "remote"
-    assert main(["copy", "--log-dir", str(log_dir), "--remote", f"file://{remote}", "--json", *flag]) == 0
+    assert (
+        main(
+            [
+                "copy",
+                "--assume-tierable",
+                "--log-dir",
+                str(log_dir),
+                "--remote",
+                f"file://{remote}",
+                "--json",
+                *flag,
+            ]
+        )
+        == 0
+    )
     rolled = [
         s.path(p.path, SegmentFileKind.LOG)
         for p in LogDir(log_dir).partitions({topic})

@@ -327,8 +327,9 @@ def _int(configs: dict[str, str], name: str) -> int:
 
 
 def batch_bytes(configs: dict[str, str]) -> int:
-    """Producer batch size for a topic: the broker rejects a batch larger than a segment (RECORD_LIST_TOO_LARGE),
-    so batches stay well below the topic's segment size (``internal.segment.bytes`` wins when set)."""
+    """Producer batch size for a topic: the broker rejects a batch larger than a segment
+    (RECORD_LIST_TOO_LARGE), so batches stay well below the topic's segment size
+    (``internal.segment.bytes`` wins when set)."""
     segment = (
         _int(configs, "internal.segment.bytes") or _int(configs, "segment.bytes") or DEFAULT_SEGMENT_BYTES
     )

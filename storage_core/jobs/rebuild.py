@@ -6,13 +6,15 @@ this module never talks to Kafka itself; the remote tier is read through the Obj
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from storage_core.faults import fault_point
 from storage_core.formats.segment_files import TopicPartition
 from storage_core.rebuild.plan import (
+    AssignedPartition,
     PartitionObservation,
     PartitionPlan,
     RebuildPlan,
@@ -31,20 +33,6 @@ from storage_core.rebuild.state import (
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.store_api import ObjectStore
-
-
-@dataclass(frozen=True)
-class AssignedPartition:
-    """A partition as Kafka describes it, with the leader's offsets and the topic's config."""
-
-    topic: str
-    partition: int
-    topic_id: str
-    leader: int | None
-    replicas: tuple[int, ...]
-    log_start_offset: int
-    high_watermark: int
-    topic_config: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,17 +82,9 @@ def observe(
             retention_ms=options.local_retention_ms,
             retention_bytes=options.local_retention_bytes,
         )
+        kafka_view = {f.name: getattr(a, f.name) for f in fields(AssignedPartition)}
         return PartitionObservation(
-            a.topic,
-            a.partition,
-            a.topic_id,
-            a.leader,
-            a.replicas,
-            a.log_start_offset,
-            a.high_watermark,
-            policy,
-            tuple(ids.get(a.topic, [])),
-            manifest,
+            **kafka_view, policy=policy, remote_topic_ids=tuple(ids.get(a.topic, [])), manifest=manifest
         )
 
     with ThreadPoolExecutor(max_workers=max(1, options.parallelism)) as pool:
@@ -191,7 +171,9 @@ def rebuild_log_dir(
             on_start=on_start,
         )
         summaries = [summarize(p) for p in plan.partitions]
-        done = rdir.install(rdir.mark_installing(summaries))
+        installing = rdir.mark_installing(summaries)
+        fault_point("rebuild.installing")
+        done = rdir.install(installing)
         action = "rebuilt" if situation is Situation.FRESH else "resumed"
         return RebuildOutcome(action, str(rdir.path), done.partitions, result)
 

@@ -1,0 +1,166 @@
+"""Which topics may be tiered, and which locally trimmed: a pure decision over the configs Kafka reports.
+
+Input is a topic's effective configuration as DescribeConfigs returns it (``KafkaAdmin.topic_configs``):
+name -> value, inherited values included. Output is ``None`` (go ahead) or a :class:`Refusal` whose
+message is the one line a user sees. Copy (CLI and ``CopyTask``), cleanup's local trim, the operator and
+Spark jobs all ask here, so the rules exist once.
+
+Copy refuses
+- ``cleanup.policy`` containing ``compact``: the log cleaner rewrites segments after they were copied,
+  so the remote copy would keep records Kafka has compacted away, and offsets the two tiers disagree on;
+- ``remote.storage.enable=true``: Kafka tiers the topic itself (KIP-405); two tierings of one log would
+  disagree on what is remote and what may be deleted locally;
+- a topic whose configs lack ``cleanup.policy`` (not what a broker reports): nothing can be proven.
+
+Local trim (cleanup moving the log start with DeleteRecords) additionally refuses a topic whose own
+Kafka retention could delete local segments before Tierkeeper has tiered and trimmed them. Kafka knows
+nothing of the remote tier and applies ``retention.ms`` / ``retention.bytes`` to the broker's log; when
+it deletes a segment first, an untiered segment is lost, and a log start Tierkeeper did not set makes
+cleanup expire the remote data below it (KIP-405's rule), so the remote retention is not honoured:
+
+- time: with ``retention.ms`` = K >= 0 and a local time window L (``-1``: none, counted as 0), refuse
+  when ``K < L + copy interval + safety margin``. A rolled segment of a topic written continuously has its
+  largest timestamp near its roll time; it is tiered by the next copy run (at most one interval later)
+  and trimmed by us once older than L; Kafka deletes it once older than K. The margin covers a run's own
+  duration and one failed run.
+- size: with ``retention.bytes`` = K >= 0, a local size window L (``-1``: none, counted as 0) and
+  ``segment.bytes`` = S, refuse when ``K < L + 2 S``: above our window there must be room for the
+  active segment and one rolled segment waiting for the next copy.
+
+What this cannot guarantee (documented in docs/reliability.md): the copy interval is what the caller
+says (the CLI's ``--copy-interval-ms``; the operator knows its schedule); a topic idle for longer than K
+loses its active segment to Kafka's retention before it ever rolls (Kafka rolls and deletes it at once);
+and data written between two copy runs must fit the size headroom, which depends on a write rate no
+config states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from storage_core.errors import ConfigError
+from storage_core.retention.policy import UNLIMITED, RetentionPolicy
+
+DEFAULT_COPY_INTERVAL_MS = 3_600_000
+"""How often copy and cleanup are assumed to run when the caller does not say (one hour)."""
+SAFETY_MARGIN_MS = 3_600_000
+"""Time on top of the copy interval before Kafka may delete a rolled segment (one more hour)."""
+UNTIERED_SEGMENTS = 2
+"""Segments of headroom above the local size window: the active one and one waiting to be tiered."""
+
+
+class RefusalReason(str, Enum):
+    COMPACTED = "compacted"
+    KAFKA_TIERING = "kafka-tiering"
+    CONFIGS_UNKNOWN = "configs-unknown"
+    RETENTION_TIME = "retention-time"
+    RETENTION_SIZE = "retention-size"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    topic: str
+    reason: RefusalReason
+    detail: str
+
+    def __str__(self) -> str:
+        return f"topic {self.topic}: {self.detail}"
+
+
+class NotTierableError(ConfigError):
+    """A topic Tierkeeper refuses to copy or trim; the message names the topic and the reason."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
+
+
+@dataclass(frozen=True, slots=True)
+class TrimTiming:
+    """What the caller knows of its schedule (see the module docstring for how it is used)."""
+
+    copy_interval_ms: int = DEFAULT_COPY_INTERVAL_MS
+    safety_margin_ms: int = SAFETY_MARGIN_MS
+
+
+def _int(configs: Mapping[str, str], key: str) -> int | None:
+    value = configs.get(key)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def copy_refusal(topic: str, configs: Mapping[str, str]) -> Refusal | None:
+    """Why ``topic`` must not be copied to the remote tier, or None."""
+    policy = configs.get("cleanup.policy")
+    if policy is None:
+        return Refusal(
+            topic,
+            RefusalReason.CONFIGS_UNKNOWN,
+            "Kafka reported no cleanup.policy for it; refusing to tier what cannot be checked",
+        )
+    if "compact" in {p.strip().lower() for p in policy.split(",")}:
+        return Refusal(
+            topic,
+            RefusalReason.COMPACTED,
+            f"cleanup.policy={policy}: the log cleaner rewrites segments after they are copied; "
+            "only cleanup.policy=delete topics can be tiered",
+        )
+    if configs.get("remote.storage.enable", "false").strip().lower() == "true":
+        return Refusal(
+            topic,
+            RefusalReason.KAFKA_TIERING,
+            "remote.storage.enable=true: Kafka's own tiered storage manages this topic; "
+            "Tierkeeper does not tier it a second time",
+        )
+    return None
+
+
+def compacted_locally(topic: str, in_cleaner_checkpoint: bool) -> Refusal | None:
+    """Without Kafka's configs: the log cleaner's checkpoint listing a partition proves compaction."""
+    if not in_cleaner_checkpoint:
+        return None
+    return Refusal(
+        topic,
+        RefusalReason.COMPACTED,
+        "the log dir's cleaner-offset-checkpoint lists it, so Kafka's log cleaner compacts it; "
+        "only cleanup.policy=delete topics can be tiered",
+    )
+
+
+def local_trim_refusal(
+    topic: str, configs: Mapping[str, str], local: RetentionPolicy, timing: TrimTiming
+) -> Refusal | None:
+    """Why the local log of ``topic`` must not be trimmed with the window ``local``, or None."""
+    refusal = copy_refusal(topic, configs)
+    if refusal is not None:
+        return refusal
+    kafka_ms = _int(configs, "retention.ms")
+    if kafka_ms is not None and kafka_ms != UNLIMITED:
+        window = max(local.retention_ms, 0)
+        needed = window + timing.copy_interval_ms + timing.safety_margin_ms
+        if kafka_ms < needed:
+            return Refusal(
+                topic,
+                RefusalReason.RETENTION_TIME,
+                f"Kafka's retention.ms={kafka_ms} may delete segments before they are tiered and trimmed; "
+                f"it must be >= {needed} (local window {window} + copy interval "
+                f"{timing.copy_interval_ms} + margin {timing.safety_margin_ms} ms)",
+            )
+    kafka_bytes = _int(configs, "retention.bytes")
+    if kafka_bytes is not None and kafka_bytes != UNLIMITED:
+        segment = _int(configs, "segment.bytes") or 0
+        window = max(local.retention_bytes, 0)
+        needed = window + UNTIERED_SEGMENTS * segment
+        if kafka_bytes < needed:
+            return Refusal(
+                topic,
+                RefusalReason.RETENTION_SIZE,
+                f"Kafka's retention.bytes={kafka_bytes} may delete segments before they are tiered; "
+                f"it must be >= {needed} (local window {window} + {UNTIERED_SEGMENTS} x "
+                f"segment.bytes {segment})",
+            )
+    return None

@@ -1,0 +1,66 @@
+"""Small helpers for tests against the harness control plane: create objects, wait for conditions."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from harness.control_plane import ControlPlane
+from harness.k8s import wait_until
+from harness.kube_rest import ApiError
+
+# Generous: on a busy 2-core CI machine a pod's Python process may take many seconds to start.
+DEADLINE = 120.0
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def create(plane: ControlPlane, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = plane.request("POST", path, body)
+    return answer
+
+
+def pod_manifest(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": containers, **spec},
+    }
+
+
+def get_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        pod: dict[str, Any] = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return pod
+
+
+def wait_for(probe: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
+    """``probe``'s first truthy value; fails the test with ``what`` when the deadline passes first."""
+    value = wait_until(probe, timeout)
+    assert value, f"timed out after {timeout}s waiting for {what}"
+    return value
+
+
+def finished_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    """The pod once its phase is Succeeded or Failed."""
+
+    def probe() -> dict[str, Any] | None:
+        pod = get_pod(plane, namespace, name)
+        return pod if pod and pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+    pod: dict[str, Any] = wait_for(probe, f"pod {namespace}/{name} to finish")
+    return pod
+
+
+def terminated(pod: dict[str, Any], container: str) -> dict[str, Any]:
+    statuses = {s["name"]: s for s in pod["status"].get("containerStatuses", [])}
+    state: dict[str, Any] = statuses[container]["state"]["terminated"]
+    return state

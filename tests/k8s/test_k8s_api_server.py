@@ -1,0 +1,218 @@
+"""What only a real API server shows: our CRDs are structural and served, `kubectl explain` reads their
+schema, the schema and CEL rules reject objects at admission, status goes through the status
+subresource, RBAC refuses what a Role does not grant, and Pod Security Admission enforces `restricted`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from k8s_helpers import DEADLINE, create, unique
+
+from harness.control_plane import ControlPlane
+from harness.k8s import wait_until
+from harness.kube_rest import ApiError
+from harness.paths import REPO_ROOT
+from harness.tools import run_tool
+from tierkeeper_operator import GROUP, VERSION
+
+
+def example_topic(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "tieredtopic.yaml").read_text())
+    doc["metadata"] = {"name": name}
+    return doc
+
+
+def topics_path(namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/tieredtopics"
+
+
+def test_server_version_is_the_pinned_one(k8s_control_plane: ControlPlane) -> None:
+    from harness.k8s_version import KUBERNETES_VERSION
+
+    assert k8s_control_plane.request("GET", "/version")["gitVersion"] == KUBERNETES_VERSION
+
+
+def test_our_crds_are_established_and_served(k8s_crds: ControlPlane) -> None:
+    resources = k8s_crds.request("GET", f"/apis/{GROUP}/{VERSION}")["resources"]
+    names = {resource["name"] for resource in resources}
+    assert {"tieredtopics", "tieredtopics/status", "tieredbrokers", "tieredbrokers/status"} <= names
+    for name in ("tieredtopics.tierkeeper.io", "tieredbrokers.tierkeeper.io"):
+        crd = k8s_crds.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+        # A non-structural schema would show up as a NonStructuralSchema condition.
+        assert conditions.get("Established") == "True" and "NonStructuralSchema" not in conditions
+
+
+def test_kubectl_explain_reads_the_schema(k8s_crds: ControlPlane) -> None:
+    args = ["--kubeconfig", str(k8s_crds.kubeconfig), "explain", "tieredtopic.spec"]
+
+    def explained() -> Any:
+        # The server publishes a new CRD's OpenAPI document shortly after it is Established.
+        proc = run_tool("kubectl", args, check=False)
+        return proc if proc.returncode == 0 else None
+
+    proc = wait_until(explained, DEADLINE)
+    assert proc, run_tool("kubectl", args, check=False).stderr
+    assert "KIND:       TieredTopic" in proc.stdout
+    for field in ("clusterRef", "localRetentionMs", "remoteRetentionMs", "topic", "copy", "deletionPolicy"):
+        assert f"  {field}\t" in proc.stdout, proc.stdout
+
+
+def test_the_schema_rejects_a_wrong_type_at_admission(k8s_crds: ControlPlane, k8s_namespace: str) -> None:
+    bad = example_topic("wrong-type")
+    bad["spec"]["localRetentionMs"] = "six hours"
+    with pytest.raises(ApiError) as refused:
+        create(k8s_crds, topics_path(k8s_namespace), bad)
+    assert refused.value.code == 422
+    assert "spec.localRetentionMs" in refused.value.message and "integer" in refused.value.message
+
+
+def test_status_goes_through_the_status_subresource_without_bumping_generation(
+    kube_client: Any, k8s_namespace: str
+) -> None:
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    ns = k8s_namespace
+    created = api.create_namespaced_custom_object(
+        GROUP, VERSION, ns, "tieredtopics", example_topic("payments")
+    )
+    assert created["metadata"]["generation"] == 1
+    # Status sent to the main resource is dropped; spec sent to /status is dropped.
+    api.patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "tieredtopics", "payments", {"status": {"message": "dropped"}}
+    )
+    stalled = {
+        "type": "Stalled",
+        "status": "True",
+        "reason": "ClusterNotFound",
+        "message": "set through /status",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "observedGeneration": 1,
+    }
+    api.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        ns,
+        "tieredtopics",
+        "payments",
+        {"status": {"observedGeneration": 1, "conditions": [stalled]}, "spec": {"paused": True}},
+    )
+    current = api.get_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", "payments")
+    assert current["status"] == {"observedGeneration": 1, "conditions": [stalled]}
+    assert current["spec"]["paused"] is False
+    assert current["metadata"]["generation"] == 1
+    api.patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "tieredtopics", "payments", {"spec": {"paused": True}}
+    )
+    current = api.get_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", "payments")
+    assert current["metadata"]["generation"] == 2
+
+
+def test_the_projects_cel_rules_reject_objects_at_the_api(k8s_crds: ControlPlane, k8s_namespace: str) -> None:
+    """The rules of storage_core/api/rules.py, generated into crds/, are enforced by the API server."""
+    good = example_topic("within-bounds")
+    assert create(k8s_crds, topics_path(k8s_namespace), good)["spec"]["topic"] == "orders"
+    longer_locally = example_topic("longer-locally")
+    longer_locally["spec"]["localRetentionMs"] = longer_locally["spec"]["remoteRetentionMs"] + 1
+    infinite_locally = example_topic("infinite-locally")
+    infinite_locally["spec"]["localRetentionMs"] = -1
+    for bad in (longer_locally, infinite_locally):
+        with pytest.raises(ApiError) as refused:
+            create(k8s_crds, topics_path(k8s_namespace), bad)
+        assert refused.value.code == 422
+        assert "localRetentionMs must not exceed remoteRetentionMs" in refused.value.message
+    # Omitted fields are evaluated with the model's defaults (crdgen writes them into the rule).
+    schedule_and_interval = example_topic("both")
+    schedule_and_interval["spec"]["copy"] = {"intervalSeconds": 60, "schedule": "*/5 * * * *"}
+    with pytest.raises(ApiError) as refused:
+        create(k8s_crds, topics_path(k8s_namespace), schedule_and_interval)
+    assert refused.value.code == 422
+    assert "copy.schedule and copy.intervalSeconds are mutually exclusive" in refused.value.message
+
+
+def test_a_service_account_is_refused_what_its_role_does_not_grant(
+    k8s_control_plane: ControlPlane, k8s_namespace: str
+) -> None:
+    plane, ns = k8s_control_plane, k8s_namespace
+    create(
+        plane,
+        f"/api/v1/namespaces/{ns}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lister"}},
+    )
+    create(
+        plane,
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "pods"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+        },
+    )
+    create(
+        plane,
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "lister"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
+            "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": ns}],
+        },
+    )
+    token = plane.token_for(ns, "lister")
+    assert plane.request("GET", f"/api/v1/namespaces/{ns}/pods", token=token)["items"] == []
+    with pytest.raises(ApiError) as refused:
+        plane.request("GET", f"/api/v1/namespaces/{ns}/secrets", token=token)
+    assert refused.value.code == 403
+    assert f"system:serviceaccount:{ns}:lister" in refused.value.message
+
+
+def test_a_restricted_namespace_rejects_a_violating_pod(k8s_control_plane: ControlPlane) -> None:
+    plane = k8s_control_plane
+    ns = unique("restricted")
+    plane.create_namespace(ns, labels={"pod-security.kubernetes.io/enforce": "restricted"})
+    try:
+        privileged = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "root"},
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "python:3.11", "securityContext": {"privileged": True}}
+                ]
+            },
+        }
+        with pytest.raises(ApiError) as refused:
+            create(plane, f"/api/v1/namespaces/{ns}/pods", privileged)
+        assert refused.value.code == 403
+        assert 'violates PodSecurity "restricted:latest"' in refused.value.message
+        assert "privileged" in refused.value.message
+        compliant = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "fine"},
+            "spec": {
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "tierkeeper",
+                        "args": ["--help"],
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        }
+        assert create(plane, f"/api/v1/namespaces/{ns}/pods", compliant)["metadata"]["name"] == "fine"
+    finally:
+        plane.request("DELETE", f"/api/v1/namespaces/{ns}")
