@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,26 @@ def test_standalone_tiers_trims_reads_back_and_refuses_a_compacted_topic(
         assert offsets == list(range(0, part["endOffset"] + 1))
 
 
+def wait_for_leader_everywhere(
+    cluster: KafkaCluster, topic: str, partition: int, leader: int, timeout: float = 120.0
+) -> None:
+    running = [n for n in cluster.node_ids if cluster.is_running(n)]
+    clients = {n: AdminClient({"bootstrap.servers": cluster.broker_address(n)}) for n in running}
+    seen: dict[int, int | None] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node, client in clients.items():
+            md = client.list_topics(topic, timeout=10).topics.get(topic)
+            part = md.partitions.get(partition) if md is not None else None
+            seen[node] = part.leader if part is not None else None
+        if all(found == leader for found in seen.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(
+        f"{topic}-{partition}: leader {leader} not seen by every broker in {timeout}s: {seen}"
+    )
+
+
 def test_leader_change_with_different_segment_boundaries_continues_the_tier(
     kafka_cluster_factory: Callable[..., KafkaCluster], tmp_path: Path
 ) -> None:
@@ -225,6 +246,9 @@ def test_leader_change_with_different_segment_boundaries_continues_the_tier(
 
     cluster.stop_broker(1)  # broker 2 (next in the assignment and in sync) takes over
     produce(cluster, "events", 2500, 1000, start=3500)
+    # The round asks whichever broker its client picks; until every running broker's own metadata names
+    # the new leader, a stale answer would plan the copy from broker 1's (stopped) log dir.
+    wait_for_leader_everywhere(cluster, "events", 0, 2)
     clock.now += datetime.timedelta(hours=1)
     runner.run_round()
     second = runner.topic_status["t/events"]
