@@ -255,7 +255,11 @@ def test_leader_change_with_different_segment_boundaries_continues_the_tier(
     assert second.last_copy is not None and second.last_copy.result == "Succeeded", second
     assert second.remote is not None
     later_end = second.remote.partitions[0].end_offset
-    assert later_end is not None and later_end > tiered_end + 1000
+    assert later_end is not None and later_end > tiered_end + 1000, (
+        second,
+        runner.broker_status,
+        sorted(os.listdir(tmp_path / "remote")),
+    )
     assert runner.broker_status["t/broker-2"].last_copy is not None
 
     store = RemoteStore(f"file://{tmp_path / 'remote'}")
