@@ -1,15 +1,18 @@
 """`make demo`: Tierkeeper end to end on an embedded default.
 
 Starts a real 3-broker Kafka 4.x cluster on loopback (the test harness's), produces an orders topic,
-then runs the real `tierkeeper` commands a user would: copy to a local remote tier, list it, read history
-back from it, trim the brokers' local logs safely, and plan the replica fetchers. Everything lives under
-.demo/ and the cluster is stopped at the end.
+then runs what a user would: `tierkeeper standalone --once` with the resources in examples/standalone/
+(the operator's reconcile decisions without Kubernetes: copy from each partition leader's log dir to a
+local remote tier, clean up and trim the brokers' local logs behind the tier, print the status table),
+then lists the remote tier, reads history back from it, shows Kafka's log start offsets behind the tier,
+and plans the replica fetchers. Everything lives under .demo/ and the cluster is stopped at the end.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import string
 import subprocess
 import sys
 import time
@@ -19,16 +22,20 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.kafka import KafkaCluster
+from storage_core.adapters.kafka_admin import KafkaAdmin
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".demo"
 TOPIC = "orders"
+EXAMPLES = ROOT / "examples" / "standalone"
 
 
-def tierkeeper(*args: str) -> str:
-    print(f"\n$ tierkeeper {' '.join(args)}", flush=True)
+def tierkeeper(*args: str, echo: bool = True) -> str:
+    if echo:
+        print(f"\n$ tierkeeper {' '.join(args)}", flush=True)
     proc = subprocess.run([sys.executable, "-m", "storage_core.cli", *args], capture_output=True, text=True)
-    print(proc.stdout.rstrip())
+    if echo:
+        print(proc.stdout.rstrip())
     if proc.returncode != 0:
         print(proc.stderr.rstrip(), file=sys.stderr)
         raise SystemExit(f"demo step failed: tierkeeper {args[0]} exited {proc.returncode}")
@@ -68,6 +75,30 @@ def produce(bootstrap: str) -> None:
     print(f"produced 60,000 orders to {TOPIC} (6 partitions, RF 3, 64 KiB segments)")
 
 
+def render_examples(values: dict[str, str]) -> tuple[Path, Path]:
+    """examples/standalone/ with this cluster's addresses and log dirs filled in."""
+    manifests = WORK / "manifests"
+    manifests.mkdir(parents=True)
+    for path in EXAMPLES.glob("*.yaml"):
+        text = string.Template(path.read_text()).substitute(values)
+        (WORK if path.name == "cluster.yaml" else manifests).joinpath(path.name).write_text(text)
+    return WORK / "cluster.yaml", manifests
+
+
+def show_trim(bootstrap: str, remote: str) -> None:
+    admin = KafkaAdmin(bootstrap)
+    starts = admin.log_start_offsets([(TOPIC, p) for p in range(6)])
+    ends = admin.high_watermarks([(TOPIC, p) for p in range(6)])
+    segments = json.loads(tierkeeper("ls", "--remote", remote, "--topic", TOPIC, "--json", echo=False))
+    finished = [s for s in segments["segments"] if s["state"] == "COPY_FINISHED"]
+    print("\nKafka trimmed its local logs only behind the remote tier:")
+    print("partition  kafka log start  kafka log end  remote tier offsets")
+    for p in range(6):
+        mine = [s for s in finished if s["partition"] == p]
+        tier = f"{min(s['base_offset'] for s in mine)}..{max(s['end_offset'] for s in mine)}" if mine else "-"
+        print(f"{p:>9}  {starts[(TOPIC, p)]:>15}  {ends[(TOPIC, p)]:>13}  {tier}")
+
+
 def main() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     remote = f"file://{WORK / 'remote-tier'}"
@@ -77,22 +108,10 @@ def main() -> None:
         bootstrap = cluster.bootstrap_servers
         print(f"bootstrap.servers={bootstrap}")
         produce(bootstrap)
-        time.sleep(6)  # let the brokers checkpoint their high watermarks
-        for node in cluster.node_ids:
-            tierkeeper(
-                "copy",
-                "--log-dir",
-                str(cluster.log_dir(node)),
-                "--remote",
-                remote,
-                "--bootstrap-servers",
-                bootstrap,
-                "--topic",
-                TOPIC,
-                "--broker-id",
-                str(node),
-            )
-        tierkeeper("ls", "--remote", remote, "--topic", TOPIC)
+        values = {"BOOTSTRAP": bootstrap, "REMOTE": remote}
+        values.update({f"LOG_DIR_{node}": str(cluster.log_dir(node)) for node in cluster.node_ids})
+        cluster_file, manifests = render_examples(values)
+        tierkeeper("standalone", "--cluster", str(cluster_file), "--manifests", str(manifests), "--once")
         tierkeeper(
             "read",
             "--remote",
@@ -102,21 +121,11 @@ def main() -> None:
             "--partition",
             "0",
             "--from-offset",
-            "1000",
+            "0",
             "--max-records",
             "3",
         )
-        tierkeeper(
-            "cleanup",
-            "--remote",
-            remote,
-            "--bootstrap-servers",
-            bootstrap,
-            "--topic",
-            TOPIC,
-            "--local-retention-bytes",
-            str(128 * 1024),
-        )
+        show_trim(bootstrap, remote)
         tierkeeper("fetchers", "plan", "--bootstrap-servers", bootstrap, "--max", "8")
         print(f"\ndemo done: the remote tier is in {WORK / 'remote-tier'}")
     finally:

@@ -1,4 +1,6 @@
-"""The Tierkeeper Kubernetes operator: custom resources, their CRDs, and the kopf handlers.
+"""The Tierkeeper Kubernetes operator: the CRDs generated from the API models, the kopf handlers and the
+Kubernetes adapters. The models and the reconcile planner live in the storage core (``storage_core.api``,
+``storage_core.reconcile``) because ``tierkeeper standalone`` uses them too.
 
 The source folder is ``operator/`` but the package is ``tierkeeper_operator``: a package named
 ``operator`` would shadow the standard library module of that name.
@@ -6,6 +8,6 @@ The source folder is ``operator/`` but the package is ``tierkeeper_operator``: a
 
 from __future__ import annotations
 
-GROUP = "tierkeeper.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from storage_core.api import API_VERSION, GROUP, VERSION
+
+__all__ = ["API_VERSION", "GROUP", "VERSION"]

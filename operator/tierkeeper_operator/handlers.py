@@ -1,100 +1,154 @@
 """kopf handlers for TieredTopic and TieredBroker.
 
-Handlers stay thin: parse ``spec`` with the pydantic model, derive the status from the verdict
-(:mod:`tierkeeper_operator.assessment`), write it once through kopf's patch, and post a Warning
-event when the spec is unusable. Validation is the operator's whole behaviour in this release;
-docs/operator.md says so.
+Handlers stay thin: parse ``spec`` with the API models, ask the shared planner what can be said from the
+object alone (:func:`storage_core.reconcile.planner.admission`), write ``observedGeneration``, the
+message and the kstatus conditions once through kopf's patch, and post a Warning event when the object
+is unusable. Other status fields (remote summary, last runs) are left as they are.
 
-Nothing is registered on import: :func:`build_registry` puts the handlers into a fresh kopf
-registry that the caller hands to ``kopf.run`` or ``kopf.testing.KopfRunner``, so two operators in
-one process (tests) never share handlers through kopf's global default registry.
+Nothing is registered on import: :func:`build_registry` puts the handlers into a fresh kopf registry that
+the caller hands to ``kopf.run`` or ``kopf.testing.KopfRunner``, so two operators in one process (tests)
+never share handlers through kopf's global default registry.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import kopf
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from tierkeeper_operator import GROUP, VERSION
-from tierkeeper_operator.assessment import REASON_INVALID, assess, status_after_assessment
-from tierkeeper_operator.models import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api import GROUP, VERSION
+from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.parse import parse_spec
+from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api.status import Condition, ResourceStatus
+from storage_core.reconcile.conditions import Health, conditions_for
+from storage_core.reconcile.planner import PENDING, admission
 from tierkeeper_operator.settings import apply_operator_settings
+
+BROKER_USABLE = Health(True, "Ready", "spec accepted")
 
 
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     apply_operator_settings(settings)
 
 
-def _assess_and_record(
+def _previous_conditions(status: Mapping[str, Any]) -> list[Condition]:
+    out = []
+    for raw in status.get("conditions") or []:
+        try:
+            out.append(Condition.model_validate(raw))
+        except ValidationError:
+            continue  # a malformed foreign condition must not wedge this handler
+    return out
+
+
+def status_patch(
     model: type[BaseModel],
+    usable: Health,
+    clusters: Mapping[str, KafkaClusterConfig],
+    spec: Mapping[str, Any],
+    generation: int | None,
+    status: Mapping[str, Any],
+    now: datetime.datetime,
+) -> tuple[dict[str, Any], Health]:
+    """The ``status`` fields to patch for the object as it is now, and the health they say."""
+    parsed = parse_spec(model, spec)
+    health = admission(parsed.value, parsed.problem, clusters)  # type: ignore[arg-type]
+    previous = _previous_conditions(status)
+    if health is None:
+        if any(c.type == "Ready" for c in previous) and not any(c.type == "Stalled" for c in previous):
+            # Usable, and the reconcile round already judged it: leave the conditions and
+            # observedGeneration to the round, so a spec edit does not flap Ready (kstatus reads the
+            # stale observedGeneration as InProgress until the round has seen the new spec).
+            return {}, Health(True, "Unchanged", "left to the reconcile round")
+        health = usable
+    conditions = conditions_for(health, generation, previous, now)
+    fields = ResourceStatus(observed_generation=generation, message=health.message, conditions=conditions)
+    patch = fields.model_dump(by_alias=True, mode="json")
+    return patch, health
+
+
+def _changed(
+    model: type[BaseModel],
+    usable: Health,
     spec: kopf.Spec,
     meta: kopf.Meta,
     status: kopf.Status,
     body: kopf.Body,
     patch: kopf.Patch,
     logger: kopf.Logger,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
-    verdict = assess(model, spec)
     generation = meta.get("generation")
-    previous = status.get("conditions") or []
-    patch["status"] = status_after_assessment(
-        verdict,
-        generation=generation if isinstance(generation, int) else None,
-        previous_conditions=[c for c in previous if isinstance(c, Mapping)]
-        if isinstance(previous, list)
-        else [],
-        now=datetime.datetime.now(datetime.UTC),
+    fields, health = status_patch(
+        model,
+        usable,
+        memo.get("clusters", {}),
+        spec,
+        generation if isinstance(generation, int) else None,
+        status,
+        datetime.datetime.now(datetime.UTC),
     )
-    if verdict.problem is None:
-        logger.info("spec accepted (generation %s)", generation)
+    if fields:
+        patch.setdefault("status", {}).update(fields)
+    if health.stalled:
+        logger.warning("%s: %s", health.reason, health.message)
+        kopf.warn(body, reason=health.reason, message=health.message)
     else:
-        logger.warning("spec rejected: %s", verdict.problem)
-        kopf.warn(body, reason=REASON_INVALID, message=verdict.problem)
+        logger.info("%s (generation %s)", health.message, generation)
 
 
-def tieredtopic_changed(
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
-    _assess_and_record(TieredTopicSpec, spec, meta, status, body, patch, logger)
-
-
-def tieredbroker_changed(
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
-    _assess_and_record(TieredBrokerSpec, spec, meta, status, body, patch, logger)
-
-
-def build_registry(login: Callable[..., Any] = kopf.login_via_client) -> kopf.OperatorRegistry:
+def build_registry(
+    clusters: Mapping[str, KafkaClusterConfig] | None = None,
+    login: Callable[..., Any] = kopf.login_via_client,
+    reconcile_interval: float | None = None,
+    namespaces: tuple[str, ...] = (),
+    metrics_port: int | None = None,
+) -> kopf.OperatorRegistry:
     """A registry holding every Tierkeeper handler and one login handler.
 
+    ``clusters``: the cluster configurations (by name) that clusterRef names resolve against.
     ``login`` is kopf's piggybacking on the kubernetes client by default (in-cluster service account,
     else kubeconfig). Tests pass ``kopf.login_with_kubeconfig``, which reads ``$KUBECONFIG`` when it
     runs rather than when the kubernetes package was first imported.
 
     Each resource handler runs on create, on update (spec or metadata changed; status changes do
     not trigger it), and on resume (operator restart), so every object gets a current status.
+
+    ``reconcile_interval``: seconds between reconcile rounds (:mod:`tierkeeper_operator.loop`: Kafka
+    observed, Jobs run, status written), run on a thread started at startup and stopped at cleanup;
+    None runs no rounds (the handlers alone). ``metrics_port``: serve /metrics there.
     """
+    known = dict(clusters or {})
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(login)
-    kopf.on.startup(registry=registry)(configure)
-    for plural, handler in (("tieredtopics", tieredtopic_changed), ("tieredbrokers", tieredbroker_changed)):
-        kopf.on.resume(GROUP, VERSION, plural, registry=registry)(handler)
-        kopf.on.create(GROUP, VERSION, plural, registry=registry)(handler)
-        kopf.on.update(GROUP, VERSION, plural, registry=registry)(handler)
+
+    def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+        configure(settings, **kwargs)
+        memo["clusters"] = known
+        if reconcile_interval is not None:
+            from tierkeeper_operator.background import start_rounds
+
+            memo["rounds"] = start_rounds(known, reconcile_interval, namespaces, metrics_port)
+
+    def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        rounds = memo.get("rounds")
+        if rounds is not None:
+            rounds.stop()
+
+    kopf.on.startup(registry=registry)(startup)
+    kopf.on.cleanup(registry=registry)(cleanup)
+    for plural, model, usable in (
+        ("tieredtopics", TieredTopicSpec, PENDING),
+        ("tieredbrokers", TieredBrokerSpec, BROKER_USABLE),
+    ):
+        handler = partial(_changed, model, usable)
+        handler.__name__ = f"{plural}_changed"  # type: ignore[attr-defined]
+        for decorator in (kopf.on.resume, kopf.on.create, kopf.on.update):
+            decorator(GROUP, VERSION, plural, registry=registry, id=f"{plural}-status")(handler)
     return registry

@@ -7,7 +7,14 @@ import sys
 import time
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, emit_json, open_store, require_positive
+from storage_core.cli.common import (
+    add_remote_args,
+    add_result_file_arg,
+    emit_json,
+    open_store,
+    require_positive,
+    write_result_file,
+)
 from storage_core.cli.export import add_spark_args
 
 
@@ -62,6 +69,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--topic-id", help="with --delete-topic: only this incarnation")
     p.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="with --delete-topic: a topic with nothing in the remote tier is not an error",
+    )
+    p.add_argument(
         "--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing"
     )
     p.add_argument(
@@ -72,6 +84,7 @@ def register(subparsers: Any) -> None:
         "(one per topic-partition; --spark-master, --spark-conf)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable report")
+    add_result_file_arg(p)
     add_remote_args(p)
     add_spark_args(p)
     p.set_defaults(handler=run)
@@ -102,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     if args.delete_topic:
         report = delete_topic(store, args.delete_topic, topic_id=args.topic_id, dry_run=args.dry_run)
+        if args.missing_ok and not report["deleted_topics"]:
+            report["errors"] = []
     else:
         options = CleanupOptions(
             topics=set(args.topic) if args.topic else None,
@@ -123,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
             report = _cleanup_on_spark(args, store, options)
         else:
             report = run_cleanup(store, options)
+    if args.result_file:
+        from storage_core.reconcile.results import encode_cleanup
+
+        write_result_file(args.result_file, encode_cleanup(report))
     if args.json:
         emit_json(report)
     else:

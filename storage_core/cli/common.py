@@ -184,3 +184,22 @@ def progress_bar(*, total: int | None, desc: str, enabled: bool) -> Any:
         disable=not enabled or not sys.stderr.isatty(),
         file=sys.stderr,
     )
+
+
+def add_result_file_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--result-file",
+        metavar="PATH",
+        help="also write a compact machine-readable result here (at most 4096 bytes; the operator's Jobs "
+        "pass /dev/termination-log so the result becomes the container's termination message)",
+    )
+
+
+def write_result_file(path: str, text: str) -> None:
+    from storage_core.errors import ConfigError
+
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise ConfigError(f"--result-file {path}: {exc.strerror}") from None

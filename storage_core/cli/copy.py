@@ -11,12 +11,14 @@ from typing import Any
 from storage_core.cli.common import (
     add_rate_limit_arg,
     add_remote_args,
+    add_result_file_arg,
     emit_json,
     open_store,
     progress_bar,
     rate_limiter,
     require_positive,
     storage_options,
+    write_result_file,
 )
 from storage_core.errors import ConfigError
 
@@ -42,6 +44,13 @@ def register(subparsers: Any) -> None:
         "topics are refused; the log dir's cleaner checkpoint is still checked)",
     )
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
+    p.add_argument(
+        "--assignment",
+        action="append",
+        metavar="TOPIC=P[,P...]",
+        help="copy exactly these partitions of TOPIC (repeatable; what the operator's copy Jobs pass for "
+        "the partitions their broker leads); a listed partition missing from the log dir fails",
+    )
     p.add_argument("--broker-id", type=int, help="recorded in the segment metadata")
     p.add_argument("--parallelism", type=int, default=4, help="partitions copied at once (default 4)")
     p.add_argument(
@@ -79,6 +88,7 @@ def register(subparsers: Any) -> None:
         help="Spark setting (--engine spark)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    add_result_file_arg(p)
     add_remote_args(p)
     p.set_defaults(handler=run)
 
@@ -114,8 +124,13 @@ def run(args: argparse.Namespace) -> int:
             "without --bootstrap-servers the topics' cleanup.policy and remote.storage.enable cannot be "
             "checked; pass --bootstrap-servers, or --assume-tierable to assert they are tierable"
         )
+    from storage_core.formats.segment_files import TopicPartition
+
     log_dir = LogDir(args.log_dir)
-    partitions = log_dir.partitions(set(args.topic) if args.topic else None)
+    if args.assignment:
+        wanted = parse_assignments(args.assignment)
+    else:
+        wanted = [(p.topic, p.partition) for p in log_dir.partitions(set(args.topic) if args.topic else None)]
     checkpoints = log_dir.checkpoints()
     lso: dict[tuple[str, int], int] = {}
     configs: dict[str, dict[str, str]] = {}
@@ -124,30 +139,32 @@ def run(args: argparse.Namespace) -> int:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
         admin = KafkaAdmin(args.bootstrap_servers)
-        configs = {topic: admin.topic_configs(topic) for topic in sorted({p.topic for p in partitions})}
+        configs = {topic: admin.topic_configs(topic) for topic in sorted({topic for topic, _ in wanted})}
         # One line per refused topic, before anything is written; the tasks carry the configs too, so a
         # copy driven from elsewhere (Spark, the operator) refuses the same way.
         for topic, topic_configs in configs.items():
             refusal = copy_refusal(topic, topic_configs)
             if refusal is not None:
                 refused.append(str(refusal))
-        partitions = [p for p in partitions if copy_refusal(p.topic, configs[p.topic]) is None]
-        lso = admin.last_stable_offsets([(p.topic, p.partition) for p in partitions])
+        wanted = [
+            (topic, partition) for topic, partition in wanted if copy_refusal(topic, configs[topic]) is None
+        ]
+        lso = admin.last_stable_offsets(wanted)
     store = open_store(args, fsync=not args.no_fsync)
     tasks = [
         CopyTask(
             log_dir=str(log_dir.path),
-            topic=p.topic,
-            partition=p.partition,
+            topic=topic,
+            partition=partition,
             remote_url=args.remote,
             storage_options=storage_options(args),
-            last_stable_offset=lso.get((p.topic, p.partition)),
-            high_watermark=checkpoints.high_watermarks.get(p.tp),
+            last_stable_offset=lso.get((topic, partition)),
+            high_watermark=checkpoints.high_watermarks.get(TopicPartition(topic, partition)),
             broker_id=args.broker_id,
             segments_in_flight=args.segments_in_flight,
-            topic_configs=configs.get(p.topic) if args.bootstrap_servers else None,
+            topic_configs=configs.get(topic) if args.bootstrap_servers else None,
         )
-        for p in partitions
+        for topic, partition in wanted
     ]
     if args.engine == "spark":
         results = _run_on_spark(args, tasks)
@@ -163,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
             with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
                 results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
     failed = [r for r in results if r.error]
+    if args.result_file:
+        from storage_core.reconcile.results import encode_copy
+
+        write_result_file(args.result_file, encode_copy([r.__dict__ for r in results]))
     if args.json:
         emit_json(
             {
@@ -184,3 +205,18 @@ def run(args: argparse.Namespace) -> int:
         reason = r.error if (r.error or "").startswith(where) else f"{where}: {r.error}"
         print(f"tierkeeper copy: error: {reason}", file=sys.stderr)
     return 1 if failed or refused else 0
+
+
+def parse_assignments(values: list[str]) -> list[tuple[str, int]]:
+    """``["orders=0,3", "events=1"]`` -> ``[("orders", 0), ("orders", 3), ("events", 1)]``."""
+    out: list[tuple[str, int]] = []
+    for value in values:
+        topic, sep, numbers = value.rpartition("=")
+        try:
+            partitions = [int(n) for n in numbers.split(",")]
+        except ValueError:
+            partitions = []
+        if not sep or not topic or not partitions or min(partitions) < 0:
+            raise ConfigError(f"--assignment {value!r}: expected TOPIC=P[,P...] with partition numbers >= 0")
+        out += [(topic, p) for p in partitions]
+    return out

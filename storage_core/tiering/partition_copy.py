@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.formats.segment_files import TopicPartition
-from storage_core.logdir import LogDir
+from storage_core.logdir import LocalSegment, LogDir
 from storage_core.remote.catalog import PartitionCatalog
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -39,6 +39,13 @@ class PartitionCopyResult:
     remote_end_offset: int | None = None
     error: str | None = None
     copied_bases: list[int] = field(default_factory=list)
+    topic_id: str | None = None
+    remote_start_offset: int | None = None
+    remote_segments: int = 0
+    remote_bytes: int = 0
+    untiered_segments: int = 0
+    """Rolled local segments (never the active one) not in the remote tier after this run: the copy lag."""
+    untiered_bytes: int = 0
 
 
 def copy_partition(
@@ -69,6 +76,7 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
     if pdir is None:
         raise ConfigError(f"{wanted}: no partition directory in {task.log_dir}")
     tp = TopicPartitionId(task.topic, pdir.topic_id_string(), task.partition)
+    result.topic_id = tp.topic_id
     catalog = PartitionCatalog(store, RemoteLayout(store.root), tp)
     manifest = catalog.rebuild_manifest()
     stable = task.last_stable_offset if task.last_stable_offset is not None else task.high_watermark
@@ -97,7 +105,20 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
     in_flight = max(1, task.segments_in_flight or store.segments_in_flight)
     _copy_in_order(copier, iter(decision.eligible), publisher, in_flight)
     publisher.flush()
-    result.remote_end_offset = publisher.manifest.end_offset
+    _summarize(result, publisher.manifest, segments)
+
+
+def _summarize(result: PartitionCopyResult, manifest: Manifest, segments: list[LocalSegment]) -> None:
+    """What the remote tier holds after the run, and the rolled local segments it does not hold yet."""
+    result.remote_start_offset, result.remote_end_offset = manifest.start_offset, manifest.end_offset
+    result.remote_segments = len(manifest.segments)
+    result.remote_bytes = sum(s.size_bytes for s in manifest.segments)
+    tiered_next = manifest.segments[-1].next_offset if manifest.segments else None
+    ordered = sorted(segments, key=lambda s: s.base_offset)
+    for segment, successor in zip(ordered, ordered[1:]):
+        if tiered_next is None or successor.base_offset > tiered_next:
+            result.untiered_segments += 1
+            result.untiered_bytes += segment.log_size
 
 
 def _copy_in_order(

@@ -261,7 +261,10 @@ def _logging_restored() -> Iterator[None]:
 
 @contextlib.contextmanager
 def running_operator(
-    api: OperatorTarget, timeout: float = 60.0, start_timeout: float = 30.0
+    api: OperatorTarget,
+    timeout: float = 60.0,
+    start_timeout: float = 30.0,
+    clusters: Mapping[str, Any] | None = None,
 ) -> Iterator[Any]:
     """Run the Tierkeeper operator with ``kopf.testing.KopfRunner`` against ``api`` (the harness's
     :class:`~harness.control_plane.ControlPlane`, or this module's kmock server).
@@ -277,7 +280,7 @@ def running_operator(
     from tierkeeper_operator import GROUP, VERSION
     from tierkeeper_operator.handlers import build_registry
 
-    registry = build_registry(login=kopf.login_with_kubeconfig)
+    registry = build_registry(clusters, login=kopf.login_with_kubeconfig)
     args = ["run", "--standalone", "--all-namespaces"]
     wanted = {f"{GROUP}/{VERSION}/{plural}" for plural in OPERATOR_PLURALS}
     with (

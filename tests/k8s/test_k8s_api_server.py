@@ -4,7 +4,6 @@ subresource, RBAC refuses what a Role does not grant, and Pod Security Admission
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import kubernetes
@@ -58,7 +57,7 @@ def test_kubectl_explain_reads_the_schema(k8s_crds: ControlPlane) -> None:
     proc = wait_until(explained, DEADLINE)
     assert proc, run_tool("kubectl", args, check=False).stderr
     assert "KIND:       TieredTopic" in proc.stdout
-    for field in ("kafkaCluster", "remote", "localRetentionMs", "remoteRetentionMs", "topic"):
+    for field in ("clusterRef", "localRetentionMs", "remoteRetentionMs", "topic", "copy", "deletionPolicy"):
         assert f"  {field}\t" in proc.stdout, proc.stdout
 
 
@@ -82,18 +81,26 @@ def test_status_goes_through_the_status_subresource_without_bumping_generation(
     assert created["metadata"]["generation"] == 1
     # Status sent to the main resource is dropped; spec sent to /status is dropped.
     api.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, "tieredtopics", "payments", {"status": {"phase": "X"}}
+        GROUP, VERSION, ns, "tieredtopics", "payments", {"status": {"message": "dropped"}}
     )
+    stalled = {
+        "type": "Stalled",
+        "status": "True",
+        "reason": "ClusterNotFound",
+        "message": "set through /status",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "observedGeneration": 1,
+    }
     api.patch_namespaced_custom_object_status(
         GROUP,
         VERSION,
         ns,
         "tieredtopics",
         "payments",
-        {"status": {"phase": "Invalid"}, "spec": {"paused": True}},
+        {"status": {"observedGeneration": 1, "conditions": [stalled]}, "spec": {"paused": True}},
     )
     current = api.get_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", "payments")
-    assert current["status"] == {"phase": "Invalid"}
+    assert current["status"] == {"observedGeneration": 1, "conditions": [stalled]}
     assert current["spec"]["paused"] is False
     assert current["metadata"]["generation"] == 1
     api.patch_namespaced_custom_object(
@@ -103,56 +110,26 @@ def test_status_goes_through_the_status_subresource_without_bumping_generation(
     assert current["metadata"]["generation"] == 2
 
 
-CEL_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "ranges.harness.tierkeeper.io"},
-    "spec": {
-        "group": "harness.tierkeeper.io",
-        "scope": "Namespaced",
-        "names": {"plural": "ranges", "singular": "range", "kind": "Range"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {"low": {"type": "integer"}, "high": {"type": "integer"}},
-                                "x-kubernetes-validations": [
-                                    {"rule": "self.low <= self.high", "message": "low must not exceed high"}
-                                ],
-                            }
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
-
-
-def test_a_cel_rule_rejects_an_object_at_the_api(k8s_control_plane: ControlPlane, k8s_namespace: str) -> None:
-    k8s_control_plane.apply_crds([CEL_CRD])
-    path = f"/apis/harness.tierkeeper.io/v1/namespaces/{k8s_namespace}/ranges"
-    good = {
-        "apiVersion": "harness.tierkeeper.io/v1",
-        "kind": "Range",
-        "metadata": {"name": "good"},
-        "spec": {"low": 1, "high": 2},
-    }
-    assert create(k8s_control_plane, path, good)["spec"] == {"low": 1, "high": 2}
-    bad = copy.deepcopy(good)
-    bad["metadata"]["name"] = "bad"
-    bad["spec"] = {"low": 5, "high": 2}
+def test_the_projects_cel_rules_reject_objects_at_the_api(k8s_crds: ControlPlane, k8s_namespace: str) -> None:
+    """The rules of storage_core/api/rules.py, generated into crds/, are enforced by the API server."""
+    good = example_topic("within-bounds")
+    assert create(k8s_crds, topics_path(k8s_namespace), good)["spec"]["topic"] == "orders"
+    longer_locally = example_topic("longer-locally")
+    longer_locally["spec"]["localRetentionMs"] = longer_locally["spec"]["remoteRetentionMs"] + 1
+    infinite_locally = example_topic("infinite-locally")
+    infinite_locally["spec"]["localRetentionMs"] = -1
+    for bad in (longer_locally, infinite_locally):
+        with pytest.raises(ApiError) as refused:
+            create(k8s_crds, topics_path(k8s_namespace), bad)
+        assert refused.value.code == 422
+        assert "localRetentionMs must not exceed remoteRetentionMs" in refused.value.message
+    # Omitted fields are evaluated with the model's defaults (crdgen writes them into the rule).
+    schedule_and_interval = example_topic("both")
+    schedule_and_interval["spec"]["copy"] = {"intervalSeconds": 60, "schedule": "*/5 * * * *"}
     with pytest.raises(ApiError) as refused:
-        create(k8s_control_plane, path, bad)
+        create(k8s_crds, topics_path(k8s_namespace), schedule_and_interval)
     assert refused.value.code == 422
-    assert "low must not exceed high" in refused.value.message
+    assert "copy.schedule and copy.intervalSeconds are mutually exclusive" in refused.value.message
 
 
 def test_a_service_account_is_refused_what_its_role_does_not_grant(

@@ -22,6 +22,7 @@ EXPECTED_API_VERSIONS = {
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "Deployment": "apps/v1",
+    "ConfigMap": "v1",
 }
 
 
@@ -65,6 +66,7 @@ def test_rendered_kinds_and_api_versions() -> None:
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ConfigMap",
             "Deployment",
         ]
     )
@@ -91,7 +93,7 @@ def test_deployment_runs_non_root_on_a_read_only_root() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/tmp"}
+    assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/tmp", "/etc/tierkeeper/clusters"}
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     sa = only(render(), "ServiceAccount")["metadata"]["name"]
@@ -135,8 +137,9 @@ def test_cluster_role_is_least_privilege() -> None:
     assert grants[("tierkeeper.io", "tieredtopics/status")] == {"get", "patch"}
     assert grants[("tierkeeper.io", "tieredbrokers/status")] == {"get", "patch"}
     assert grants[("", "events")] == {"create"}
-    for read_only in [("", "secrets"), ("", "configmaps"), ("", "pods"), ("batch", "jobs")]:
-        assert grants[read_only] <= {"get", "list", "watch"}, read_only
+    assert grants[("batch", "jobs")] == {"get", "list", "watch", "create", "patch"}
+    assert grants[("", "pods")] <= {"get", "list", "watch"}
+    assert ("", "secrets") not in grants  # Jobs name Secrets; the operator never reads them
     binding = only(render(), "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == only(render(), "ClusterRole")["metadata"]["name"]
     assert binding["subjects"][0]["namespace"] == RELEASE_NAMESPACE
@@ -154,7 +157,7 @@ def test_rbac_and_service_account_can_be_disabled() -> None:
             "serviceAccount.name=existing",
         )
     }
-    assert kinds == {"CustomResourceDefinition", "Deployment"}
+    assert kinds == {"CustomResourceDefinition", "Deployment", "ConfigMap"}
 
 
 @pytest.mark.parametrize("path", sorted((CHART / "templates").glob("*.yaml")), ids=lambda p: p.name)
@@ -162,3 +165,19 @@ def test_templates_use_release_namespace_for_namespaced_objects(path: Path) -> N
     text = path.read_text()
     if "kind: ServiceAccount" in text or "kind: Deployment" in text:
         assert "namespace: {{ .Release.Namespace }}" in text
+
+
+def test_clusters_become_a_config_map_the_operator_reads() -> None:
+    cluster = yaml.safe_load((REPO_ROOT / "examples" / "cluster.yaml").read_text())
+    values = REPO_ROOT / ".pytest-values.yaml"
+    values.write_text(yaml.safe_dump({"clusters": [cluster]}))
+    try:
+        docs = render("--values", str(values))
+    finally:
+        values.unlink()
+    config_map = only(docs, "ConfigMap")
+    assert yaml.safe_load(config_map["data"]["my-cluster.yaml"]) == cluster
+    container = only(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--cluster=/etc/tierkeeper/clusters/my-cluster.yaml" in container["args"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "clusters")
+    assert mount["mountPath"] == "/etc/tierkeeper/clusters" and mount["readOnly"] is True

@@ -9,9 +9,10 @@ import yaml
 from pydantic import BaseModel
 
 from harness.paths import REPO_ROOT
-from tierkeeper_operator import API_VERSION
-from tierkeeper_operator.assessment import assess
-from tierkeeper_operator.models import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api import API_VERSION
+from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.parse import parse_spec
+from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 
 EXAMPLES: dict[str, tuple[str, type[BaseModel], str]] = {
     "tieredtopic.yaml": ("TieredTopic", TieredTopicSpec, "tieredtopics.tierkeeper.io.yaml"),
@@ -87,8 +88,8 @@ def test_example_matches_the_model(name: str) -> None:
     doc = load_example(name)
     assert doc["apiVersion"] == API_VERSION
     assert doc["kind"] == kind
-    verdict = assess(model, doc["spec"])
-    assert verdict.valid, verdict.problem
+    verdict = parse_spec(model, doc["spec"])
+    assert verdict.problem is None
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -103,9 +104,14 @@ def test_schema_and_model_agree_on_a_bad_interval() -> None:
     assert schema_errors(doc, crd_schema("tieredtopics.tierkeeper.io.yaml")) == [
         ".spec.copy.intervalSeconds: -5 < 10"
     ]
-    assert not assess(TieredTopicSpec, doc["spec"]).valid
+    assert parse_spec(TieredTopicSpec, doc["spec"]).problem is not None
 
 
 def test_examples_folder_has_both_kinds() -> None:
     present = {path.name for path in (REPO_ROOT / "examples").glob("tiered*.yaml")}
     assert present == set(EXAMPLES)
+
+
+def test_cluster_example_matches_the_model() -> None:
+    verdict = parse_spec(KafkaClusterConfig, load_example("cluster.yaml"), root="cluster")
+    assert verdict.problem is None

@@ -1,4 +1,4 @@
-"""The pydantic models accept what the docs promise and reject the rest with a message naming the field."""
+"""The API models accept what the docs promise and reject the rest with a message naming the field."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from tierkeeper_operator.assessment import assess
-from tierkeeper_operator.models import INFINITE, ReplicaFetchers, TieredBrokerSpec, TieredTopicSpec
+from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.fields import INFINITE
+from storage_core.api.parse import parse_spec
+from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec, TieredTopicSpec
 
 
 def topic_spec(**overrides: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "kafkaCluster": {"bootstrapServers": "kafka-0.kafka:9092,kafka-1.kafka:9092"},
+        "clusterRef": {"name": "cluster-a"},
         "topic": "orders",
-        "remote": {"url": "s3://tiered/orders"},
     }
     spec.update(overrides)
     return spec
@@ -25,17 +26,28 @@ def topic_spec(**overrides: Any) -> dict[str, Any]:
 
 def broker_spec(**overrides: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "bootstrapServers": "kafka-0.kafka:9092",
+        "clusterRef": {"name": "cluster-a"},
         "brokerId": 0,
-        "logDirClaim": {"claimName": "data-kafka-0"},
-        "remote": {"url": "s3://tiered/cluster-a"},
+        "logDir": {"claimName": "data-kafka-0", "path": "/var/lib/kafka/data/kafka-log0"},
     }
     spec.update(overrides)
     return spec
 
 
-def problem_of(model: type[TieredTopicSpec] | type[TieredBrokerSpec], spec: dict[str, Any]) -> str:
-    verdict = assess(model, spec)
+def cluster_config(**overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": "cluster-a",
+        "bootstrapServers": "kafka-0.kafka:9092,kafka-1.kafka:9092",
+        "remote": {"url": "s3://tiered/cluster-a"},
+    }
+    config.update(overrides)
+    return config
+
+
+def problem_of(
+    model: type[TieredTopicSpec] | type[TieredBrokerSpec] | type[KafkaClusterConfig], spec: dict[str, Any]
+) -> str:
+    verdict = parse_spec(model, spec)
     assert verdict.problem is not None, f"expected {spec} to be rejected"
     assert "\n" not in verdict.problem
     return str(verdict.problem)
@@ -49,7 +61,7 @@ class TestTieredTopicDefaults:
         assert spec.local_retention_bytes == INFINITE
         assert spec.paused is False
         assert spec.copy_policy.schedule is None
-        assert spec.remote.storage_options == {}
+        assert spec.deletion_policy == "Retain"
 
     def test_round_trips_through_camel_case(self) -> None:
         raw = topic_spec(localRetentionMs=1000, remoteRetentionMs=5000, copy={"intervalSeconds": 60})
@@ -58,9 +70,9 @@ class TestTieredTopicDefaults:
         assert TieredTopicSpec.model_validate(dumped) == spec
         assert dumped["copy"] == {"intervalSeconds": 60}
 
-    def test_bootstrap_list_is_normalised(self) -> None:
-        spec = TieredTopicSpec.model_validate(topic_spec(kafkaCluster={"bootstrapServers": " a:1 , b:2"}))
-        assert spec.kafka_cluster.bootstrap_servers == "a:1,b:2"
+    def test_cluster_is_a_reference(self) -> None:
+        spec = TieredTopicSpec.model_validate(topic_spec())
+        assert spec.cluster_ref.name == "cluster-a"
 
 
 class TestTieredTopicRejections:
@@ -87,7 +99,7 @@ class TestTieredTopicRejections:
         problem = problem_of(
             TieredTopicSpec, topic_spec(localRetentionBytes=-1, remoteRetentionBytes=1 << 30)
         )
-        assert "localRetentionBytes -1 (infinite)" in problem
+        assert "localRetentionBytes must not exceed remoteRetentionBytes (-1 means infinite" in problem
 
     def test_unknown_field_is_reported(self) -> None:
         problem = problem_of(TieredTopicSpec, topic_spec(localRetentionMS=5))
@@ -102,14 +114,13 @@ class TestTieredTopicRejections:
     def test_illegal_topic_names(self, name: str) -> None:
         assert problem_of(TieredTopicSpec, topic_spec(topic=name)).startswith("spec.topic:")
 
-    @pytest.mark.parametrize("servers", ["kafka", "kafka:", "kafka:99999", "a:1,,b:2", "http://a:1"])
-    def test_bad_bootstrap_servers(self, servers: str) -> None:
-        problem = problem_of(TieredTopicSpec, topic_spec(kafkaCluster={"bootstrapServers": servers}))
-        assert problem.startswith("spec.kafkaCluster.bootstrapServers:")
+    def test_cluster_ref_must_be_a_kubernetes_name(self) -> None:
+        problem = problem_of(TieredTopicSpec, topic_spec(clusterRef={"name": "Cluster_A"}))
+        assert problem.startswith("spec.clusterRef.name:")
 
-    def test_url_needs_a_scheme(self) -> None:
-        problem = problem_of(TieredTopicSpec, topic_spec(remote={"url": "bucket/prefix"}))
-        assert problem.startswith("spec.remote.url:")
+    def test_unknown_deletion_policy(self) -> None:
+        problem = problem_of(TieredTopicSpec, topic_spec(deletionPolicy="Shred"))
+        assert problem.startswith("spec.deletionPolicy:")
 
     def test_schedule_and_interval_are_exclusive(self) -> None:
         problem = problem_of(
@@ -145,8 +156,8 @@ retention = st.one_of(st.just(INFINITE), st.integers(min_value=0, max_value=10**
 def test_local_retention_never_exceeds_remote(local: int, remote: int) -> None:
     # Oracle: -1 is infinity; local must fit inside remote.
     fits = remote == INFINITE or (local != INFINITE and local <= remote)
-    verdict = assess(TieredTopicSpec, topic_spec(localRetentionMs=local, remoteRetentionMs=remote))
-    assert verdict.valid == fits, verdict.problem
+    verdict = parse_spec(TieredTopicSpec, topic_spec(localRetentionMs=local, remoteRetentionMs=remote))
+    assert (verdict.problem is None) == fits, verdict.problem
 
 
 class TestTieredBroker:
@@ -154,17 +165,34 @@ class TestTieredBroker:
         spec = TieredBrokerSpec.model_validate(broker_spec())
         assert spec.rebuild.policy == "Never"
         assert spec.replica_fetchers is None
-        assert spec.log_dir.startswith("/")
+        assert spec.log_dir.mount_path == "/var/lib/kafka/data"
+        assert spec.placement.pod_name is None
 
     def test_negative_broker_id(self) -> None:
         assert problem_of(TieredBrokerSpec, broker_spec(brokerId=-1)).startswith("spec.brokerId:")
 
     def test_relative_log_dir(self) -> None:
-        assert problem_of(TieredBrokerSpec, broker_spec(logDir="data")).startswith("spec.logDir:")
+        assert problem_of(TieredBrokerSpec, broker_spec(logDir={"path": "data"})).startswith(
+            "spec.logDir.path:"
+        )
 
     def test_claim_name_must_be_a_kubernetes_name(self) -> None:
-        problem = problem_of(TieredBrokerSpec, broker_spec(logDirClaim={"claimName": "Data_0"}))
-        assert problem.startswith("spec.logDirClaim.claimName:")
+        problem = problem_of(
+            TieredBrokerSpec, broker_spec(logDir={"claimName": "Data_0", "path": "/var/lib/kafka/data"})
+        )
+        assert problem.startswith("spec.logDir.claimName:")
+
+    def test_path_outside_the_mount(self) -> None:
+        problem = problem_of(
+            TieredBrokerSpec, broker_spec(logDir={"claimName": "data-0", "path": "/srv/kafka"})
+        )
+        assert (
+            problem == "spec.logDir: logDir.path must lie under logDir.mountPath when logDir.claimName is set"
+        )
+
+    def test_standalone_log_dir_needs_no_claim(self) -> None:
+        spec = TieredBrokerSpec.model_validate(broker_spec(logDir={"path": "/srv/kafka"}))
+        assert spec.log_dir.claim_name is None
 
     def test_unknown_rebuild_policy(self) -> None:
         assert problem_of(TieredBrokerSpec, broker_spec(rebuild={"policy": "Sometimes"})).startswith(
@@ -193,7 +221,7 @@ class TestReplicaFetchers:
 
     def test_min_above_max(self) -> None:
         problem = problem_of(TieredBrokerSpec, broker_spec(replicaFetchers={"min": 6, "max": 3}))
-        assert "min 6 is greater than replicaFetchers.max 3" in problem
+        assert "replicaFetchers.min must not exceed replicaFetchers.max" in problem
 
     def test_fixed_value_is_kept(self) -> None:
         spec = TieredBrokerSpec.model_validate(broker_spec(replicaFetchers={"mode": "fixed", "value": 5}))
@@ -203,3 +231,23 @@ class TestReplicaFetchers:
         fetchers = ReplicaFetchers.model_validate({"mode": "fixed", "value": 2})
         with pytest.raises(ValidationError):
             fetchers.value = 3
+
+
+class TestClusterConfig:
+    def test_minimal_config_defaults(self) -> None:
+        config = KafkaClusterConfig.model_validate(cluster_config())
+        assert config.remote.storage_options == {}
+        assert config.jobs.backoff_limit >= 0 and config.jobs.ttl_seconds_after_finished > 0
+
+    def test_bootstrap_list_is_normalised(self) -> None:
+        config = KafkaClusterConfig.model_validate(cluster_config(bootstrapServers=" a:1 , b:2"))
+        assert config.bootstrap_servers == "a:1,b:2"
+
+    @pytest.mark.parametrize("servers", ["kafka", "kafka:", "kafka:99999", "a:1,,b:2", "http://a:1"])
+    def test_bad_bootstrap_servers(self, servers: str) -> None:
+        problem = problem_of(KafkaClusterConfig, cluster_config(bootstrapServers=servers))
+        assert problem.startswith("spec.bootstrapServers:")
+
+    def test_url_needs_a_scheme(self) -> None:
+        problem = problem_of(KafkaClusterConfig, cluster_config(remote={"url": "bucket/prefix"}))
+        assert problem.startswith("spec.remote.url:")

@@ -1,4 +1,7 @@
-"""The operator, run by kopf's KopfRunner against the real API server, validates specs and writes status."""
+"""The operator, run by kopf's KopfRunner against the real API server, writes kstatus conditions (Ready
+always; Reconciling / Stalled only while true). Whatever the CRD schema and its CEL rules can say is refused
+by the API server at admission, so the operator never sees it; what only the operator knows (the cluster a
+clusterRef names) it reports as Stalled."""
 
 from __future__ import annotations
 
@@ -17,7 +20,14 @@ from harness.kafka_dist import HarnessError
 from harness.kubeconfig import write_kubeconfig
 from harness.paths import REPO_ROOT
 from harness.ports import free_ports
+from storage_core.api.cluster import KafkaClusterConfig
 from tierkeeper_operator import GROUP, VERSION
+
+CLUSTERS = {
+    "my-cluster": KafkaClusterConfig.model_validate(
+        yaml.safe_load((REPO_ROOT / "examples" / "cluster.yaml").read_text())
+    )
+}
 
 
 def example(kind_file: str, name: str, namespace: str) -> dict[str, Any]:
@@ -26,15 +36,30 @@ def example(kind_file: str, name: str, namespace: str) -> dict[str, Any]:
     return doc
 
 
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), None)
+
+
+def health(status: dict[str, Any]) -> str:
+    """``Stalled`` or ``Reconciling`` when that condition is True, else the Ready condition's status."""
+    for kind in ("Stalled", "Reconciling"):
+        found = condition(status, kind)
+        if found and found["status"] == "True":
+            return kind
+    ready = condition(status, "Ready")
+    return f"Ready={ready['status']}" if ready else "none"
+
+
 def status_when(
-    api: Any, namespace: str, plural: str, name: str, phase: str, generation: int, timeout: float = 60
+    api: Any, namespace: str, plural: str, name: str, wanted: str, generation: int, timeout: float = 60
 ) -> dict[str, Any]:
-    """The object's status once it reports ``phase`` for ``generation``; whatever it has on timeout."""
+    """The object's status once its health (see :func:`health`) is ``wanted`` for ``generation``;
+    whatever it has on timeout."""
 
     def probe() -> dict[str, Any] | None:
         obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
         status: dict[str, Any] = obj.get("status") or {}
-        done = status.get("phase") == phase and status.get("observedGeneration") == generation
+        done = health(status) == wanted and status.get("observedGeneration") == generation
         return status if done else None
 
     found = wait_until(probe, timeout)
@@ -55,85 +80,99 @@ def warning_events(kube_client: Any, namespace: str, name: str) -> list[dict[str
     ]
 
 
-def test_valid_and_malformed_topics(k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str) -> None:
+def test_admission_refuses_what_the_schema_says_and_the_operator_reports_the_rest(
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
+) -> None:
     ns = k8s_namespace
     api = kubernetes.client.CustomObjectsApi(kube_client)
     # Created before the operator starts: handled on resume. Created while it runs: handled on create.
     api.create_namespaced_custom_object(
         GROUP, VERSION, ns, "tieredtopics", example("tieredtopic.yaml", "good", ns)
     )
-    # What the CRD schema can say is refused by the API server itself; the operator never sees it.
+    # The schema (types, bounds) and the CEL rules generated from storage_core/api/rules.py are the API
+    # server's to enforce.
     negative = example("tieredtopic.yaml", "negative-interval", ns)
     negative["spec"]["copy"]["intervalSeconds"] = -5
     wrong_type = example("tieredtopic.yaml", "wrong-type", ns)
     wrong_type["spec"]["localRetentionMs"] = "six hours"
-    for refused, field in ((negative, "spec.copy.intervalSeconds"), (wrong_type, "spec.localRetentionMs")):
-        with pytest.raises(kubernetes.client.ApiException) as rejection:
-            api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", refused)
-        assert rejection.value.status == 422 and field in rejection.value.body
-    # What it cannot say (a rule across fields) is the operator's to report.
     both = example("tieredtopic.yaml", "interval-and-schedule", ns)
     both["spec"]["copy"]["schedule"] = "*/5 * * * *"
+    for refused, words in (
+        (negative, "spec.copy.intervalSeconds"),
+        (wrong_type, "spec.localRetentionMs"),
+        (both, "copy.schedule and copy.intervalSeconds are mutually exclusive"),
+    ):
+        with pytest.raises(kubernetes.client.ApiException) as rejection:
+            api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", refused)
+        assert rejection.value.status == 422 and words in rejection.value.body, rejection.value.body
+    # What only the operator knows: which clusters its configuration defines.
+    elsewhere = example("tieredtopic.yaml", "elsewhere", ns)
+    elsewhere["spec"]["clusterRef"]["name"] = "no-such-cluster"
 
-    with running_operator(k8s_crds) as runner:
-        api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", both)
-        good = status_when(api, ns, "tieredtopics", "good", "Accepted", 1)
-        bad = status_when(api, ns, "tieredtopics", "interval-and-schedule", "Invalid", 1)
-        events = wait_until(lambda: warning_events(kube_client, ns, "interval-and-schedule"), 30)
+    with running_operator(k8s_crds, clusters=CLUSTERS) as runner:
+        api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", elsewhere)
+        good = status_when(api, ns, "tieredtopics", "good", "Reconciling", 1)
+        bad = status_when(api, ns, "tieredtopics", "elsewhere", "Stalled", 1)
+        events = wait_until(lambda: warning_events(kube_client, ns, "elsewhere"), 30)
 
     assert runner.exception is None, runner.output
-    assert good.get("phase") == "Accepted", runner.output
-    assert good["conditions"][0]["status"] == "True"
+    # A valid topic waits for its first copy round: Reconciling, Ready False, never Stalled.
+    assert health(good) == "Reconciling", runner.output
+    assert condition(good, "Ready")["status"] == "False"  # type: ignore[index]
+    assert condition(good, "Stalled") is None
 
-    assert bad.get("phase") == "Invalid", runner.output
-    assert bad["message"].startswith("spec.copy:"), bad["message"]
-    assert "mutually exclusive" in bad["message"]
-    assert bad["conditions"][0]["reason"] == "InvalidSpec"
+    assert health(bad) == "Stalled", runner.output
+    assert condition(bad, "Stalled")["reason"] == "ClusterNotFound"  # type: ignore[index]
+    assert condition(bad, "Ready")["status"] == "False"  # type: ignore[index]
+    assert condition(bad, "Reconciling") is None
+    assert "'no-such-cluster'" in bad["message"]
 
     assert events, runner.output
-    assert events[0]["reason"] == "InvalidSpec"
-    assert events[0]["message"] == bad["message"]
+    assert events[0]["reason"] == "ClusterNotFound"
 
 
-def test_fixing_an_invalid_spec_is_accepted(
+def test_fixing_a_stalled_topic_clears_stalled(
     k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
 ) -> None:
     ns = k8s_namespace
     api = kubernetes.client.CustomObjectsApi(kube_client)
     broken = example("tieredtopic.yaml", "fix-me", ns)
-    broken["spec"]["localRetentionMs"] = broken["spec"]["remoteRetentionMs"] + 1
+    broken["spec"]["clusterRef"]["name"] = "not-yet"
     api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", broken)
 
-    with running_operator(k8s_crds) as runner:
-        before = status_when(api, ns, "tieredtopics", "fix-me", "Invalid", 1)
+    with running_operator(k8s_crds, clusters=CLUSTERS) as runner:
+        before = status_when(api, ns, "tieredtopics", "fix-me", "Stalled", 1)
         api.patch_namespaced_custom_object(
-            GROUP, VERSION, ns, "tieredtopics", "fix-me", {"spec": {"localRetentionMs": 3600000}}
+            GROUP, VERSION, ns, "tieredtopics", "fix-me", {"spec": {"clusterRef": {"name": "my-cluster"}}}
         )
-        after = status_when(api, ns, "tieredtopics", "fix-me", "Accepted", 2)
+        after = status_when(api, ns, "tieredtopics", "fix-me", "Reconciling", 2)
 
-    assert before.get("phase") == "Invalid", runner.output
-    assert "must not exceed remote retention" in before["message"]
-    assert after.get("phase") == "Accepted", runner.output
-    assert after["conditions"][0]["observedGeneration"] == 2
+    assert health(before) == "Stalled", runner.output
+    assert "'not-yet'" in before["message"]
+    assert health(after) == "Reconciling", runner.output
+    assert condition(after, "Stalled") is None  # gone once it is no longer true (kstatus)
+    assert condition(after, "Ready")["observedGeneration"] == 2  # type: ignore[index]
 
 
-def test_tieredbroker_is_validated(k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str) -> None:
+def test_tieredbroker_rules_at_admission_and_status(
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
+) -> None:
     ns = k8s_namespace
     api = kubernetes.client.CustomObjectsApi(kube_client)
     fixed_without_value = example("tieredbroker.yaml", "broker-1", ns)
     fixed_without_value["spec"]["replicaFetchers"] = {"mode": "fixed"}
+    with pytest.raises(kubernetes.client.ApiException) as rejection:
+        api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredbrokers", fixed_without_value)
+    assert rejection.value.status == 422
+    assert "replicaFetchers.value is required when mode is fixed" in rejection.value.body
 
-    with running_operator(k8s_crds) as runner:
+    with running_operator(k8s_crds, clusters=CLUSTERS) as runner:
         api.create_namespaced_custom_object(
             GROUP, VERSION, ns, "tieredbrokers", example("tieredbroker.yaml", "broker-0", ns)
         )
-        api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredbrokers", fixed_without_value)
-        good = status_when(api, ns, "tieredbrokers", "broker-0", "Accepted", 1)
-        bad = status_when(api, ns, "tieredbrokers", "broker-1", "Invalid", 1)
+        good = status_when(api, ns, "tieredbrokers", "broker-0", "Ready=True", 1)
 
-    assert good.get("phase") == "Accepted", runner.output
-    assert bad.get("phase") == "Invalid", runner.output
-    assert "replicaFetchers.value is required when mode is fixed" in bad["message"]
+    assert health(good) == "Ready=True", runner.output
 
 
 @dataclass

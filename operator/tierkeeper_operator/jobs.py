@@ -1,0 +1,292 @@
+"""The copy and cleanup Jobs the operator creates: pure functions from a planned action to a Job manifest.
+
+- Names are deterministic: the owner and the round they belong to, so re-creating the Job of a round
+  after an operator restart hits "already exists" instead of starting a second one.
+- Labels say what a Job is (kind, cluster, broker or TieredTopic), so the operator finds its running Jobs
+  and never starts a second copy for a broker or a second cleanup for a topic; an annotation lists the
+  work, so the result goes to the right TieredTopics.
+- Copy Jobs run on the broker's node with its log-dir claim mounted read-only; every Job runs with the
+  restricted Pod Security profile, the resources of the cluster configuration, ``backoffLimit`` and
+  ``ttlSecondsAfterFinished``, and leaves its result as the container's termination message
+  (``--result-file /dev/termination-log``, :mod:`storage_core.reconcile.results`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from storage_core.api import API_VERSION
+from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.resources import TieredBrokerSpec
+from storage_core.reconcile.planner import CleanupAction, CopyAction
+
+MANAGED_BY = "tierkeeper-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_KIND = "tierkeeper.io/job-kind"
+LABEL_CLUSTER = "tierkeeper.io/cluster"
+LABEL_BROKER = "tierkeeper.io/broker-id"
+LABEL_TOPIC = "tierkeeper.io/tieredtopic"
+ANNOTATION_WORK = "tierkeeper.io/work"
+ANNOTATION_RECORDED = "tierkeeper.io/recorded"
+RESULT_PATH = "/dev/termination-log"
+CONTAINER = "tierkeeper"
+RUN_AS = 10001  # the image's USER (Dockerfile)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The custom resource a Job belongs to (garbage-collected with it)."""
+
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+
+def job_name(kind: str, owner: str, round_key: str) -> str:
+    """``tk-<kind>-<owner>-<hash>``: at most 52 characters, so the pods' ``job-name`` labels stay valid."""
+    digest = hashlib.sha256(f"{kind}/{owner}/{round_key}".encode()).hexdigest()[:10]
+    return f"tk-{kind}-{owner[:32].rstrip('-.')}-{digest}"
+
+
+def _quantities(values: Mapping[str, str | None]) -> dict[str, str]:
+    return {key: value for key, value in values.items() if value}
+
+
+def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
+    jobs = cluster.jobs
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": jobs.image,
+        "imagePullPolicy": jobs.image_pull_policy,
+        "args": args,
+        "terminationMessagePath": RESULT_PATH,
+        "terminationMessagePolicy": "File",
+        "resources": {
+            "requests": _quantities(jobs.resources.requests.model_dump()),
+            "limits": _quantities(jobs.resources.limits.model_dump()),
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    secret = cluster.remote.storage_options_secret_ref
+    if secret is not None:
+        # Credentials reach the storage provider as environment variables (e.g. AWS_ACCESS_KEY_ID), never
+        # as command-line arguments that `kubectl get job -o yaml` would show.
+        container["envFrom"] = [{"secretRef": {"name": secret.name}}]
+    return container
+
+
+def _remote_args(cluster: KafkaClusterConfig) -> list[str]:
+    args = ["--remote", cluster.remote.url]
+    for key, value in sorted(cluster.remote.storage_options.items()):
+        # The CLI reads a value as JSON when it parses (nested options such as client_kwargs).
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        args += ["--storage-option", f"{key}={text}"]
+    return args
+
+
+def _job(
+    name: str,
+    owner: Owner,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    cluster: KafkaClusterConfig,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    node_name: str | None,
+) -> dict[str, Any]:
+    jobs = cluster.jobs
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {}}, *volumes],
+    }
+    if jobs.service_account_name:
+        pod_spec["serviceAccountName"] = jobs.service_account_name
+    if node_name:
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": owner.kind,
+                    "name": owner.name,
+                    "uid": owner.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": {
+            "backoffLimit": jobs.backoff_limit,
+            "ttlSecondsAfterFinished": jobs.ttl_seconds_after_finished,
+            "activeDeadlineSeconds": jobs.active_deadline_seconds,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def copy_job(
+    action: CopyAction,
+    cluster: KafkaClusterConfig,
+    broker: TieredBrokerSpec,
+    owner: Owner,
+    node_name: str | None,
+    round_key: str,
+) -> dict[str, Any]:
+    """The Job copying ``action``'s partitions from the broker's log dir (claim mounted read-only)."""
+    if broker.log_dir.claim_name is None:
+        raise ValueError(f"TieredBroker {owner.namespace}/{owner.name} has no logDir.claimName")
+    args = [
+        "copy",
+        "--log-dir",
+        broker.log_dir.path,
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--broker-id",
+        str(action.broker_id),
+        "--parallelism",
+        str(cluster.jobs.copy_parallelism),
+        "--result-file",
+        RESULT_PATH,
+        "--json",
+    ]
+    if cluster.jobs.max_bytes_per_second:
+        args += ["--max-bytes-per-second", str(cluster.jobs.max_bytes_per_second)]
+    for work in action.work:
+        args += ["--assignment", f"{work.topic}={','.join(str(p) for p in work.partitions)}"]
+    args += _remote_args(cluster)
+    container = _container(cluster, args)
+    mount: dict[str, Any] = {"name": "log-dir", "mountPath": broker.log_dir.mount_path, "readOnly": True}
+    if broker.log_dir.sub_path:
+        mount["subPath"] = broker.log_dir.sub_path
+    container["volumeMounts"].append(mount)
+    volume = {
+        "name": "log-dir",
+        "persistentVolumeClaim": {"claimName": broker.log_dir.claim_name, "readOnly": True},
+    }
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_KIND: "copy",
+        LABEL_CLUSTER: action.cluster,
+        LABEL_BROKER: str(action.broker_id),
+    }
+    listed = [[w.topic_key, w.topic, list(w.partitions)] for w in action.work]
+    annotations = {ANNOTATION_WORK: json.dumps(listed, separators=(",", ":"))}
+    name = job_name("copy", owner.name, round_key)
+    return _job(name, owner, labels, annotations, cluster, container, [volume], node_name)
+
+
+def cleanup_job(
+    action: CleanupAction, cluster: KafkaClusterConfig, owner: Owner, round_key: str
+) -> dict[str, Any]:
+    """The Job running remote retention, the orphan sweep and the local trim for one topic."""
+    spec = action.spec
+    args = [
+        "cleanup",
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--topic",
+        action.topic,
+        "--remote-retention-ms",
+        str(spec.remote_retention_ms),
+        "--remote-retention-bytes",
+        str(spec.remote_retention_bytes),
+        "--local-retention-ms",
+        str(spec.local_retention_ms),
+        "--local-retention-bytes",
+        str(spec.local_retention_bytes),
+        "--result-file",
+        RESULT_PATH,
+        "--json",
+        *_remote_args(cluster),
+    ]
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_KIND: "cleanup",
+        LABEL_CLUSTER: action.cluster,
+        LABEL_TOPIC: owner.name,
+    }
+    annotations = {ANNOTATION_WORK: json.dumps([[action.topic_key, action.topic, []]], separators=(",", ":"))}
+    name = job_name("cleanup", owner.name, round_key)
+    return _job(name, owner, labels, annotations, cluster, _container(cluster, args), [], None)
+
+
+def delete_job(
+    topic: str, topic_id: str, cluster_name: str, cluster: KafkaClusterConfig, owner: Owner, round_key: str
+) -> dict[str, Any]:
+    """The Job deleting one topic incarnation's remote tier (deletionPolicy Delete), crash-safe and
+    idempotent: a retry after a partial run finishes it, and a tier already gone is not an error."""
+    args = [
+        "cleanup",
+        "--delete-topic",
+        topic,
+        "--topic-id",
+        topic_id,
+        "--missing-ok",
+        "--result-file",
+        RESULT_PATH,
+        "--json",
+        *_remote_args(cluster),
+    ]
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_KIND: "delete",
+        LABEL_CLUSTER: cluster_name,
+        LABEL_TOPIC: owner.name,
+    }
+    name = job_name("delete", owner.name, round_key)
+    return _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
+
+
+def work_of(job: Mapping[str, Any]) -> list[tuple[str, str, list[int]]]:
+    """The (TieredTopic key, topic, partitions) a Job was created for, from its annotation."""
+    raw = (job.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_WORK, "[]")
+    try:
+        return [(str(k), str(t), [int(p) for p in ps]) for k, t, ps in json.loads(raw)]
+    except (ValueError, TypeError):
+        return []
+
+
+def job_state(job: Mapping[str, Any]) -> str:
+    """``Running``, ``Succeeded`` or ``Failed`` from a Job's conditions."""
+    for condition in job.get("status", {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return "Succeeded"
+        if condition.get("status") == "True" and condition.get("type") in ("Failed", "FailureTarget"):
+            return "Failed"
+    return "Running"
+
+
+def termination_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The result the Job's last finished pod left (None when no pod left one)."""
+    finished = []
+    for pod in pods:
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated")
+            if status.get("name") == CONTAINER and terminated and terminated.get("message"):
+                finished.append((str(terminated.get("finishedAt") or ""), str(terminated["message"])))
+    return max(finished)[1] if finished else None

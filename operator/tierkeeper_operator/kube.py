@@ -1,0 +1,140 @@
+"""The operator's adapter to the Kubernetes API: plain JSON over the official client's ApiClient.
+
+Only what the reconcile loop needs. API errors become :class:`KubeError` with the status code, so the loop
+can tell "already exists" (a Job of this round was created before a restart) from real failures.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from storage_core.api import GROUP, VERSION
+
+
+class KubeError(RuntimeError):
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        self.status = status
+        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
+
+
+class Kube:
+    """A thin client; ``api_client`` is a ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: Any, namespaces: tuple[str, ...] = ()) -> None:
+        self._client = api_client
+        self.namespaces = namespaces
+        """Namespaces to look at; empty means all."""
+
+    def _call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            response = self._client.call_api(
+                path,
+                method,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            raise KubeError(method, path, int(exc.status or 0), str(exc.body or exc.reason)) from None
+        data = response.data
+        return json.loads(data) if data else None
+
+    def _scopes(self) -> list[str]:
+        return [f"/namespaces/{ns}" for ns in self.namespaces] or [""]
+
+    def list_resources(self, plural: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for scope in self._scopes():
+            out += self._call("GET", f"/apis/{GROUP}/{VERSION}{scope}/{plural}")["items"]
+        return out
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status"
+        self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
+
+    def set_finalizers(self, plural: str, obj: Mapping[str, Any], finalizers: list[str]) -> None:
+        """Replace the object's finalizers; the resourceVersion makes a concurrent change fail (409)."""
+        meta = obj["metadata"]
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+        self._call("PATCH", path, body, "application/merge-patch+json")
+
+    def list_jobs(self, selector: str) -> list[dict[str, Any]]:
+        query = urllib.parse.urlencode({"labelSelector": selector})
+        out: list[dict[str, Any]] = []
+        for scope in self._scopes():
+            out += self._call("GET", f"/apis/batch/v1{scope}/jobs?{query}")["items"]
+        return out
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        query = urllib.parse.urlencode({"labelSelector": f"job-name={job}"})
+        items: list[dict[str, Any]] = self._call("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")[
+            "items"
+        ]
+        return items
+
+    def create_job(self, job: Mapping[str, Any]) -> bool:
+        """Create ``job``; False when a Job of that name exists already (created before a restart)."""
+        namespace = job["metadata"]["namespace"]
+        try:
+            self._call("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", dict(job))
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def annotate_job(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        body = {"metadata": {"annotations": dict(annotations)}}
+        self._call(
+            "PATCH",
+            f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
+            body,
+            "application/merge-patch+json",
+        )
+
+    def pod_node(self, namespace: str, name: str) -> str | None:
+        try:
+            pod = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        node = pod.get("spec", {}).get("nodeName")
+        return str(node) if node else None
+
+    def event(
+        self, involved: Mapping[str, Any], kind: str, type_: str, reason: str, message: str, component: str
+    ) -> None:
+        meta = involved["metadata"]
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": "tierkeeper-", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", f"{GROUP}/{VERSION}"),
+                "kind": kind,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": component},
+            "reportingComponent": component,
+        }
+        self._call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)

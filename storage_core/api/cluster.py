@@ -1,0 +1,106 @@
+"""The Kafka cluster configuration: defined once per cluster, referenced by name from every TieredTopic and
+TieredBroker (10,000 topics must not carry 10,000 copies of bootstrap servers and bucket settings).
+
+It is not a custom resource: the operator reads it from files (the Helm chart renders values ``clusters:``
+into a ConfigMap mounted into the operator pod) and ``tierkeeper standalone`` from ``--cluster FILE``.
+Secrets are referenced by name and resolved in the namespace of the Job that needs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from storage_core.api.fields import BootstrapServers, ObjectName, RemoteUrl
+from storage_core.api.rules import ApiModel
+
+DEFAULT_IMAGE = "tierkeeper:0.1.0"
+
+
+class SecretRef(ApiModel):
+    """A Secret in the namespace where it is used (the broker's namespace for Jobs)."""
+
+    name: ObjectName = Field(description="Name of the Secret.")
+
+
+class RemoteStorage(ApiModel):
+    """The object store holding the remote tier, addressed as an fsspec URL."""
+
+    url: RemoteUrl = Field(
+        description="fsspec URL of the remote tier's root, e.g. s3://bucket/prefix, gs://bucket/prefix, "
+        "file:///mnt/tier. Every topic of the cluster lives under it (topic name and id in the path)."
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Non-secret fsspec storage options, e.g. client_kwargs: {endpoint_url: ...}.",
+    )
+    storage_options_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret whose keys become environment variables of the Jobs, where the storage "
+        "provider reads its credentials (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); omit to use the "
+        "pods' ambient identity.",
+    )
+
+
+class ResourceQuantities(ApiModel):
+    """Kubernetes resource quantities, e.g. cpu: 500m, memory: 512Mi."""
+
+    cpu: str | None = Field(default=None, description="CPU, e.g. 500m.")
+    memory: str | None = Field(default=None, description="Memory, e.g. 512Mi.")
+
+
+class JobResources(ApiModel):
+    requests: ResourceQuantities = Field(
+        default_factory=lambda: ResourceQuantities(cpu="250m", memory="256Mi"),
+        description="What the scheduler reserves for a Job's pod.",
+    )
+    limits: ResourceQuantities = Field(
+        default_factory=lambda: ResourceQuantities(memory="1Gi"),
+        description="Upper bounds for a Job's pod.",
+    )
+
+
+class JobDefaults(ApiModel):
+    """How the operator's copy and cleanup Jobs run on Kubernetes (standalone mode ignores it)."""
+
+    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description="Container image with `tierkeeper`.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="Pull policy of the Jobs' container."
+    )
+    service_account_name: ObjectName | None = Field(
+        default=None, description="ServiceAccount of the Jobs' pods; omit for the namespace default."
+    )
+    ttl_seconds_after_finished: int = Field(
+        default=3600, ge=0, description="Seconds a finished Job (and its pod) stays for inspection."
+    )
+    backoff_limit: int = Field(default=1, ge=0, le=10, description="Retries of a failed Job pod.")
+    active_deadline_seconds: int = Field(
+        default=3600, ge=60, description="A Job running longer is stopped and counts as failed."
+    )
+    resources: JobResources = Field(default_factory=JobResources, description="Resources of a Job's pod.")
+    copy_parallelism: int = Field(
+        default=4, ge=1, le=64, description="Partitions one copy Job copies at once."
+    )
+    max_bytes_per_second: int | None = Field(
+        default=None, ge=1, description="Cap on the bytes a copy Job reads and ships per second."
+    )
+
+
+class KafkaClusterConfig(ApiModel):
+    """One Kafka cluster: how to reach it and where its remote tier lives."""
+
+    name: ObjectName = Field(description="What clusterRef.name refers to.")
+    bootstrap_servers: BootstrapServers = Field(
+        description="Comma-separated host:port list of the cluster's bootstrap brokers."
+    )
+    client_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Non-secret Kafka client properties (security.protocol, ssl.ca.location, ...).",
+    )
+    client_config_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret whose keys are extra Kafka client properties (sasl.username, sasl.password).",
+    )
+    remote: RemoteStorage = Field(description="Where the cluster's remote tier lives.")
+    jobs: JobDefaults = Field(default_factory=JobDefaults, description="How Jobs run on Kubernetes.")

@@ -1,0 +1,243 @@
+"""The TieredTopic and TieredBroker custom resources: spec and status models.
+
+These models are the single source of the resources' shape: the CRDs are generated from them (the
+operator's ``crdgen``), the operator parses every object with them, and ``tierkeeper standalone`` reads
+its manifests with them. Field descriptions become what ``kubectl explain`` shows, so they are written
+for the person editing the YAML. Cross-field rules are declared once in ``RULES`` (CEL + Python).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+from pydantic.alias_generators import to_camel
+
+from storage_core.api.fields import (
+    INFINITE,
+    AbsolutePath,
+    CronExpression,
+    ObjectName,
+    RetentionBytes,
+    RetentionMs,
+    TopicName,
+)
+from storage_core.api.rules import ApiModel, Rule, cel_or_default
+
+DEFAULT_COPY_INTERVAL_S = 300
+DEFAULT_CLEANUP_INTERVAL_S = 300
+DEFAULT_LOCAL_RETENTION_MS = 86_400_000
+DEFAULT_FETCHERS_MIN = 1
+DEFAULT_FETCHERS_MAX = 8
+DEFAULT_MOUNT_PATH = "/var/lib/kafka/data"
+
+
+class ClusterRef(ApiModel):
+    """A Kafka cluster defined in the operator's cluster configuration."""
+
+    name: ObjectName = Field(description="Name of the cluster in the cluster configuration.")
+
+
+class ClusterMemberSpec(ApiModel):
+    """What TieredTopic and TieredBroker share: the cluster they belong to and the pause switch."""
+
+    cluster_ref: ClusterRef = Field(description="The Kafka cluster (from the cluster configuration).")
+    paused: bool = Field(default=False, description="Take no action for this object until set back to false.")
+
+
+def _local_within_remote(local_attr: str, remote_attr: str, local_default: int) -> Rule:
+    local_name, remote_name = to_camel(local_attr), to_camel(remote_attr)
+    local_cel = cel_or_default(local_name, local_default)
+    remote_cel = cel_or_default(remote_name, INFINITE)
+
+    def check(spec: ApiModel) -> bool:
+        local, remote = getattr(spec, local_attr), getattr(spec, remote_attr)
+        return bool(remote == INFINITE or (local != INFINITE and local <= remote))
+
+    return Rule(
+        cel=f"{remote_cel} == -1 || ({local_cel} != -1 && {local_cel} <= {remote_cel})",
+        message=f"{local_name} must not exceed {remote_name} (-1 means infinite; an infinite local "
+        "retention needs an infinite remote retention)",
+        check=check,
+    )
+
+
+class CopyPolicy(ApiModel):
+    """When rolled segments are copied to the remote tier."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!(has(self.schedule) && has(self.intervalSeconds))",
+            message="copy.schedule and copy.intervalSeconds are mutually exclusive; set one",
+            check=lambda p: not (p.schedule is not None and "interval_seconds" in p.model_fields_set),
+        ),
+    )
+
+    interval_seconds: int = Field(
+        default=DEFAULT_COPY_INTERVAL_S,
+        ge=10,
+        le=604800,
+        description="Seconds between copy rounds. Mutually exclusive with schedule.",
+    )
+    schedule: CronExpression | None = Field(
+        default=None,
+        max_length=100,
+        description="Cron expression (5 fields, or @hourly/@daily/...) for copy rounds, in UTC. "
+        "Mutually exclusive with intervalSeconds.",
+    )
+
+
+class CleanupPolicy(ApiModel):
+    """When remote retention, the orphan sweep and the local trim run for the topic."""
+
+    interval_seconds: int = Field(
+        default=DEFAULT_CLEANUP_INTERVAL_S, ge=10, le=604800, description="Seconds between cleanup runs."
+    )
+
+
+class TieredTopicSpec(ClusterMemberSpec):
+    """Desired tiering of one Kafka topic."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        _local_within_remote("local_retention_ms", "remote_retention_ms", DEFAULT_LOCAL_RETENTION_MS),
+        _local_within_remote("local_retention_bytes", "remote_retention_bytes", INFINITE),
+    )
+
+    topic: TopicName = Field(description="Name of the Kafka topic to tier.")
+    local_retention_ms: RetentionMs = Field(
+        default=DEFAULT_LOCAL_RETENTION_MS,
+        description="How long a segment stays on the brokers' disks once it is in the remote tier, "
+        "in milliseconds; -1 keeps it forever. Must not exceed remoteRetentionMs.",
+    )
+    local_retention_bytes: RetentionBytes = Field(
+        default=INFINITE,
+        description="Per-partition bytes kept on the brokers' disks once tiered; -1 means no limit. "
+        "Must not exceed remoteRetentionBytes.",
+    )
+    remote_retention_ms: RetentionMs = Field(
+        default=INFINITE,
+        description="How long a segment is kept in the remote tier, in milliseconds; -1 keeps it forever.",
+    )
+    remote_retention_bytes: RetentionBytes = Field(
+        default=INFINITE, description="Per-partition bytes kept in the remote tier; -1 means no limit."
+    )
+    copy_policy: CopyPolicy = Field(
+        default_factory=CopyPolicy, alias="copy", description="When rolled segments are copied."
+    )
+    cleanup: CleanupPolicy = Field(
+        default_factory=CleanupPolicy, description="When retention and the local trim run."
+    )
+    deletion_policy: Literal["Retain", "Delete"] = Field(
+        default="Retain",
+        description="What deleting this object does to the topic's remote tier: Retain keeps it, Delete "
+        "removes it (crash-safe, through the storage core).",
+    )
+
+
+class LogDirLocation(ApiModel):
+    """Where the broker's log directory is: on a PersistentVolumeClaim on Kubernetes, a local path in
+    standalone mode."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!has(self.claimName) || "
+            f"self.path.startsWith({cel_or_default('mountPath', DEFAULT_MOUNT_PATH)})",
+            message="logDir.path must lie under logDir.mountPath when logDir.claimName is set",
+            check=lambda d: d.claim_name is None or d.path.startswith(d.mount_path),
+        ),
+    )
+
+    path: AbsolutePath = Field(
+        description="Absolute path of the log directory (one entry of the broker's log.dirs) as Jobs see "
+        "it: under mountPath on Kubernetes, a local path in standalone mode."
+    )
+    claim_name: ObjectName | None = Field(
+        default=None,
+        description="PersistentVolumeClaim holding the log directory, in this namespace; Jobs mount it "
+        "read-only at mountPath. Required on Kubernetes; standalone mode reads path directly.",
+    )
+    sub_path: str | None = Field(
+        default=None, max_length=1024, description="Sub-path of the volume to mount at mountPath."
+    )
+    mount_path: AbsolutePath = Field(
+        default=DEFAULT_MOUNT_PATH, description="Where Jobs mount the claim (read-only)."
+    )
+
+
+class BrokerPlacement(ApiModel):
+    """Which pod (and so which node) runs the broker: copy Jobs run on that node."""
+
+    pod_name: ObjectName | None = Field(
+        default=None, description="The broker's pod, in this namespace; its node is looked up."
+    )
+    node_name: str | None = Field(
+        default=None, max_length=253, description="The node, when it is fixed (overrides podName)."
+    )
+
+
+class RebuildPolicy(ApiModel):
+    """Whether and how a broker's log directory is rebuilt from the remote tier."""
+
+    policy: Literal["Never", "WhenLogDirEmpty"] = Field(
+        default="Never",
+        description="Never: the broker re-replicates from its peers as usual. WhenLogDirEmpty: when the "
+        "log directory holds no partition directories, restore tiered segments into it before the "
+        "broker catches up.",
+    )
+    parallelism: int = Field(default=4, ge=1, le=64, description="Partitions restored at the same time.")
+
+
+class ReplicaFetchers(ApiModel):
+    """How num.replica.fetchers is chosen for the broker."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="(has(self.mode) ? self.mode : 'auto') != 'fixed' || has(self.value)",
+            message="replicaFetchers.value is required when mode is fixed",
+            check=lambda f: f.mode != "fixed" or f.value is not None,
+        ),
+        Rule(
+            cel="(has(self.mode) ? self.mode : 'auto') != 'fixed' || !(has(self.min) || has(self.max))",
+            message="replicaFetchers.min/max apply to mode auto only; remove them in fixed mode",
+            check=lambda f: f.mode != "fixed" or not (f.model_fields_set & {"minimum", "maximum"}),
+        ),
+        Rule(
+            cel="(has(self.mode) ? self.mode : 'auto') != 'auto' || !has(self.value)",
+            message="replicaFetchers.value applies to mode fixed only; use min/max with auto",
+            check=lambda f: f.mode != "auto" or f.value is None,
+        ),
+        Rule(
+            cel=f"{cel_or_default('min', DEFAULT_FETCHERS_MIN)} <= "
+            f"{cel_or_default('max', DEFAULT_FETCHERS_MAX)}",
+            message="replicaFetchers.min must not exceed replicaFetchers.max",
+            check=lambda f: f.minimum <= f.maximum,
+        ),
+    )
+
+    mode: Literal["auto", "fixed"] = Field(
+        default="auto",
+        description="auto: pick a fetcher count in [min, max] that spreads the followed partitions evenly "
+        "across fetcher threads. fixed: always use value.",
+    )
+    minimum: int = Field(
+        default=DEFAULT_FETCHERS_MIN, ge=1, le=64, alias="min", description="Lowest count auto may pick."
+    )
+    maximum: int = Field(
+        default=DEFAULT_FETCHERS_MAX, ge=1, le=64, alias="max", description="Highest count auto may pick."
+    )
+    value: int | None = Field(default=None, ge=1, le=64, description="The count used in fixed mode.")
+
+
+class TieredBrokerSpec(ClusterMemberSpec):
+    """One Kafka broker whose log directory Tierkeeper reads (copies) and looks after."""
+
+    broker_id: int = Field(ge=0, le=2_147_483_647, description="The broker's node.id.")
+    log_dir: LogDirLocation = Field(description="Where the broker's log directory is.")
+    placement: BrokerPlacement = Field(
+        default_factory=BrokerPlacement, description="Which pod/node runs the broker (Kubernetes)."
+    )
+    rebuild: RebuildPolicy = Field(default_factory=RebuildPolicy, description="Rebuild from the remote tier.")
+    replica_fetchers: ReplicaFetchers | None = Field(
+        default=None,
+        description="Management of num.replica.fetchers; omit to leave the broker's setting alone.",
+    )

@@ -1,0 +1,99 @@
+"""Status models of TieredTopic and TieredBroker: written by the operator (or printed by standalone mode).
+
+Conditions follow kstatus (sigs.k8s.io/cli-utils/pkg/kstatus): ``Ready`` is always present;
+``Reconciling`` and ``Stalled`` appear only while they are True, so tools that read kstatus (Flux,
+``kubectl wait``, Argo) need no custom health check. ``observedGeneration`` is always written.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from storage_core.api.rules import ApiModel
+
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(description="Ready, Reconciling or Stalled.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One CamelCase word saying why.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the condition was computed from."
+    )
+
+
+class RunOutcome(ApiModel):
+    """How the last copy or cleanup run touching this object ended."""
+
+    time: str = Field(description="RFC 3339 time the run ended.")
+    result: Literal["Succeeded", "Failed"] = Field(description="Succeeded or Failed.")
+    message: str = Field(default="", description="One line: what was done, or why it failed.")
+    job: str | None = Field(default=None, description="The Job that ran it (Kubernetes only).")
+
+
+class PartitionTier(ApiModel):
+    """One partition's remote tier."""
+
+    partition: int = Field(ge=0, description="Partition number.")
+    start_offset: int | None = Field(default=None, description="First offset held remotely.")
+    end_offset: int | None = Field(default=None, description="Last offset held remotely.")
+    segments: int = Field(default=0, ge=0, description="Segments held remotely.")
+    bytes: int = Field(default=0, ge=0, description="Bytes held remotely.")
+    lag_segments: int = Field(default=0, ge=0, description="Rolled segments on the leader not yet tiered.")
+    lag_bytes: int = Field(default=0, ge=0, description="Their bytes.")
+
+
+class RemoteSummary(ApiModel):
+    """What the remote tier holds for the topic (its current incarnation)."""
+
+    segments: int = Field(default=0, ge=0, description="Segments in the remote tier.")
+    bytes: int = Field(default=0, ge=0, description="Bytes of segment data in the remote tier.")
+    partitions: list[PartitionTier] = Field(
+        default_factory=list, description="Remote offsets, size and copy lag per partition."
+    )
+
+
+class CopyLag(ApiModel):
+    """Rolled segments on the leaders not yet in the remote tier (the active segment is never counted)."""
+
+    segments: int = Field(default=0, ge=0, description="Rolled segments not yet tiered.")
+    bytes: int = Field(default=0, ge=0, description="Their bytes.")
+
+
+class ResourceStatus(ApiModel):
+    """Status fields both resources have."""
+
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation of the spec the operator last handled."
+    )
+    message: str = Field(default="", description="One line: the state, or what is wrong.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready (always), Reconciling and Stalled (only while True), as kstatus reads them.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class TieredTopicStatus(ResourceStatus):
+    """Observed state of a TieredTopic."""
+
+    topic_id: str | None = Field(default=None, description="Kafka's id of the topic being tiered.")
+    remote: RemoteSummary | None = Field(default=None, description="What the remote tier holds.")
+    copy_lag: CopyLag | None = Field(default=None, description="What is not yet tiered.")
+    last_copy: RunOutcome | None = Field(default=None, description="The last copy round of this topic.")
+    last_cleanup: RunOutcome | None = Field(default=None, description="The last cleanup run of this topic.")
+
+
+class TieredBrokerStatus(ResourceStatus):
+    """Observed state of a TieredBroker."""
+
+    last_copy: RunOutcome | None = Field(default=None, description="The last copy Job on this broker.")

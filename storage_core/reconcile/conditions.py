@@ -1,0 +1,66 @@
+"""The kstatus conditions of a resource, from one verdict: Ready always, Reconciling and Stalled only while
+True (kstatus reads Reconciling=True as InProgress and Stalled=True as Failed, and anything else with a
+current observedGeneration as Current). Transition times move only when a condition's status flips.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from storage_core.api.status import READY, RECONCILING, STALLED, Condition
+
+
+@dataclass(frozen=True)
+class Health:
+    """What is true of the resource now. At most one of ``reconciling`` and ``stalled`` is set."""
+
+    ready: bool
+    reason: str
+    """CamelCase reason of the Ready condition (and of Reconciling/Stalled when set)."""
+    message: str
+    reconciling: bool = False
+    stalled: bool = False
+
+
+def rfc3339(now: datetime.datetime) -> str:
+    return now.astimezone(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def parse_rfc3339(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _condition(
+    kind: str,
+    status: Literal["True", "False"],
+    health: Health,
+    generation: int | None,
+    previous: Sequence[Condition],
+    now: datetime.datetime,
+) -> Condition:
+    transition = rfc3339(now)
+    for old in previous:
+        if old.type == kind and old.status == status:
+            transition = old.last_transition_time
+    return Condition(
+        type=kind,
+        status=status,
+        reason=health.reason,
+        message=health.message,
+        last_transition_time=transition,
+        observed_generation=generation,
+    )
+
+
+def conditions_for(
+    health: Health, generation: int | None, previous: Sequence[Condition], now: datetime.datetime
+) -> list[Condition]:
+    out = [_condition(READY, "True" if health.ready else "False", health, generation, previous, now)]
+    if health.reconciling:
+        out.append(_condition(RECONCILING, "True", health, generation, previous, now))
+    if health.stalled:
+        out.append(_condition(STALLED, "True", health, generation, previous, now))
+    return out

@@ -1,0 +1,51 @@
+"""What deleting a TieredTopic does to its remote tier: a pure decision per round.
+
+The operator holds the finalizer ``tierkeeper.io/remote-tier`` on every TieredTopic. When one is deleted:
+- ``deletionPolicy: Retain`` (default): the remote tier stays; the finalizer goes at once.
+- ``deletionPolicy: Delete``: a delete Job removes the topic's tier (this incarnation, through the storage
+  core's crash-safe delete); the finalizer goes when it succeeded, and a failed Job is retried by a new
+  one in a later round.
+- The way out when Kafka or the bucket stays unreachable: annotate the object
+  ``tierkeeper.io/skip-remote-deletion=true`` (or patch ``deletionPolicy: Retain``); the finalizer goes
+  and the remote tier is left for a later ``tierkeeper cleanup --delete-topic``.
+A topic never tiered (no topic id in its status) has nothing remote to delete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+FINALIZER = "tierkeeper.io/remote-tier"
+SKIP_ANNOTATION = "tierkeeper.io/skip-remote-deletion"
+
+Step = Literal["release", "start-delete", "wait"]
+
+
+@dataclass(frozen=True)
+class DeletionDecision:
+    step: Step
+    reason: str
+
+
+def decide_deletion(
+    policy: str | None,
+    skip: bool,
+    topic_id: str | None,
+    delete_job: Literal["none", "running", "succeeded", "failed"],
+) -> DeletionDecision:
+    """``policy``: the spec's deletionPolicy (None when the spec does not parse: nothing is deleted)."""
+    if skip:
+        return DeletionDecision("release", f"{SKIP_ANNOTATION} is set: the remote tier is kept")
+    if policy != "Delete":
+        return DeletionDecision("release", "deletionPolicy Retain: the remote tier is kept")
+    if topic_id is None:
+        return DeletionDecision("release", "nothing was tiered: no remote tier to delete")
+    if delete_job == "succeeded":
+        return DeletionDecision("release", "the remote tier was deleted")
+    if delete_job == "running":
+        return DeletionDecision("wait", "deleting the remote tier")
+    return DeletionDecision(
+        "start-delete",
+        "deleting the remote tier" if delete_job == "none" else "the last delete failed; trying again",
+    )

@@ -1,0 +1,153 @@
+"""Fold the machine-readable result of a copy or cleanup run into the status of the resources it touched.
+
+The results are the ``--json`` summaries of ``tierkeeper copy`` and ``tierkeeper cleanup`` (in-process
+runs produce the same dictionaries), so the operator reads a Job's outcome from its termination message
+and standalone mode from the returned value, through the same functions.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from storage_core.api.status import (
+    CopyLag,
+    PartitionTier,
+    RemoteSummary,
+    RunOutcome,
+    TieredBrokerStatus,
+    TieredTopicStatus,
+)
+from storage_core.reconcile.conditions import rfc3339
+
+MAX_MESSAGE = 300
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 3] + "..."
+
+
+def _with_partitions(status: TieredTopicStatus, tiers: Mapping[int, PartitionTier]) -> dict[str, Any]:
+    ordered = [tiers[p] for p in sorted(tiers)]
+    return {
+        "remote": RemoteSummary(
+            segments=sum(t.segments for t in ordered), bytes=sum(t.bytes for t in ordered), partitions=ordered
+        ),
+        "copy_lag": CopyLag(
+            segments=sum(t.lag_segments for t in ordered), bytes=sum(t.lag_bytes for t in ordered)
+        ),
+    }
+
+
+def _current_tiers(status: TieredTopicStatus, topic_id: str | None) -> dict[int, PartitionTier]:
+    if status.remote is None or (topic_id is not None and status.topic_id not in (None, topic_id)):
+        return {}  # a recreated topic starts a new remote tier
+    return {t.partition: t for t in status.remote.partitions}
+
+
+def topic_after_copy(
+    status: TieredTopicStatus,
+    partitions: Sequence[Mapping[str, Any]],
+    now: datetime.datetime,
+    job: str | None = None,
+    failure: str | None = None,
+) -> TieredTopicStatus:
+    """``partitions``: this topic's entries of a copy summary's ``partitions``. ``failure``: the run as a
+    whole failed (a Job without a result, a crash) and ``partitions`` may be empty."""
+    topic_id = next((p.get("topic_id") for p in partitions if p.get("topic_id")), None)
+    tiers = _current_tiers(status, topic_id)
+    errors = [f"partition {p['partition']}: {p['error']}" for p in partitions if p.get("error")]
+    for p in partitions:
+        if p.get("error"):
+            continue
+        tiers[int(p["partition"])] = PartitionTier(
+            partition=int(p["partition"]),
+            start_offset=p.get("remote_start_offset"),
+            end_offset=p.get("remote_end_offset"),
+            segments=int(p.get("remote_segments", 0)),
+            bytes=int(p.get("remote_bytes", 0)),
+            lag_segments=int(p.get("untiered_segments", 0)),
+            lag_bytes=int(p.get("untiered_bytes", 0)),
+        )
+    copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
+    copied_bytes = sum(int(p.get("copied_bytes", 0)) for p in partitions)
+    if failure is not None or errors:
+        message = _one_line("; ".join([*filter(None, [failure]), *errors]))
+        outcome = RunOutcome(time=rfc3339(now), result="Failed", message=message, job=job)
+    else:
+        outcome = RunOutcome(
+            time=rfc3339(now),
+            result="Succeeded",
+            message=f"copied {copied} segments ({copied_bytes} bytes) from {len(partitions)} partitions",
+            job=job,
+        )
+    update: dict[str, Any] = {"last_copy": outcome, **_with_partitions(status, tiers)}
+    if topic_id is not None:
+        update["topic_id"] = topic_id
+    return status.model_copy(update=update)
+
+
+def broker_after_copy(
+    status: TieredBrokerStatus,
+    partitions: Sequence[Mapping[str, Any]],
+    now: datetime.datetime,
+    job: str | None = None,
+    failure: str | None = None,
+) -> TieredBrokerStatus:
+    failed = [p for p in partitions if p.get("error")]
+    if failure is not None or failed:
+        message = failure or f"{len(failed)} of {len(partitions)} partitions failed"
+        outcome = RunOutcome(time=rfc3339(now), result="Failed", message=_one_line(message), job=job)
+    else:
+        copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
+        outcome = RunOutcome(
+            time=rfc3339(now),
+            result="Succeeded",
+            message=f"copied {copied} segments from {len(partitions)} partitions",
+            job=job,
+        )
+    return status.model_copy(update={"last_copy": outcome})
+
+
+def topic_after_cleanup(
+    status: TieredTopicStatus,
+    report: Mapping[str, Any] | None,
+    now: datetime.datetime,
+    job: str | None = None,
+    failure: str | None = None,
+) -> TieredTopicStatus:
+    """``report``: a cleanup summary restricted to this topic (``run_cleanup``'s dictionary)."""
+    report = report or {}
+    errors = [str(e) for e in report.get("errors", [])]
+    tiers = _current_tiers(status, None)
+    trimmed = 0
+    for p in report.get("partitions", []):
+        old = tiers.get(int(p["partition"]))
+        if old is not None and not p.get("dry_run"):
+            deleted = len(p.get("deleted", []))
+            tiers[old.partition] = old.model_copy(
+                update={
+                    "start_offset": p.get("remote_start_offset", old.start_offset),
+                    "segments": max(0, old.segments - deleted),
+                    "bytes": max(0, old.bytes - int(p.get("bytes_deleted", 0))),
+                }
+            )
+        if p.get("local_trim"):
+            trimmed += 1
+    if failure is not None or errors:
+        message = _one_line("; ".join([*filter(None, [failure]), *errors]))
+        outcome = RunOutcome(time=rfc3339(now), result="Failed", message=message, job=job)
+    else:
+        deleted_bytes = int(report.get("bytes_deleted", 0))
+        outcome = RunOutcome(
+            time=rfc3339(now),
+            result="Succeeded",
+            message=f"deleted {deleted_bytes} remote bytes; local data trimmed on {trimmed} partitions",
+            job=job,
+        )
+    update: dict[str, Any] = {"last_cleanup": outcome}
+    if status.remote is not None:
+        update.update(_with_partitions(status, tiers))
+    return status.model_copy(update=update)

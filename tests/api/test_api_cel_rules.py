@@ -1,0 +1,106 @@
+"""Every cross-field rule's CEL text (what the API server enforces at admission) and its Python check
+(what the operator and standalone mode enforce) agree on the same cases, evaluated with cel-python."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import celpy
+import pytest
+from pydantic import BaseModel
+
+from storage_core.api.parse import parse_spec
+from storage_core.api.resources import CopyPolicy, LogDirLocation, ReplicaFetchers, TieredTopicSpec
+from storage_core.api.rules import ApiModel, Rule
+
+TOPIC = {"clusterRef": {"name": "c"}, "topic": "t"}
+
+# (model, the object the rule sits on, valid?) - each rule has cases on both sides of it.
+CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
+    (TieredTopicSpec, {**TOPIC}, True),
+    (TieredTopicSpec, {**TOPIC, "remoteRetentionMs": 3_600_000}, False),  # default local (1 day) > 1 h
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": 1000, "remoteRetentionMs": 5000}, True),
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": 5000, "remoteRetentionMs": 5000}, True),
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": 5001, "remoteRetentionMs": 5000}, False),
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": -1, "remoteRetentionMs": 5000}, False),
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": -1, "remoteRetentionMs": -1}, True),
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": -1}, True),
+    (TieredTopicSpec, {**TOPIC, "remoteRetentionBytes": 1 << 30}, False),  # default local bytes: infinite
+    (TieredTopicSpec, {**TOPIC, "localRetentionBytes": 1 << 20, "remoteRetentionBytes": 1 << 30}, True),
+    (TieredTopicSpec, {**TOPIC, "localRetentionBytes": 1 << 31, "remoteRetentionBytes": 1 << 30}, False),
+    (CopyPolicy, {}, True),
+    (CopyPolicy, {"intervalSeconds": 60}, True),
+    (CopyPolicy, {"schedule": "*/5 * * * *"}, True),
+    (CopyPolicy, {"schedule": "*/5 * * * *", "intervalSeconds": 60}, False),
+    (ReplicaFetchers, {}, True),
+    (ReplicaFetchers, {"mode": "fixed"}, False),
+    (ReplicaFetchers, {"mode": "fixed", "value": 4}, True),
+    (ReplicaFetchers, {"mode": "fixed", "value": 4, "max": 8}, False),
+    (ReplicaFetchers, {"mode": "fixed", "value": 4, "min": 2}, False),
+    (ReplicaFetchers, {"mode": "auto", "value": 4}, False),
+    (ReplicaFetchers, {"value": 4}, False),
+    (ReplicaFetchers, {"min": 2, "max": 8}, True),
+    (ReplicaFetchers, {"min": 6, "max": 3}, False),
+    (ReplicaFetchers, {"min": 9}, False),  # default max is 8
+    (ReplicaFetchers, {"mode": "auto", "min": 8, "max": 8}, True),
+    (LogDirLocation, {"path": "/srv/kafka"}, True),
+    (LogDirLocation, {"path": "/var/lib/kafka/data/kafka-log0", "claimName": "data-0"}, True),
+    (LogDirLocation, {"path": "/srv/kafka", "claimName": "data-0"}, False),
+    (LogDirLocation, {"path": "/mnt/logs/kafka", "claimName": "data-0", "mountPath": "/mnt/logs"}, True),
+]
+
+
+def all_rules() -> list[tuple[type[ApiModel], Rule]]:
+    seen: list[tuple[type[ApiModel], Rule]] = []
+    pending: list[type[BaseModel]] = [TieredTopicSpec, ReplicaFetchers, LogDirLocation, CopyPolicy]
+    from storage_core.api.cluster import KafkaClusterConfig
+    from storage_core.api.resources import TieredBrokerSpec
+
+    pending += [TieredBrokerSpec, KafkaClusterConfig]
+    visited: set[type[BaseModel]] = set()
+    while pending:
+        model = pending.pop()
+        if model in visited:
+            continue
+        visited.add(model)
+        seen += [(model, rule) for rule in getattr(model, "RULES", ())]  # type: ignore[misc]
+        for info in model.model_fields.values():
+            for candidate in (info.annotation, *getattr(info.annotation, "__args__", ())):
+                if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                    pending.append(candidate)
+    return seen
+
+
+def cel_valid(rule: Rule, obj: dict[str, Any]) -> bool:
+    env = celpy.Environment()
+    program = env.program(env.compile(rule.cel))
+    return bool(program.evaluate(celpy.json_to_cel({"self": obj})))
+
+
+def python_problem(model: type[ApiModel], obj: dict[str, Any]) -> str | None:
+    return parse_spec(model, obj).problem
+
+
+@pytest.mark.parametrize(("model", "obj", "valid"), CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_cel_and_python_agree(model: type[ApiModel], obj: dict[str, Any], valid: bool) -> None:
+    cel = all(cel_valid(rule, obj) for rule in model.RULES)
+    problem = python_problem(model, obj)
+    assert cel == valid, f"CEL says {cel} for {obj}"
+    assert (problem is None) == valid, problem
+    if not valid:
+        broken = [rule.message for rule in model.RULES if not cel_valid(rule, obj)]
+        assert any(message in (problem or "") for message in broken), (problem, broken)
+
+
+def test_every_rule_is_exercised_both_ways() -> None:
+    for model, rule in all_rules():
+        outcomes = {cel_valid(rule, obj) for m, obj, _ in CASES if m is model}
+        assert outcomes == {True, False}, f"{model.__name__}: {rule.message} lacks a passing or failing case"
+
+
+def test_rules_reach_the_crds() -> None:
+    from tierkeeper_operator import crdgen
+
+    text = "".join(crdgen.render_all().values())
+    for _, rule in all_rules():
+        assert rule.message.split(" (")[0] in text

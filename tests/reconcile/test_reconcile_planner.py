@@ -1,0 +1,227 @@
+"""The pure planner: refusals, per-broker copy rounds, cleanup intervals, at most one run per broker/topic,
+and kstatus conditions that scheduled rounds do not flap."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
+from storage_core.reconcile import outcomes
+from storage_core.reconcile.observed import BrokerInput, KafkaTopic, PartitionLeader, RunningWork, TopicInput
+from storage_core.reconcile.planner import plan
+
+T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
+CLUSTERS = {
+    "c": KafkaClusterConfig.model_validate(
+        {"name": "c", "bootstrapServers": "k:9092", "remote": {"url": "memory://tier"}}
+    )
+}
+
+
+def topic(
+    name: str = "orders",
+    spec: dict[str, Any] | None = None,
+    leaders: tuple[int | None, ...] = (1, 2, 3, 1),
+    configs: dict[str, str] | None = None,
+    status: TieredTopicStatus | None = None,
+    exists: bool = True,
+) -> TopicInput:
+    raw = {"clusterRef": {"name": "c"}, "topic": name, **(spec or {})}
+    kafka = (
+        KafkaTopic(
+            name,
+            "id-" + name,
+            configs if configs is not None else {"cleanup.policy": "delete", "retention.ms": "-1"},
+            tuple(PartitionLeader(p, b) for p, b in enumerate(leaders)),
+        )
+        if exists
+        else None
+    )
+    return TopicInput(
+        f"ns/{name}", 1, TieredTopicSpec.model_validate(raw), None, status or TieredTopicStatus(), kafka
+    )
+
+
+def broker(broker_id: int, paused: bool = False) -> BrokerInput:
+    spec = TieredBrokerSpec.model_validate(
+        {
+            "clusterRef": {"name": "c"},
+            "brokerId": broker_id,
+            "logDir": {"path": f"/b{broker_id}"},
+            "paused": paused,
+        }
+    )
+    return BrokerInput(f"ns/b{broker_id}", 1, spec, None, TieredBrokerStatus())
+
+
+BROKERS = [broker(1), broker(2), broker(3)]
+
+
+def conditions(status: TieredTopicStatus) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in status.conditions}
+
+
+def test_one_copy_per_broker_covering_the_partitions_it_leads_over_all_topics() -> None:
+    result = plan(CLUSTERS, [topic("a"), topic("b", leaders=(2, 3))], BROKERS, RunningWork(), T0)
+    by_broker = {c.broker_id: {w.topic: w.partitions for w in c.work} for c in result.copies}
+    assert by_broker == {1: {"a": (0, 3)}, 2: {"a": (1,), "b": (0,)}, 3: {"a": (2,), "b": (1,)}}
+    assert result.cleanups == []  # nothing is tiered yet; cleanup follows the first copy round
+    assert conditions(result.topic_status["ns/a"]) == {
+        "Ready": ("False", "FirstCopyPending"),
+        "Reconciling": ("True", "FirstCopyPending"),
+    }
+
+
+def test_no_second_copy_for_a_busy_broker_nor_second_cleanup() -> None:
+    copied = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    later = T0 + datetime.timedelta(minutes=10)
+    assert [
+        c.topic for c in plan(CLUSTERS, [topic(status=copied)], BROKERS, RunningWork(), later).cleanups
+    ] == ["orders"]
+    running = RunningWork(copy_brokers=frozenset({("c", 2)}), cleanup_topics=frozenset({"ns/orders"}))
+    result = plan(CLUSTERS, [topic(status=copied)], BROKERS, running, later)
+    assert sorted(c.broker_id for c in result.copies) == [1, 3]
+    assert result.cleanups == []
+
+
+@pytest.mark.parametrize(
+    ("configs", "reason", "words"),
+    [
+        ({"cleanup.policy": "compact"}, "CompactedTopic", "cleanup.policy=compact"),
+        ({"cleanup.policy": "delete,compact"}, "CompactedTopic", "log cleaner"),
+        (
+            {"cleanup.policy": "delete", "remote.storage.enable": "true"},
+            "KafkaTieringEnabled",
+            "remote.storage.enable=true",
+        ),
+        ({}, "TopicConfigsUnknown", "no cleanup.policy"),
+        (
+            {"cleanup.policy": "delete", "retention.ms": "604800000"},
+            "KafkaRetentionTooShort",
+            "retention.ms=604800000",
+        ),
+        (
+            {"cleanup.policy": "delete", "retention.bytes": "1073741824"},
+            "KafkaRetentionTooShort",
+            "retention.bytes=1073741824",
+        ),
+    ],
+)
+def test_unsafe_topics_are_stalled_and_never_copied(configs: dict[str, str], reason: str, words: str) -> None:
+    result = plan(CLUSTERS, [topic(configs=configs)], BROKERS, RunningWork(), T0)
+    status = result.topic_status["ns/orders"]
+    assert result.copies == [] and result.cleanups == []
+    assert conditions(status) == {"Ready": ("False", reason), "Stalled": ("True", reason)}
+    assert words in status.message
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", reason)]
+
+
+def test_kafka_retention_at_least_the_remote_retention_is_fine() -> None:
+    spec = {"localRetentionMs": 3_600_000, "remoteRetentionMs": 86_400_000}
+    result = plan(
+        CLUSTERS,
+        [topic(spec=spec, configs={"cleanup.policy": "delete", "retention.ms": "86400000"})],
+        BROKERS,
+        RunningWork(),
+        T0,
+    )
+    assert "Stalled" not in conditions(result.topic_status["ns/orders"])
+    assert len(result.copies) == 3
+
+
+def test_missing_topic_unknown_cluster_and_untiered_leader_are_stalled() -> None:
+    missing = topic(exists=False)
+    elsewhere = replace(
+        topic("x"), spec=TieredTopicSpec.model_validate({"clusterRef": {"name": "z"}, "topic": "x"})
+    )
+    result = plan(CLUSTERS, [missing, elsewhere, topic("y", leaders=(4,))], BROKERS, RunningWork(), T0)
+    reasons = {key: conditions(s)["Stalled"][1] for key, s in result.topic_status.items()}
+    assert reasons == {"ns/orders": "TopicNotFound", "ns/x": "ClusterNotFound", "ns/y": "BrokerNotTiered"}
+    assert "broker 4 (leads 0)" in result.topic_status["ns/y"].message
+    assert result.copies == []
+
+
+def test_paused_topic_and_paused_broker() -> None:
+    result = plan(CLUSTERS, [topic(spec={"paused": True})], BROKERS, RunningWork(), T0)
+    assert result.copies == [] and result.cleanups == []
+    assert conditions(result.topic_status["ns/orders"]) == {"Ready": ("True", "Paused")}
+    result = plan(CLUSTERS, [topic()], [broker(1, paused=True), broker(2), broker(3)], RunningWork(), T0)
+    assert "BrokerNotTiered" in str(conditions(result.topic_status["ns/orders"]))
+
+
+def copy_result(partition: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "topic": "orders",
+        "partition": partition,
+        "topic_id": "id-orders",
+        "copied_segments": 2,
+        "copied_bytes": 200,
+        "remote_start_offset": 0,
+        "remote_end_offset": 99,
+        "remote_segments": 2,
+        "remote_bytes": 200,
+        "untiered_segments": 1,
+        "untiered_bytes": 50,
+        "error": None,
+        **extra,
+    }
+
+
+def test_scheduled_rounds_do_not_flap_ready_or_reconciling() -> None:
+    first = plan(CLUSTERS, [topic()], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
+    done = outcomes.topic_after_copy(first, [copy_result(p) for p in range(4)], T0)
+    ready = plan(CLUSTERS, [topic(status=done)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
+    assert conditions(ready) == {"Ready": ("True", "Tiering")}
+    assert ready.remote is not None and ready.remote.segments == 8 and ready.remote.bytes == 800
+    assert ready.copy_lag is not None and ready.copy_lag.bytes == 200
+    transition = ready.conditions[0].last_transition_time
+    later = T0 + datetime.timedelta(minutes=5)
+    # The next round is due, and it runs (Jobs in progress) without the conditions moving.
+    due = plan(CLUSTERS, [topic(status=ready)], BROKERS, RunningWork(), later)
+    assert len(due.copies) == 3
+    running = RunningWork(copy_brokers=frozenset({("c", 1), ("c", 2), ("c", 3)}))
+    during = plan(CLUSTERS, [topic(status=ready)], BROKERS, running, later).topic_status["ns/orders"]
+    assert conditions(during) == {"Ready": ("True", "Tiering")}
+    assert during.conditions[0].last_transition_time == transition
+
+
+def test_interval_and_schedule_decide_when_copies_are_due() -> None:
+    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    soon = T0 + datetime.timedelta(seconds=299)
+    assert plan(CLUSTERS, [topic(status=done)], BROKERS, RunningWork(), soon).copies == []
+    hourly = topic(spec={"copy": {"schedule": "0 * * * *"}}, status=done)
+    assert plan(CLUSTERS, [hourly], BROKERS, RunningWork(), T0 + datetime.timedelta(minutes=59)).copies == []
+    assert (
+        len(plan(CLUSTERS, [hourly], BROKERS, RunningWork(), T0 + datetime.timedelta(minutes=60)).copies) == 3
+    )
+
+
+def test_a_failed_partition_stalls_until_a_round_succeeds() -> None:
+    failed = outcomes.topic_after_copy(
+        TieredTopicStatus(), [copy_result(0, error="orders-0: object store unreachable")], T0
+    )
+    stalled = plan(CLUSTERS, [topic(status=failed)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
+    assert conditions(stalled)["Stalled"] == ("True", "CopyFailed")
+    assert "object store unreachable" in stalled.message
+    healed = outcomes.topic_after_copy(stalled, [copy_result(p) for p in range(4)], T0)
+    after = plan(CLUSTERS, [topic(status=healed)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
+    assert conditions(after) == {"Ready": ("True", "Tiering")}
+
+
+def test_cleanup_outcome_moves_the_remote_start() -> None:
+    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(0)], T0)
+    report = {
+        "partitions": [{"partition": 0, "deleted": [{}], "bytes_deleted": 100, "remote_start_offset": 50}],
+        "errors": [],
+        "bytes_deleted": 100,
+    }
+    after = outcomes.topic_after_cleanup(done, report, T0)
+    assert after.remote is not None and after.remote.partitions[0].start_offset == 50
+    assert after.remote.segments == 1 and after.remote.bytes == 100
+    assert after.last_cleanup is not None and after.last_cleanup.result == "Succeeded"

@@ -1,0 +1,277 @@
+"""``tierkeeper standalone`` against a real 3-broker Kafka: segments tiered from each partition's leader,
+local data trimmed only behind the tier, history read back, kstatus Current; a compacted topic Stalled
+and never copied; after a leader change with different segment boundaries the tier continues with no gap.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from harness.kafka import KafkaCluster
+from harness.paths import REPO_ROOT
+from storage_core.adapters.kafka_admin import KafkaAdmin
+from storage_core.adapters.store import RemoteStore
+from storage_core.jobs.standalone import Standalone, load_clusters, load_manifests
+from storage_core.remote.catalog import list_topics
+from storage_core.remote.layout import RemoteLayout
+from storage_core.remote.reader import RemoteReader
+
+
+def kstatus(status: dict[str, Any], generation: int) -> str:
+    """kstatus's generic rules (sigs.k8s.io/cli-utils pkg/kstatus/status/generic.go) for a custom resource."""
+    if status.get("observedGeneration") != generation:
+        return "InProgress"
+    for condition in status.get("conditions", []):
+        if condition["type"] == "Reconciling" and condition["status"] == "True":
+            return "InProgress"
+        if condition["type"] == "Stalled" and condition["status"] == "True":
+            return "Failed"
+    return "Current"
+
+
+def write_setup(tmp: Path, cluster: KafkaCluster, topics: dict[str, dict[str, Any]]) -> tuple[Path, Path]:
+    remote = tmp / "remote"
+    remote.mkdir()
+    cluster_file = tmp / "cluster.yaml"
+    cluster_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "local",
+                "bootstrapServers": cluster.bootstrap_servers,
+                "remote": {"url": f"file://{remote}"},
+            }
+        )
+    )
+    manifests = tmp / "manifests"
+    manifests.mkdir()
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "tierkeeper.io/v1alpha1",
+            "kind": "TieredBroker",
+            "metadata": {"name": f"broker-{n}", "namespace": "t"},
+            "spec": {
+                "clusterRef": {"name": "local"},
+                "brokerId": n,
+                "logDir": {"path": str(cluster.log_dir(n))},
+            },
+        }
+        for n in cluster.node_ids
+    ]
+    docs += [
+        {
+            "apiVersion": "tierkeeper.io/v1alpha1",
+            "kind": "TieredTopic",
+            "metadata": {"name": name, "namespace": "t"},
+            "spec": {"clusterRef": {"name": "local"}, "topic": name, **spec},
+        }
+        for name, spec in topics.items()
+    ]
+    (manifests / "all.yaml").write_text(yaml.safe_dump_all(docs))
+    return cluster_file, manifests
+
+
+def create_topic(
+    cluster: KafkaCluster, name: str, partitions: int, config: dict[str, str], **kw: Any
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(name, partitions, config=config, **kw)])[name].result(60)
+    cluster.wait_topic(name, partitions)
+
+
+def produce(cluster: KafkaCluster, topic: str, count: int, size: int, start: int = 0) -> None:
+    # Batches must fit the small segments of the first test.
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, "acks": "all", "batch.size": 16384}
+    )
+    errors: list[Any] = []
+    for i in range(start, start + count):
+        value = (f"{i:08d}" + os.urandom(size // 2).hex())[:size].encode()
+        producer.produce(
+            topic, key=str(i).encode(), value=value, on_delivery=lambda e, _m: errors.append(e) if e else None
+        )
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0 and not errors, errors[:3]
+
+
+def remote_offsets(remote: Path, topic: str, partition: int) -> list[int]:
+    store = RemoteStore(f"file://{remote}")
+    with RemoteReader(store) as reader:
+        tp = reader.resolve(topic, partition)
+        manifest = reader.manifest(tp, refresh=True)
+        assert manifest.start_offset is not None
+        return [r.offset for r in reader.read_from_offset(tp, manifest.start_offset)]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.datetime.now(datetime.UTC)
+
+    def __call__(self) -> datetime.datetime:
+        return self.now
+
+
+def test_standalone_tiers_trims_reads_back_and_refuses_a_compacted_topic(
+    kafka_cluster_factory: Callable[..., KafkaCluster], tmp_path: Path
+) -> None:
+    cluster = kafka_cluster_factory(3)
+    create_topic(
+        cluster,
+        "orders",
+        3,
+        {"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"},
+        replication_factor=3,
+    )
+    create_topic(
+        cluster,
+        "profiles",
+        1,
+        {"cleanup.policy": "compact", "internal.segment.bytes": str(64 * 1024)},
+        replication_factor=3,
+    )
+    produce(cluster, "orders", 3000, 300)
+    produce(cluster, "profiles", 1000, 300)
+    topics = {
+        "orders": {"localRetentionMs": -1, "localRetentionBytes": 128 * 1024},
+        "profiles": {},
+    }
+    cluster_file, manifests = write_setup(tmp_path, cluster, topics)
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "storage_core.cli",
+            "standalone",
+            "--cluster",
+            str(cluster_file),
+            "--manifests",
+            str(manifests),
+            "--once",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=600,
+    )
+    # Exit 1: profiles is not Ready (it is Stalled), which --once reports.
+    assert proc.returncode == 1, proc.stderr
+    statuses = json.loads(proc.stdout)["tieredTopics"]
+    orders, profiles = statuses["t/orders"], statuses["t/profiles"]
+
+    assert kstatus(orders, 1) == "Current", orders
+    assert {c["type"]: c["status"] for c in orders["conditions"]} == {"Ready": "True"}
+    assert orders["lastCopy"]["result"] == "Succeeded" and orders["lastCleanup"]["result"] == "Succeeded"
+    assert orders["remote"]["segments"] > 3 and orders["remote"]["bytes"] > 3 * 64 * 1024
+    assert orders["topicId"]
+
+    assert kstatus(profiles, 1) == "Failed"
+    stalled = next(c for c in profiles["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "CompactedTopic" and "cleanup.policy=compact" in stalled["message"]
+    remote = tmp_path / "remote"
+    assert [t for t, _ in list_topics(RemoteStore(f"file://{remote}"), RemoteLayout(str(remote)))] == [
+        "orders"
+    ]
+
+    admin = KafkaAdmin(cluster.bootstrap_servers)
+    starts = admin.log_start_offsets([("orders", p) for p in range(3)])
+    for part in orders["remote"]["partitions"]:
+        p = part["partition"]
+        # Trimmed, and only behind the tier: every offset is readable from one tier or the other.
+        assert 0 < starts[("orders", p)] <= part["endOffset"] + 1, (p, starts, part)
+        offsets = remote_offsets(remote, "orders", p)
+        assert offsets == list(range(0, part["endOffset"] + 1))
+
+
+def wait_for_leader_everywhere(
+    cluster: KafkaCluster, topic: str, partition: int, leader: int, timeout: float = 120.0
+) -> None:
+    running = [n for n in cluster.node_ids if cluster.is_running(n)]
+    clients = {n: AdminClient({"bootstrap.servers": cluster.broker_address(n)}) for n in running}
+    seen: dict[int, int | None] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node, client in clients.items():
+            md = client.list_topics(topic, timeout=10).topics.get(topic)
+            part = md.partitions.get(partition) if md is not None else None
+            seen[node] = part.leader if part is not None else None
+        if all(found == leader for found in seen.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(
+        f"{topic}-{partition}: leader {leader} not seen by every broker in {timeout}s: {seen}"
+    )
+
+
+def test_leader_change_with_different_segment_boundaries_continues_the_tier(
+    kafka_cluster_factory: Callable[..., KafkaCluster], tmp_path: Path
+) -> None:
+    cluster = kafka_cluster_factory(3)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    # Each broker rolls at its own size, so replicas of one partition have different segment boundaries.
+    for node, size in ((1, 1 << 20), (2, 3 << 19), (3, 3 << 19)):
+        resource = ConfigResource(
+            ConfigResource.Type.BROKER,
+            str(node),
+            incremental_configs=[
+                ConfigEntry("log.segment.bytes", str(size), incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        admin.incremental_alter_configs([resource])[resource].result(60)
+    create_topic(cluster, "events", 1, {"retention.ms": "-1"}, replica_assignment=[[1, 2, 3]])
+    produce(cluster, "events", 3500, 1000)
+    cluster_file, manifests = write_setup(tmp_path, cluster, {"events": {"localRetentionMs": -1}})
+    clock = Clock()
+    runner = Standalone(load_clusters([cluster_file]), load_manifests(manifests), clock=clock)
+
+    runner.run_round()
+    first = runner.topic_status["t/events"]
+    assert first.last_copy is not None and first.last_copy.result == "Succeeded", first
+    assert first.remote is not None
+    tiered_end = first.remote.partitions[0].end_offset
+    assert tiered_end is not None and first.remote.segments >= 3
+
+    cluster.stop_broker(1)  # broker 2 (next in the assignment and in sync) takes over
+    produce(cluster, "events", 2500, 1000, start=3500)
+    # The round asks whichever broker its client picks; until every running broker's own metadata names
+    # the new leader, a stale answer would plan the copy from broker 1's (stopped) log dir.
+    wait_for_leader_everywhere(cluster, "events", 0, 2)
+    clock.now += datetime.timedelta(hours=1)
+    runner.run_round()
+    second = runner.topic_status["t/events"]
+    assert second.last_copy is not None and second.last_copy.result == "Succeeded", second
+    assert second.remote is not None
+    later_end = second.remote.partitions[0].end_offset
+    assert later_end is not None and later_end > tiered_end + 1000, (
+        second,
+        runner.broker_status,
+        sorted(os.listdir(tmp_path / "remote")),
+    )
+    assert runner.broker_status["t/broker-2"].last_copy is not None
+
+    store = RemoteStore(f"file://{tmp_path / 'remote'}")
+    with RemoteReader(store) as reader:
+        segments = reader.manifest(reader.resolve("events", 0), refresh=True).segments
+    # Broker 1 rolled every 1,024 records (1 MiB), broker 2 every ~1,536: the tier holds both, and the
+    # new leader's first segment started before what was tiered, at a boundary broker 1 never had.
+    assert {s.broker_id for s in segments} == {1, 2}
+    assert any(s.broker_id == 2 and s.next_offset % 1024 for s in segments), segments
+    offsets = remote_offsets(tmp_path / "remote", "events", 0)
+    assert offsets[0] == 0
+    missing = sorted(set(range(later_end + 1)) - set(offsets))
+    assert missing == [], f"gap in the remote tier at {missing[:5]}"
+    twice = len(offsets) - len(set(offsets))
+    assert twice == 0, f"{twice} records are served twice"
