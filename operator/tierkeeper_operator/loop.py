@@ -26,7 +26,13 @@ from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import TierkeeperError
 from storage_core.reconcile import outcomes
 from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION, decide_deletion
-from storage_core.reconcile.observed import BrokerInput, KafkaTopic, PartitionLeader, RunningWork, TopicInput
+from storage_core.reconcile.observed import (
+    BrokerInput,
+    KafkaTopic,
+    RunningWork,
+    TopicInput,
+    observe_topic,
+)
 from storage_core.reconcile.planner import Plan, plan
 from storage_core.reconcile.results import decode_cleanup, decode_copy
 from tierkeeper_operator.jobs import (
@@ -96,15 +102,9 @@ class Reconciler:
     def _kafka(self, spec: TieredTopicSpec) -> tuple[KafkaTopic | None, str | None]:
         try:
             admin = self._admin(spec.cluster_ref.name)
-            described = admin.describe_if_exists(spec.topic)
-            if not described:
-                return None, None
-            configs = admin.topic_configs(spec.topic)
         except TierkeeperError as exc:
             return None, str(exc)
-        infos = sorted(described.values(), key=lambda i: i.partition)
-        leaders = tuple(PartitionLeader(i.partition, i.leader) for i in infos)
-        return KafkaTopic(spec.topic, infos[0].topic_id, configs, leaders), None
+        return observe_topic(admin, spec.topic)
 
     # ---- results of finished Jobs -------------------------------------------------------------------
     def _record(

@@ -23,7 +23,13 @@ from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.reconcile import outcomes
-from storage_core.reconcile.observed import BrokerInput, KafkaTopic, PartitionLeader, RunningWork, TopicInput
+from storage_core.reconcile.observed import (
+    BrokerInput,
+    KafkaTopic,
+    RunningWork,
+    TopicInput,
+    observe_topic,
+)
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan, plan
 
 Clock = Callable[[], datetime.datetime]
@@ -113,19 +119,9 @@ class Standalone:
     def _observe_topic(self, spec: TieredTopicSpec) -> tuple[KafkaTopic | None, str | None]:
         try:
             admin = self._admin(spec.cluster_ref.name)
-            described = admin.describe_if_exists(spec.topic)
-            if not described:
-                return None, None
-            configs = admin.topic_configs(spec.topic)
         except TierkeeperError as exc:
             return None, str(exc)
-        infos = sorted(described.values(), key=lambda i: i.partition)
-        return KafkaTopic(
-            name=spec.topic,
-            topic_id=infos[0].topic_id,
-            configs=configs,
-            partitions=tuple(PartitionLeader(i.partition, i.leader) for i in infos),
-        ), None
+        return observe_topic(admin, spec.topic)
 
     def _inputs(self, observe: bool) -> tuple[list[TopicInput], list[BrokerInput]]:
         topics = []

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
+from storage_core.errors import TierkeeperError
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,19 @@ class RunningWork:
     """(cluster name, broker id) of every broker with a copy run (Job) in progress."""
     cleanup_topics: frozenset[str] = field(default_factory=frozenset)
     """Keys of TieredTopics with a cleanup run in progress."""
+
+
+def observe_topic(admin: Any, topic: str) -> tuple[KafkaTopic | None, str | None]:
+    """What Kafka says of ``topic`` through ``admin`` (the Kafka Admin adapter, passed in): the topic, or
+    None when it does not exist; or the reason Kafka could not be asked. Shared by the operator's rounds
+    and standalone mode so both observe alike."""
+    try:
+        described = admin.describe_if_exists(topic)
+        if not described:
+            return None, None
+        configs = admin.topic_configs(topic)
+    except TierkeeperError as exc:
+        return None, str(exc)
+    infos = sorted(described.values(), key=lambda i: i.partition)
+    leaders = tuple(PartitionLeader(i.partition, i.leader) for i in infos)
+    return KafkaTopic(name=topic, topic_id=infos[0].topic_id, configs=configs, partitions=leaders), None

@@ -37,46 +37,41 @@ def _pom_digest() -> str:
 def kafka_libs(*, log: bool = True) -> Path:
     """Return the directory holding Kafka's runtime jars, resolving them with Maven if needed."""
     version = kafka_version()
-    target = cache_dir() / f"kafka-{version}"
-    libs = target / "libs"
-    marker = target / "COMPLETE"
-    if marker.is_file() and marker.read_text().strip() == _pom_digest():
-        return libs
+    libs = cache_dir() / f"kafka-{version}" / "libs"
+    return maven_jars(
+        POM, libs, _pom_digest(), what=f"Kafka {version}", expect=f"kafka_2.13-{version}", log=log
+    )
+
+
+def maven_jars(pom: Path, jars_dir: Path, digest: str, *, what: str, expect: str, log: bool = True) -> Path:
+    """``jars_dir`` holding the runtime jars ``pom`` resolves, fetched by Maven once per ``digest`` of the
+    pom; ``expect`` is the file-name prefix of the jar the pom is for (checked: an empty resolution fails)."""
+    marker = jars_dir.parent / "COMPLETE"
+    if marker.is_file() and marker.read_text().strip() == digest:
+        return jars_dir
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise HarnessError("Maven (mvn) is not on PATH: it is needed once to fetch the Kafka jars")
-    staging = target / "libs.staging"
+        raise HarnessError(f"Maven (mvn) is not on PATH: it is needed once to fetch the jars of {what}")
+    staging = jars_dir.with_name(jars_dir.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     if log:
-        print(f"[harness] resolving Kafka {version} jars from Maven Central into {libs}", file=sys.stderr)
+        print(f"[harness] resolving {what} jars from Maven Central into {jars_dir}", file=sys.stderr)
+    goal = ["dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}"]
     proc = subprocess.run(
-        [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={staging}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+        [mvn, "-B", "-q", "-f", str(pom), *goal], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         raise HarnessError(
-            f"mvn could not resolve Kafka {version} (exit "
-            f"{proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+            f"mvn could not resolve {what} (exit {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         )
-    jars = list(staging.glob("*.jar"))
-    if not any(j.name.startswith(f"kafka_2.13-{version}") for j in jars):
-        raise HarnessError(f"Maven finished but kafka_2.13-{version}.jar is missing in {staging}")
-    shutil.rmtree(libs, ignore_errors=True)
-    staging.rename(libs)
-    marker.write_text(_pom_digest())
-    return libs
+    if not any(j.name.startswith(expect) for j in staging.glob("*.jar")):
+        raise HarnessError(f"Maven finished but {expect}*.jar is missing in {staging}")
+    shutil.rmtree(jars_dir, ignore_errors=True)
+    staging.rename(jars_dir)
+    marker.write_text(digest)
+    return jars_dir
 
 
 def classpath() -> str:
