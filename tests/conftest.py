@@ -16,6 +16,7 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
+from harness.s3_faults import FaultPlan, FaultProxy
 from harness.spark import local_session
 from harness.spark_kafka import connector_jars
 
@@ -52,6 +53,16 @@ def kafka_cluster_factory(tmp_path: Path) -> Iterator[Callable[..., KafkaCluster
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer(tmp_path_factory.mktemp("moto")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_fault_proxy(moto_server: MotoServer) -> Iterator[FaultProxy]:
+    """A fault-injecting S3 endpoint before the session's moto server (no faults until a test sets a plan)."""
+    server = FaultProxy(moto_server.endpoint_url, FaultPlan()).start()
     try:
         yield server
     finally:

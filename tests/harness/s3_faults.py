@@ -298,3 +298,14 @@ def report(test: str, proxy: FaultProxy, **extra: Any) -> None:
         with open(path, "a") as out:
             row = {"test": test, "injected": dict(proxy.injected), "forwarded": proxy.forwarded, **extra}
             out.write(json.dumps(row) + "\n")
+
+
+MIXED_FAULTS = {
+    "error_500": 0.04,
+    "slow_down": 0.04,
+    "stall": 0.02,
+    "reset": 0.04,
+    "reset_after": 0.04,
+    "short_read": 0.06,
+}
+"""A mix of every fault kind at rates a rebuild or recover survives within the default retry bound."""

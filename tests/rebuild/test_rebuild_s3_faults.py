@@ -5,41 +5,21 @@ installed."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import s3fs
 
 from harness.moto_s3 import MotoServer
-from harness.s3_faults import FaultPlan, FaultProxy, proxied_options, report
+from harness.s3_faults import MIXED_FAULTS, FaultPlan, FaultProxy, proxied_options, report
 from storage_core.adapters.store import RemoteStore
 from storage_core.jobs.rebuild import RebuildOptions, rebuild_log_dir
 from storage_core.retry import RetryPolicy
 
 from .synthetic import BROKER, TOPIC, format_log_dir, tree, write_tier
 
-FAULTS = {
-    "error_500": 0.04,
-    "slow_down": 0.04,
-    "stall": 0.02,
-    "reset": 0.04,
-    "reset_after": 0.04,
-    "short_read": 0.06,
-}
-
-
-@pytest.fixture
-def proxy(moto_server: MotoServer) -> Iterator[FaultProxy]:
-    server = FaultProxy(moto_server.endpoint_url, FaultPlan()).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
 
 def test_rebuild_from_s3_under_faults_restores_every_file(
-    moto_server: MotoServer, proxy: FaultProxy, tmp_path: Path
+    moto_server: MotoServer, s3_fault_proxy: FaultProxy, tmp_path: Path
 ) -> None:
     # The synthetic tier, written to file:// and mirrored into a moto bucket object by object.
     tier = write_tier(tmp_path / "remote", big_segment=(9 << 20))
@@ -51,19 +31,23 @@ def test_rebuild_from_s3_under_faults_restores_every_file(
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         fs.pipe_file(f"{bucket}/tier/{path.relative_to(root)}", path.read_bytes())
 
-    proxy.set_plan(FaultPlan(rates=FAULTS, seed=5, max_in_a_row=2, caps={"stall": 4}))
+    s3_fault_proxy.set_plan(FaultPlan(rates=MIXED_FAULTS, seed=5, max_in_a_row=2, caps={"stall": 4}))
     store = RemoteStore(
-        f"s3://{bucket}/tier", proxied_options(options, proxy), retry=RetryPolicy(max_delay=0.3)
+        f"s3://{bucket}/tier", proxied_options(options, s3_fault_proxy), retry=RetryPolicy(max_delay=0.3)
     )
     log_dir = tmp_path / "data"
     format_log_dir(log_dir)
     outcome = rebuild_log_dir(log_dir, store, tier.cluster, RebuildOptions(broker_id=BROKER, parallelism=3))
     assert outcome.action == "rebuilt"
-    assert proxy.total_injected() > 0, "the rebuild met no fault: the test tests nothing"
+    assert s3_fault_proxy.total_injected() > 0, "the rebuild met no fault: the test tests nothing"
     for p in range(tier.partitions):
         files = tree(log_dir / f"{TOPIC}-{p}")
         restored = {
             name: data for name, data in files.items() if name.endswith((".log", ".index", ".timeindex"))
         }
         assert restored == tier.expected_files(p), f"partition {p}"
-    report("rebuild", proxy, files_verified=sum(len(tier.expected_files(p)) for p in range(tier.partitions)))
+    report(
+        "rebuild",
+        s3_fault_proxy,
+        files_verified=sum(len(tier.expected_files(p)) for p in range(tier.partitions)),
+    )

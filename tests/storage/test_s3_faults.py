@@ -3,7 +3,7 @@ read timeout, connection resets before and after the request is applied, and sho
 
 Each command completes (its requests are retried) and leaves a tier that verifies against the broker's
 own files and a real consumer; with more faults in a row than the retry bound, it fails with one line
-naming the operation, the key and the attempts. The proxy counts what it injected; with
+naming the operation, the key and the attempts. The s3_fault_proxy counts what it injected; with
 ``TIERKEEPER_FAULT_REPORT=<file>`` the counts are appended there as JSON lines (docs/reliability.md).
 """
 
@@ -13,7 +13,6 @@ import json
 import os
 import random
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,15 +43,6 @@ EVERY_FAULT = {
 }
 # Stalls cost one client read timeout each; a cap keeps the run short on a slow machine.
 PLAN = FaultPlan(rates=EVERY_FAULT, seed=19, max_in_a_row=2, caps={"stall": 6})
-
-
-@pytest.fixture
-def proxy(moto_server: MotoServer) -> Iterator[FaultProxy]:
-    server = FaultProxy(moto_server.endpoint_url, FaultPlan()).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -86,20 +76,20 @@ def _bucket(moto_server: MotoServer) -> str:
 
 
 def test_copy_read_ls_and_cleanup_complete_under_faults_and_the_tier_verifies(
-    kafka_broker: KafkaCluster, moto_server: MotoServer, proxy: FaultProxy, topic: str
+    kafka_broker: KafkaCluster, moto_server: MotoServer, s3_fault_proxy: FaultProxy, topic: str
 ) -> None:
     url = f"s3://{_bucket(moto_server)}/tier"
     options = moto_server.storage_options()
     env = {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]}
-    flags = proxied_cli_flags(url, proxy)
+    flags = proxied_cli_flags(url, s3_fault_proxy)
     bootstrap = ["--bootstrap-servers", kafka_broker.bootstrap_servers]
     log_dir = kafka_broker.log_dir(1)
     clean = RemoteStore(url, options)  # straight to moto: the checks see no faults
 
-    proxy.set_plan(PLAN)
+    s3_fault_proxy.set_plan(PLAN)
     copied = run_cli("copy", "--log-dir", str(log_dir), *bootstrap, "--topic", topic, *flags, env=env)
     assert copied.returncode == 0, copied.stderr
-    after_copy = proxy.total_injected()
+    after_copy = s3_fault_proxy.total_injected()
     assert after_copy > 0, "the copy met no fault: the test tests nothing"
 
     finished = finished_segments_complete(clean, log_dir)
@@ -169,7 +159,7 @@ def test_copy_read_ls_and_cleanup_complete_under_faults_and_the_tier_verifies(
     assert open_uploads(clean, clean.root) == [], "uploads opened by lost create answers are swept"
     report(
         "copy+read+ls+cleanup",
-        proxy,
+        s3_fault_proxy,
         segments=sum(len(v) for v in before.values()),
         records_verified=sum(ends[p] + 1 for p in range(PARTITIONS)),
     )
@@ -182,21 +172,25 @@ def _as_json(value: bytes | None) -> dict[str, str] | None:
 
 
 def test_multipart_upload_survives_lost_answers_and_failed_parts(
-    moto_server: MotoServer, proxy: FaultProxy
+    moto_server: MotoServer, s3_fault_proxy: FaultProxy
 ) -> None:
     """Every create and completion is applied but its answer lost; parts fail or lose their answer too.
     The object is whole and exact; the upload a lost create opened is left for the sweep, which aborts it."""
     bucket = _bucket(moto_server)
     options = moto_server.storage_options()
     store = RemoteStore(
-        f"s3://{bucket}/mp", proxied_options(options, proxy), retry=RetryPolicy(max_delay=0.2, seed=1)
+        f"s3://{bucket}/mp",
+        proxied_options(options, s3_fault_proxy),
+        retry=RetryPolicy(max_delay=0.2, seed=1),
     )
     data = os.urandom(3 * s3_upload.PART_SIZE + 12345)
-    proxy.set_plan(FaultPlan(rates={"reset_after": 1.0}, methods=frozenset({"POST"}), max_in_a_row=1))
+    s3_fault_proxy.set_plan(
+        FaultPlan(rates={"reset_after": 1.0}, methods=frozenset({"POST"}), max_in_a_row=1)
+    )
     chunks = [data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
     # The parts: PUTs with a query; faults on them come from a second plan after the create went through.
     assert store.put_chunks(f"{store.root}/object", chunks) == len(data)
-    assert proxy.injected["reset_after"] == 2, "one lost create, one lost completion"
+    assert s3_fault_proxy.injected["reset_after"] == 2, "one lost create, one lost completion"
     clean = RemoteStore(f"s3://{bucket}/mp", options)
     assert clean.get(f"{clean.root}/object") == data
     leftovers = open_uploads(clean, clean.root)
@@ -204,7 +198,7 @@ def test_multipart_upload_survives_lost_answers_and_failed_parts(
     assert store.abort_stale_uploads(clean.root, older_than_ms=1 << 62) == [f"{clean.root}/object"]
     assert open_uploads(clean, clean.root) == []
 
-    proxy.set_plan(
+    s3_fault_proxy.set_plan(
         FaultPlan(
             rates={"error_500": 0.2, "reset_after": 0.2, "reset": 0.2},
             methods=frozenset({"PUT"}),
@@ -212,19 +206,23 @@ def test_multipart_upload_survives_lost_answers_and_failed_parts(
         )
     )
     assert store.put_chunks(f"{store.root}/object2", chunks) == len(data)
-    assert proxy.injected["error_500"] + proxy.injected["reset"] > 0
+    assert s3_fault_proxy.injected["error_500"] + s3_fault_proxy.injected["reset"] > 0
     assert clean.get(f"{clean.root}/object2") == data
-    report("multipart", proxy)
+    report("multipart", s3_fault_proxy)
 
 
 def test_more_faults_in_a_row_than_the_bound_fail_with_one_line_and_tier_nothing(
-    kafka_broker: KafkaCluster, moto_server: MotoServer, proxy: FaultProxy, topic: str, tmp_path: Path
+    kafka_broker: KafkaCluster,
+    moto_server: MotoServer,
+    s3_fault_proxy: FaultProxy,
+    topic: str,
+    tmp_path: Path,
 ) -> None:
     url = f"s3://{_bucket(moto_server)}/tier"
     options = moto_server.storage_options()
     env = {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]}
     # Every write is refused with SlowDown, forever; reads go through.
-    proxy.set_plan(
+    s3_fault_proxy.set_plan(
         FaultPlan(rates={"slow_down": 1.0}, methods=frozenset({"PUT", "POST"}), max_in_a_row=1 << 30)
     )
     proc = run_cli(
@@ -237,7 +235,7 @@ def test_more_faults_in_a_row_than_the_bound_fail_with_one_line_and_tier_nothing
         topic,
         "--retry-attempts",
         "3",
-        *proxied_cli_flags(url, proxy),
+        *proxied_cli_flags(url, s3_fault_proxy),
         env=env,
     )
     assert proc.returncode == 1
@@ -249,10 +247,12 @@ def test_more_faults_in_a_row_than_the_bound_fail_with_one_line_and_tier_nothing
     clean = RemoteStore(url, options)
     finished = finished_segments_complete(clean, kafka_broker.log_dir(1))
     assert all(bases == [] for bases in finished.values()), finished
-    report("bound-exceeded", proxy)
+    report("bound-exceeded", s3_fault_proxy)
 
     # A read bound: every GET refused.
-    proxy.set_plan(FaultPlan(rates={"error_500": 1.0}, methods=frozenset({"GET"}), max_in_a_row=1 << 30))
-    listed = run_cli("ls", "--retry-attempts", "2", *proxied_cli_flags(url, proxy), env=env)
+    s3_fault_proxy.set_plan(
+        FaultPlan(rates={"error_500": 1.0}, methods=frozenset({"GET"}), max_in_a_row=1 << 30)
+    )
+    listed = run_cli("ls", "--retry-attempts", "2", *proxied_cli_flags(url, s3_fault_proxy), env=env)
     assert listed.returncode == 1 and "Traceback" not in listed.stderr
     assert "gave up after 2 attempts" in listed.stderr and "InternalError" in listed.stderr, listed.stderr
