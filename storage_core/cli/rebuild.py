@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             outcome = rebuild_log_dir(
                 args.log_dir,
-                open_store(args),
+                open_store(args, existing=True),
                 cluster,
                 options,
                 progress=limited(bar.update, limiter),
