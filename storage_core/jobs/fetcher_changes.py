@@ -18,6 +18,7 @@ from storage_core.api.resources import ReplicaFetchers
 from storage_core.api.status import FetcherStatus
 from storage_core.errors import TierkeeperError
 from storage_core.reconcile.fetchers import (
+    APPROVE_BY_ANNOTATION,
     ClusterFetchers,
     Command,
     FetcherEvent,
@@ -61,11 +62,13 @@ class FetcherChanges:
         *,
         steps_per_round: int | None = 1,
         approve: bool = False,
+        how_to_approve: str = APPROVE_BY_ANNOTATION,
     ) -> None:
         self._admin_for = admin_for
         self._clock = clock
         self.steps_per_round = steps_per_round
         self.approve = approve
+        self.how_to_approve = how_to_approve
 
     def _cluster(self, cluster: str, seen: dict[str, ClusterFetchers | str]) -> ClusterFetchers | str:
         if cluster not in seen:
@@ -111,7 +114,14 @@ class FetcherChanges:
         previous, command = item.previous, item.command
         while True:
             decision = decide(
-                spec, item.broker_id, observed, previous, command, self._clock(), approve=self.approve
+                spec,
+                item.broker_id,
+                observed,
+                previous,
+                command,
+                self._clock(),
+                approve=self.approve,
+                how_to_approve=self.how_to_approve,
             )
             outcome.status = decision.status
             outcome.consumed = outcome.consumed or decision.consumed

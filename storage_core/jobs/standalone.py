@@ -114,6 +114,7 @@ class Standalone:
             clock,
             steps_per_round=None,
             approve=approve_fetchers,
+            how_to_approve="--approve-fetchers or spec.replicaFetchers.autoApprove",
         )
         self.clock = clock
         self._admin_factory = admin_factory or _kafka_admin

@@ -43,6 +43,7 @@ from storage_core.reconcile.conditions import Health, conditions_for, parse_rfc3
 
 ANNOTATION = "tierkeeper.io/fetchers"
 COMMANDS = ("approve", "refresh", "stop")
+APPROVE_BY_ANNOTATION = f"the annotation {ANNOTATION}=approve"
 Command = Literal["approve", "refresh", "stop"]
 
 
@@ -149,6 +150,7 @@ def _propose(
     current: int,
     approved: bool,
     now: datetime.datetime,
+    how_to_approve: str,
 ) -> tuple[FetcherStatus, tuple[FetcherEvent, ...]]:
     groups = cluster.groups.get(broker, ())
     if spec.mode == "fixed":
@@ -183,7 +185,7 @@ def _propose(
     if spec.mode == "fixed" or approved:
         status = status.model_copy(update={"phase": "Applying", "message": f"applying: {change}"})
         return status, (FetcherEvent("Normal", "FetcherChangeStarted", change),)
-    message = f"{change}; approve with the annotation {ANNOTATION}=approve"
+    message = f"{change}; approve with {how_to_approve}"
     status = status.model_copy(update={"phase": "ProposalReady", "message": message})
     return status, (FetcherEvent("Normal", "FetcherProposal", message),)
 
@@ -214,10 +216,12 @@ def decide(
     now: datetime.datetime,
     *,
     approve: bool = False,
+    how_to_approve: str = APPROVE_BY_ANNOTATION,
 ) -> FetcherDecision:
     """The broker's next fetcher status and at most one step to set now.
 
-    ``approve``: the caller approves every proposal (``tierkeeper standalone --approve-fetchers``).
+    ``approve``: the caller approves every proposal (``tierkeeper standalone --approve-fetchers``);
+    ``how_to_approve`` completes the pending proposal's message ("approve with ...").
     """
     if spec is None:
         return FetcherDecision(None, consumed=command is not None)
@@ -239,7 +243,7 @@ def decide(
         or command == "refresh"
         or _replan_due(spec, base, cluster, current, now)
     ):
-        status, new_events = _propose(spec, broker, cluster, current, approved, now)
+        status, new_events = _propose(spec, broker, cluster, current, approved, now, how_to_approve)
         events += new_events
         if command in ("approve", "stop"):
             events.append(
