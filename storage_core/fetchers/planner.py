@@ -266,12 +266,20 @@ def recommend_broker(
         ),
     )
     best = candidates[best_count]
+    explanation = explain(now, best, current, best_count)
+    if best.max_load > now.max_load:
+        # Only a current count outside the bounds can be better than the best within them.
+        explanation = (
+            f"broker {broker}: busiest thread {format_load(now.max_load)} -> {format_load(best.max_load)}; "
+            f"the current {current} is outside {minimum}..{maximum}, and {best_count} is the best count "
+            "within them"
+        )
     return BrokerRecommendation(
         broker=broker,
         current=now,
         recommended=best,
         steps=step_plan(current, best_count),
-        explanation=explain(now, best, current, best_count),
+        explanation=explanation,
     )
 
 

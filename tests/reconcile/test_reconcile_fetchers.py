@@ -169,3 +169,11 @@ def test_spec_change_discards_the_old_proposal() -> None:
     narrower = ReplicaFetchers.model_validate({"max": 2})
     d = decide(narrower, 0, seen(wide(), 1), proposal, None, at(1))
     assert isinstance(d.status, FetcherStatus) and d.status.steps == [2]
+
+
+def test_a_count_above_max_is_brought_within_the_bounds_and_says_why() -> None:
+    capped = ReplicaFetchers.model_validate({"max": 2})
+    d = decide(capped, 0, seen(wide(), 8), None, None, T0)
+    assert d.status is not None and d.status.steps == [4, 2]
+    assert d.status.after is not None and d.status.after.busiest_thread_load == 6.0
+    assert "outside 1..2" in d.status.explanation
