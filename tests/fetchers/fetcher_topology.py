@@ -54,7 +54,7 @@ def wait_logs_match_model(
     kafka: KafkaCluster,
     counts: dict[int, int],
     topics: dict[str, tuple[int, int, int, int]],
-    timeout: float = 120.0,
+    timeout: float = 240.0,
 ) -> Assignment:
     """Poll (with a deadline) until every broker's log, since its last resize, shows each of its follower
     partitions on the (leader, fetcher id) the model computes for that broker's count; return the
