@@ -5,7 +5,8 @@ The operator's rounds run as the chart's ClusterRole. Each TieredBroker gets a p
 ``status.fetchers`` and stays Ready with ``FetcherChangePending=True`` (kstatus: Current). The annotation
 ``tierkeeper.io/fetchers`` drives it as Strimzi's KafkaRebalance: ``approve`` sets one step per round
 (Reconciling while it applies), ``stop`` halts between steps and keeps the reached count, ``refresh``
-plans again from there; the operator removes each annotation it acted on. Every broker's log then shows
+plans again from there; the operator removes each annotation it acted on, and a restarted operator
+carries a change on from its status. Every broker's log then shows
 the planned resizes and its fetcher threads carry the partitions the plan predicted. A new topic
 produces a new proposal. Invalid fetcher specs are refused at admission (CEL).
 """
@@ -146,6 +147,9 @@ def test_operator_proposes_and_applies_fetcher_changes_by_annotation(
 
     for b in kafka.node_ids:
         annotate(b, "approve")
+    reconciler.run_round()
+    # The operator restarts between steps: the change lives in status.fetchers, so a new one carries on.
+    reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {"five": cluster})
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         reconciler.run_round()
