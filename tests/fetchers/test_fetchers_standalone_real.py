@@ -1,7 +1,8 @@
-"""``tierkeeper standalone`` proposes each TieredBroker's num.replica.fetchers on a real 5-broker Kafka 4.1
-cluster and applies the proposals with ``--approve-fetchers``: every broker moves through its planned
-steps (its log shows each resize), and the fetcher threads it then runs carry exactly the partitions the
-plan predicted (read from the brokers' logs). Topology: fetchers.fetcher_topology.
+"""``tierkeeper standalone`` proposes each TieredBroker's num.replica.fetchers on a real 5-broker Kafka
+4.1 cluster and applies the proposals with ``--approve-fetchers``, then with ``autoApprove`` in the
+spec: every broker moves through its planned steps (its log shows each resize), and the fetcher threads
+it then runs carry exactly the partitions the plan predicted (read from the brokers' logs). Topology:
+fetchers.fetcher_topology. The tests run in file order on one cluster.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def standalone(cluster_file: Path, manifests: Path, *flags: str) -> dict[str, An
     return data["tieredBrokers"]
 
 
-def write_resources(kafka: KafkaCluster, where: Path) -> tuple[Path, Path]:
+def write_resources(
+    kafka: KafkaCluster, where: Path, fetchers: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
     cluster_file = where / "cluster.yaml"
     cluster_file.write_text(
         yaml.safe_dump(
@@ -85,7 +88,7 @@ def write_resources(kafka: KafkaCluster, where: Path) -> tuple[Path, Path]:
                 "clusterRef": {"name": "five"},
                 "brokerId": b,
                 "logDir": {"path": str(kafka.log_dir(b))},
-                "replicaFetchers": {"mode": "auto", **BOUNDS},
+                "replicaFetchers": fetchers or {"mode": "auto", **BOUNDS},
             },
         }
         for b in kafka.node_ids
@@ -125,4 +128,29 @@ def test_standalone_shows_proposals_then_applies_them_step_by_step(
     settings = FetcherAdmin(cluster.bootstrap_servers).settings()
     assert {b: s.value for b, s in settings.items()} == counts
     assert {s.source for s in settings.values()} == {"DYNAMIC_BROKER_CONFIG"}
+    wait_logs_match_model(cluster, counts, TOPICS)
+
+
+def test_auto_approve_in_the_spec_brings_the_counts_down_within_new_bounds(
+    cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    before = FetcherAdmin(cluster.bootstrap_servers).settings()
+    assert all(s.value > 4 for s in before.values()), before  # where the first test left them
+    cluster_file, manifests = write_resources(
+        cluster, tmp_path, {"mode": "auto", "max": 4, "autoApprove": True}
+    )
+    resized_before = {b: len(logged_resizes(cluster, b)) for b in cluster.node_ids}
+
+    applied = standalone(cluster_file, manifests)  # no flag: the spec approves
+    counts = {}
+    for broker in cluster.node_ids:
+        fetchers = applied[f"kafka/broker-{broker}"]["fetchers"]
+        assert fetchers["phase"] == "Balanced" and fetchers["current"] <= 4, fetchers
+        values = [before[broker].value, *fetchers["applied"]]
+        assert fetchers["applied"] == fetchers["steps"] and len(values) >= 2
+        assert logged_resizes(cluster, broker)[resized_before[broker] :] == list(
+            zip(values, values[1:], strict=False)
+        )
+        counts[broker] = fetchers["current"]
+    assert {b: s.value for b, s in FetcherAdmin(cluster.bootstrap_servers).settings().items()} == counts
     wait_logs_match_model(cluster, counts, TOPICS)
