@@ -26,6 +26,7 @@ from storage_core.reconcile.fetchers import (
     after_step,
     cluster_fetchers,
     decide,
+    shared_brokers,
     step_failed,
 )
 
@@ -81,7 +82,12 @@ class FetcherChanges:
     def run(self, brokers: Sequence[BrokerFetchers]) -> dict[str, FetcherOutcome]:
         seen: dict[str, ClusterFetchers | str] = {}
         out: dict[str, FetcherOutcome] = {}
+        shared = shared_brokers([(i.key, i.cluster, i.broker_id) for i in brokers if i.spec is not None])
         for item in brokers:
+            if item.key in shared and item.spec is not None:
+                held = item.previous or FetcherStatus(phase="Pending", mode=item.spec.mode)
+                out[item.key] = FetcherOutcome(held.model_copy(update={"message": shared[item.key]}))
+                continue
             if item.spec is None or item.paused:
                 # Paused: take no action, keep the annotation for later; unmanaged: drop the status.
                 status = item.previous if item.spec is not None else None

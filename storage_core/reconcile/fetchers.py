@@ -112,6 +112,23 @@ def parse_command(annotations: Mapping[str, str] | None) -> tuple[Command | None
     return None, f"{ANNOTATION}={raw!r} is not one of {', '.join(COMMANDS)}; ignored"
 
 
+def shared_brokers(owners: Sequence[tuple[str, str, int]]) -> dict[str, str]:
+    """Keys of TieredBrokers that manage a (cluster, broker id) another one manages too, each with a
+    one-line reason: two owners of one broker's count would undo each other's steps, so neither acts."""
+    by_broker: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for key, cluster, broker in owners:
+        by_broker[(cluster, broker)].append(key)
+    out = {}
+    for (_, broker), keys in by_broker.items():
+        if len(keys) > 1:
+            for key in keys:
+                out[key] = (
+                    f"broker {broker}'s fetchers are managed by {len(keys)} TieredBrokers "
+                    f"({', '.join(sorted(keys))}); nothing is set until one remains"
+                )
+    return out
+
+
 def spec_key(spec: ReplicaFetchers) -> str:
     # Only what changes the proposal; autoApprove and the intervals do not.
     return f"{spec.mode}:{spec.minimum}-{spec.maximum}:{spec.value}"

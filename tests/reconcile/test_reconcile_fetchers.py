@@ -21,6 +21,7 @@ from storage_core.reconcile.fetchers import (
     cluster_fetchers,
     decide,
     parse_command,
+    shared_brokers,
     step_failed,
 )
 
@@ -177,3 +178,9 @@ def test_a_count_above_max_is_brought_within_the_bounds_and_says_why() -> None:
     assert d.status is not None and d.status.steps == [4, 2]
     assert d.status.after is not None and d.status.after.busiest_thread_load == 6.0
     assert "outside 1..2" in d.status.explanation
+
+
+def test_two_owners_of_one_broker_are_both_held() -> None:
+    shared = shared_brokers([("ns/a", "c", 1), ("ns/b", "c", 1), ("ns/c", "c", 2), ("ns/d", "other", 1)])
+    assert set(shared) == {"ns/a", "ns/b"}
+    assert "managed by 2 TieredBrokers (ns/a, ns/b)" in shared["ns/a"]
