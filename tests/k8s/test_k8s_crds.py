@@ -13,7 +13,7 @@ from harness.paths import REPO_ROOT
 from tierkeeper_operator import crdgen
 
 CRD_DIR = REPO_ROOT / "crds"
-CHART_CRD_DIR = REPO_ROOT / "charts" / "tierkeeper" / "crds"
+CHART_CRD_DIR = REPO_ROOT / "charts" / "tierkeeper" / "files" / "crds"
 
 # Every keyword a structural schema of ours may use; the walker below fails on anything else, so a
 # new pydantic construct cannot slip through unreviewed.
