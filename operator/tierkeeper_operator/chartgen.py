@@ -72,11 +72,13 @@ def schema_text(current: str) -> str:
 # -- docs/configuration.md -------------------------------------------------------------------------------
 
 
-def _type_of(node: Mapping[str, Any]) -> str:
+def _type_of(node: Mapping[str, Any], link: bool = False) -> str:
+    """A field's type in words; ``link``: model names link to their section."""
     if "$ref" in node:
-        return str(node["$ref"]).rsplit("/", 1)[-1]
+        name = str(node["$ref"]).rsplit("/", 1)[-1]
+        return f"[{name}](#{name.lower()})" if link else name
     if "anyOf" in node:
-        kinds = [_type_of(option) for option in node["anyOf"]]
+        kinds = [_type_of(option, link) for option in node["anyOf"]]
         return " or ".join(kind for kind in kinds if kind != "null") + (
             " (nullable)" if "null" in kinds else ""
         )
@@ -86,9 +88,9 @@ def _type_of(node: Mapping[str, Any]) -> str:
         return f"`{node['const']}`"
     kind = node.get("type", "any")
     if kind == "array":
-        return f"list of {_type_of(node.get('items', {}))}"
+        return f"list of {_type_of(node.get('items', {}), link)}"
     if kind == "object" and isinstance(node.get("additionalProperties"), Mapping):
-        return f"map of {_type_of(node['additionalProperties'])}"
+        return f"map of {_type_of(node['additionalProperties'], link)}"
     return str(kind)
 
 
@@ -160,7 +162,7 @@ def _model_section(model: type[BaseModel], heading: str) -> list[str]:
     for name, node in schema.get("properties", {}).items():
         row = (
             f"`{name}`",
-            _cell(_type_of(node)),
+            _cell(_type_of(node, link=True)),
             _cell(_default(node, name in required)),
             _cell(_validation(node)),
             _cell(str(node.get("description", ""))),
@@ -185,10 +187,7 @@ def _values_rows(schema: Mapping[str, Any], values: Any, prefix: str = "") -> It
             yield from _values_rows(node, value, f"{path}.")
             continue
         shown = "`" + json.dumps(value, separators=(", ", ": ")) + "`" if value is not None else ""
-        kind = _type_of(node) if "$ref" not in node else f"[{_type_of(node)}](#{_type_of(node).lower()})"
-        if node.get("items", {}).get("$ref"):
-            target = _type_of(node["items"])
-            kind = f"list of [{target}](#{target.lower()})"
+        kind = _type_of(node, link=True)
         row = (
             f"`{path}`",
             kind,

@@ -516,3 +516,25 @@ def test_notes_tell_the_next_step() -> None:
     assert "No Kafka cluster is configured yet" in notes
     assert "kubectl get tieredtopics,tieredbrokers -A -w" in notes
     assert "rollout status deployment/tk-tierkeeper" in notes
+
+
+def test_configuration_doc_lists_every_field_default_and_rule() -> None:
+    from storage_core.api.cluster import KafkaClusterConfig
+    from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
+
+    doc = (REPO_ROOT / "docs" / "configuration.md").read_text()
+    for root in (TieredTopicSpec, TieredBrokerSpec, KafkaClusterConfig):
+        for model in chartgen._models(root):
+            assert f"### {model.__name__}\n" in doc, model.__name__
+            for name, field in model.model_fields.items():
+                alias = field.alias or name
+                assert f"| `{alias}` |" in doc, f"{model.__name__}.{alias}"
+            for rule in getattr(model, "RULES", ()):
+                assert rule.message in doc and f"`{rule.cel}`" in doc, rule.message
+    assert "| `localRetentionMs` | integer | `86400000` | >= -1 |" in doc
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for path in leaf_paths(values):
+        if not path.startswith(("clusters", "jobDefaults.")):
+            assert f"| `{path}` |" in doc or any(f"| `{path.rsplit('.', n)[0]}` |" in doc for n in (1, 2)), (
+                path
+            )

@@ -18,6 +18,7 @@ from k8s_helpers import DEADLINE, create, unique, wait_for
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds, wait_until
+from harness.kstatus import kstatus_live
 from harness.kube_rest import ApiError
 from harness.paths import REPO_ROOT
 from harness.ports import free_ports
@@ -118,6 +119,9 @@ def reconcile_one_topic(
     # reason, not a permission error.
     assert stalled["reason"] == "KafkaUnreachable", stalled
     assert stalled["observedGeneration"] == 1, stalled
+    # What Flux and kstatus-based waits make of the operator's status: the real kstatus library, live.
+    (verdict,) = kstatus_live(plane.kubeconfig, f"{GROUP}/{VERSION}/tieredtopics", namespace, "orders")
+    assert verdict.status == "Failed" and verdict.message == stalled["message"], verdict
     # A 403 reaches the log as kopf's APIForbiddenError / "Forbidden"; a bare "403" would also match
     # librdkafka's millisecond timestamps, which this log is full of.
     forbidden = [
