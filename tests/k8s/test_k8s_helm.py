@@ -23,7 +23,7 @@ from harness.kube_rest import ApiError
 from harness.paths import REPO_ROOT
 from harness.ports import free_ports
 from harness.tools import run_tool
-from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator import GROUP, VERSION, rbac
 
 CHART = REPO_ROOT / "charts" / "tierkeeper"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -133,6 +133,30 @@ def reconcile_one_topic(
     return log
 
 
+def requests_of(plane: ControlPlane, namespace: str, account: str) -> dict[tuple[str, str, str], set[int]]:
+    """(verb, group, resource[/subresource]) -> response codes of every request the ServiceAccount made,
+    from the API server's audit log."""
+    out: dict[tuple[str, str, str], set[int]] = {}
+    for event in plane.audited(f"system:serviceaccount:{namespace}:{account}"):
+        ref = event.get("objectRef") or {}
+        if not ref.get("resource"):
+            continue  # discovery (/apis, /version): open to every authenticated user
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        key = (event["verb"], ref.get("apiGroup", ""), resource)
+        out.setdefault(key, set()).add(int(event.get("responseStatus", {}).get("code", 0)))
+    return out
+
+
+def granted(
+    *, clusterwide: bool, grants: tuple[rbac.Grant, ...] = rbac.ALL_GRANTS
+) -> set[tuple[str, str, str]]:
+    return {
+        (verb, group, resource)
+        for (group, resource), verbs in rbac.merged(grants, clusterwide=clusterwide).items()
+        for verb in verbs
+    }
+
+
 def changed_chart(tmp_path: Path) -> Path:
     """A copy of the chart whose TieredTopic CRD has one more printer column (a CRD change)."""
     chart = tmp_path / "chart"
@@ -170,6 +194,22 @@ def test_helm_install_upgrade_uninstall_runs_the_operator_under_the_chart_rbac(
         assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == release
         # The operator, in the pod, as the chart's ServiceAccount, handles a TieredTopic in another namespace.
         reconcile_one_topic(plane, k8s_namespace, ns, pod)
+        broker: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "tieredbroker.yaml").read_text())
+        broker["metadata"] = {"name": "broker-0"}
+        create(plane, f"/apis/{GROUP}/{VERSION}/namespaces/{k8s_namespace}/tieredbrokers", broker)
+        # RBAC both ways, from the API server's audit log: everything the operator asked was granted, and
+        # every grant kopf needs was used (the adapter's own grants are held to its calls in
+        # test_k8s_rbac.py; Jobs are not created here, nothing listens on the cluster's Kafka port).
+        kopf_grants = granted(clusterwide=True, grants=rbac.KOPF_GRANTS)
+
+        def all_kopf_grants_used() -> dict[tuple[str, str, str], set[int]] | None:
+            made = requests_of(plane, ns, account)
+            return made if kopf_grants <= made.keys() else None
+
+        made = wait_until(all_kopf_grants_used, DEADLINE) or requests_of(plane, ns, account)
+        assert kopf_grants <= made.keys(), f"kopf grants never used: {sorted(kopf_grants - made.keys())}"
+        assert made.keys() <= granted(clusterwide=True), sorted(made.keys() - granted(clusterwide=True))
+        assert not {k for k, codes in made.items() if 403 in codes}, made
         first_pid = plane.kubelet.pid_of(ns, pod["metadata"]["name"], "operator")
 
         # An upgrade that changes a CRD: the chart upgrades it, and the operator is rolled (checksum/crds).
@@ -215,6 +255,11 @@ def test_watching_namespaces_runs_on_roles_alone(
         # with the namespaces it was given (a CRD change rolls the pod through checksum/crds). Nothing else
         # may be refused.
         reconcile_one_topic(plane, k8s_namespace, ns, pod, namespaced=True)
+        made = requests_of(plane, ns, pod["spec"]["serviceAccountName"])
+        refused = {key for key, codes in made.items() if 403 in codes}
+        scans = {("list", "apiextensions.k8s.io", "customresourcedefinitions"), ("list", "", "namespaces")}
+        assert refused <= scans, sorted(refused)
+        assert made.keys() - scans <= granted(clusterwide=False), sorted(made.keys() - scans)
         helm(plane, "uninstall", release, "-n", ns)
     finally:
         plane.apply_crds(load_crds())

@@ -4,8 +4,9 @@ Every public method of the Kubernetes adapter (``tierkeeper_operator.kube.Kube``
 API client; the (verb, group, resource) of each request it makes must be granted by
 ``tierkeeper_operator.rbac.KUBE_GRANTS``, and every grant there must be used by some call. A new method
 fails here until it is exercised below and its grant declared (then `make chart` regenerates the chart's
-rules, which test_k8s_chart.py compares with the same list). kopf's own needs are ``KOPF_GRANTS``; the
-helm test runs the operator under the chart's rules on the real API server.
+rules, which test_k8s_chart.py compares with the same list). kopf's own needs are ``KOPF_GRANTS``;
+test_k8s_helm.py runs the operator under the chart's rules on the real API server and compares the
+requests of the API server's audit log with them, both ways.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 
 import pytest
 
+from harness.control_plane import ControlPlane
+from harness.k8s import wait_until
+from harness.kube_rest import ApiError
 from tierkeeper_operator import rbac
 from tierkeeper_operator.kube import Kube
 
@@ -140,3 +144,25 @@ def test_the_permission_parser_reads_paths_as_the_api_server_does() -> None:
     assert permission("PATCH", "/apis/g/v1/namespaces/ns/things/t/status") == ("patch", "g", "things/status")
     assert permission("GET", "/apis/g/v1/namespaces/ns/things?watch=true") == ("watch", "g", "things")
     assert permission("POST", "/api/v1/namespaces/ns/events") == ("create", "", "events")
+
+
+def test_the_audit_log_records_a_service_accounts_requests_and_answers(
+    k8s_control_plane: ControlPlane, k8s_namespace: str
+) -> None:
+    """The harness API server's audit log, which test_k8s_helm.py compares with the chart's RBAC."""
+    plane = k8s_control_plane
+    token = plane.token_for(k8s_namespace, "default")
+    with pytest.raises(ApiError) as refused:
+        plane.request("GET", f"/api/v1/namespaces/{k8s_namespace}/secrets", token=token)
+    assert refused.value.code == 403
+
+    def recorded_refusal() -> list[dict[str, Any]]:
+        return [
+            event
+            for event in plane.audited(f"system:serviceaccount:{k8s_namespace}:default")
+            if (event.get("objectRef") or {}).get("resource") == "secrets"
+        ]
+
+    (event,) = wait_until(recorded_refusal, 30) or recorded_refusal()
+    assert event["verb"] == "list" and event["responseStatus"]["code"] == 403
+    assert event["objectRef"]["namespace"] == k8s_namespace
