@@ -214,6 +214,15 @@ def test_a_bad_value_fails_with_its_path(args: list[str], says: str) -> None:
     assert says in err, err
 
 
+def test_helm_install_refuses_a_bad_value_before_touching_the_cluster() -> None:
+    proc = run_tool(
+        "helm", ["install", "tk", str(CHART), "--dry-run=client", "--set", "replicaCount=two"], check=False
+    )
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert "replicaCount" in proc.stderr and "want integer" in proc.stderr, proc.stderr
+
+
 def leaf_paths(node: Any, prefix: str = "") -> list[str]:
     if isinstance(node, dict) and node:
         return [p for key, value in node.items() for p in leaf_paths(value, f"{prefix}{key}.")]
