@@ -61,8 +61,7 @@ def test_rendered_kinds_and_api_versions() -> None:
     kinds = sorted(doc["kind"] for doc in docs)
     assert kinds == sorted(
         [
-            "CustomResourceDefinition",
-            "CustomResourceDefinition",
+            *["CustomResourceDefinition"] * 4,  # ours and kopf's two peering resources
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
