@@ -29,6 +29,8 @@ class Grant:
     """The resource is cluster-scoped: grantable by a ClusterRole only."""
     clusterwide_only: bool = False
     """Needed only when the operator watches all namespaces (granted by the ClusterRole then)."""
+    namespaced_only: bool = False
+    """Needed only when the operator watches given namespaces (granted by their Roles)."""
 
 
 KUBE_GRANTS: tuple[Grant, ...] = (
@@ -44,6 +46,21 @@ KUBE_GRANTS: tuple[Grant, ...] = (
     Grant("batch", "jobs", ("list", "create", "patch"), "Kube.list_jobs, create_job, annotate_job"),
     Grant("", "pods", ("list", "get"), "Kube.job_pods (termination messages), pod_node (broker's node)"),
     Grant("", "events", ("create",), "Kube.event: Warning/Normal events on our objects"),
+    Grant(
+        "kopf.dev",
+        "kopfpeerings",
+        ("get", "create"),
+        "Kube.get_peering, ensure_peering: the rounds follow kopf's peering; the operator creates the object",
+        namespaced_only=True,
+    ),
+    Grant(
+        "kopf.dev",
+        "clusterkopfpeerings",
+        ("get", "create"),
+        "Kube.get_peering, ensure_peering, watching all namespaces",
+        cluster_scoped=True,
+        clusterwide_only=True,
+    ),
 )
 
 KOPF_GRANTS: tuple[Grant, ...] = (
@@ -52,6 +69,21 @@ KOPF_GRANTS: tuple[Grant, ...] = (
     Grant(GROUP, "tieredtopics/status", ("patch",), "kopf's handlers write status through the subresource"),
     Grant(GROUP, "tieredbrokers/status", ("patch",), "kopf's handlers write status through the subresource"),
     Grant("", "events", ("create",), "kopf posts events for handler results (kopf.warn)"),
+    Grant(
+        "kopf.dev",
+        "kopfpeerings",
+        ("list", "watch", "patch"),
+        "kopf peering in each watched namespace: watches the peers, patches its keep-alive",
+        namespaced_only=True,
+    ),
+    Grant(
+        "kopf.dev",
+        "clusterkopfpeerings",
+        ("list", "watch", "patch"),
+        "kopf peering when watching all namespaces",
+        cluster_scoped=True,
+        clusterwide_only=True,
+    ),
     # kopf notices CRDs appearing and changing; without this grant (namespaced mode) it logs a warning and
     # sees CRD changes only after a restart, which the chart forces on a CRD change (checksum annotation).
     Grant(
@@ -71,7 +103,7 @@ def merged(grants: tuple[Grant, ...], *, clusterwide: bool) -> dict[tuple[str, s
     """(group, resource) -> sorted verbs, of the grants a mode needs (namespaced: ``clusterwide`` False)."""
     out: dict[tuple[str, str], set[str]] = {}
     for grant in grants:
-        if grant.clusterwide_only and not clusterwide:
+        if (grant.clusterwide_only and not clusterwide) or (grant.namespaced_only and clusterwide):
             continue
         out.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
     return {key: tuple(sorted(verbs)) for key, verbs in sorted(out.items())}

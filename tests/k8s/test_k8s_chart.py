@@ -109,8 +109,7 @@ def test_default_kinds_and_api_versions() -> None:
     docs = render()
     assert kinds_of(docs) == sorted(
         [
-            "CustomResourceDefinition",
-            "CustomResourceDefinition",
+            *["CustomResourceDefinition"] * 4,  # ours and kopf's two peering resources
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
@@ -130,8 +129,7 @@ def test_every_switch_renders_its_objects(tmp_path: Path) -> None:
         assert doc["apiVersion"] == EXPECTED_API_VERSIONS[doc["kind"]], doc["kind"]
     assert kinds_of(docs) == sorted(
         [
-            "CustomResourceDefinition",
-            "CustomResourceDefinition",
+            *["CustomResourceDefinition"] * 4,  # ours and kopf's two peering resources
             "ServiceAccount",
             "Role",
             "Role",
@@ -174,7 +172,7 @@ def test_chart_installs_exactly_the_repository_crds_and_keeps_them() -> None:
 
 def test_crds_switches() -> None:
     unkept = [d for d in render("--set", "crds.keep=false") if d["kind"] == "CustomResourceDefinition"]
-    assert len(unkept) == 2 and all("annotations" not in d["metadata"] for d in unkept)
+    assert len(unkept) == len(on_disk_crds()) and all("annotations" not in d["metadata"] for d in unkept)
     assert "CustomResourceDefinition" not in kinds_of(render("--set", "crds.enabled=false"))
 
 
@@ -298,15 +296,26 @@ def test_deployment_runs_restricted_non_root_on_a_read_only_root() -> None:
     assert "PodDisruptionBudget" not in kinds_of(docs)  # one replica: a PDB would block every drain
 
 
-def test_probes_hit_the_kopf_health_endpoint() -> None:
+def test_probes_hit_the_operators_endpoints() -> None:
     docs = render()
     container = container_of(docs)
-    port = next(p for p in container["ports"] if p["name"] == "probes")["containerPort"]
-    assert f"--liveness=http://0.0.0.0:{port}/healthz" in container["args"]
-    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert f"--liveness=http://0.0.0.0:{ports['probes']}/healthz" in container["args"]
+    assert f"--readiness=http://0.0.0.0:{ports['readiness']}/readyz" in container["args"]
+    for probe in ("livenessProbe", "startupProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "probes"}, probe
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "readiness"}
     off = container_of(render("--set", "probes.startup.enabled=false"))
     assert "startupProbe" not in off and "livenessProbe" in off
+
+
+def test_peering_switch_and_its_rule() -> None:
+    args = container_of(render())["args"]
+    assert "--peering=tierkeeper" in args and "--peering-lifetime=60" in args and "--standalone" not in args
+    assert "--standalone" in container_of(render("--set", "peering.enabled=false"))["args"]
+    # Two replicas without peering would both act: the schema refuses it.
+    err = render_error("--set", "replicaCount=2", "--set", "peering.enabled=false")
+    assert "values don't meet the specifications of the schema" in err and "peering" in err, err
 
 
 def test_images_tags_and_digests_come_from_values(tmp_path: Path) -> None:

@@ -49,6 +49,9 @@ CALLS: dict[str, list[Callable[[Kube], Any]]] = {
     "annotate_job": [lambda k: k.annotate_job("ns", "j", {"a": "b"})],
     "pod_node": [lambda k: k.pod_node("ns", "p")],
     "event": [lambda k: k.event(OBJ, "TieredTopic", "Normal", "R", "m", "c")],
+    # As the peering gate calls them: per watched namespace, or cluster-wide (None) watching all.
+    "get_peering": [lambda k: k.get_peering("tierkeeper", k.namespaces[0] if k.namespaces else None)],
+    "ensure_peering": [lambda k: k.ensure_peering("tierkeeper", k.namespaces[0] if k.namespaces else None)],
 }
 
 
