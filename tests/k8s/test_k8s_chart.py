@@ -556,3 +556,36 @@ def test_configuration_doc_lists_every_field_default_and_rule() -> None:
             assert f"| `{path}` |" in doc or any(f"| `{path.rsplit('.', n)[0]}` |" in doc for n in (1, 2)), (
                 path
             )
+
+
+def test_alerts_pass_prometheus_own_parsers() -> None:
+    """Every alert's PromQL, `for` duration, labels and annotation templates, checked by Prometheus's
+    parsers (tests/promrules, built from github.com/prometheus/prometheus), for defaults and other
+    thresholds; a broken rule is caught (so a pass means something)."""
+    from harness.promrules import check_rules
+
+    rendered = run_tool(
+        "helm",
+        ["template", "tk", str(CHART), "--set", "metrics.prometheusRule.enabled=true"],
+    ).stdout
+    report = check_rules(rendered)
+    assert not report.problems, report.problems
+    rule = only([d for d in yaml.safe_load_all(rendered) if d], "PrometheusRule")
+    assert len(report.ok) == sum(len(g["rules"]) for g in rule["spec"]["groups"])
+    other = run_tool(
+        "helm",
+        [
+            "template",
+            "tk",
+            str(CHART),
+            "--set",
+            "metrics.prometheusRule.enabled=true",
+            "--set",
+            "metrics.prometheusRule.copyLagFor=2h",
+            "--set",
+            "metrics.prometheusRule.fetcherProposalPendingFor=3d",
+        ],
+    ).stdout
+    assert not check_rules(other).problems
+    broken = rendered.replace("tierkeeper_stalled_resources > 0", "tierkeeper_stalled_resources >")
+    assert any("TierkeeperResourceStalled: expr" in p for p in check_rules(broken).problems)
