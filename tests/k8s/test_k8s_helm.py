@@ -226,7 +226,19 @@ def test_helm_install_upgrade_uninstall_runs_the_operator_under_the_chart_rbac(
 
         # An upgrade that changes a CRD: the chart upgrades it, and the operator is rolled (checksum/crds).
         assert "Test-Column" not in printer_columns(plane)
-        helm(plane, "upgrade", release, str(changed_chart(tmp_path)), "-n", ns, "--values", str(values))
+        # --force-conflicts: other tests PUT the same CRDs (as `kubectl apply` would), so another field
+        # manager co-owns their fields and Helm's server-side apply must take them over to change them.
+        helm(
+            plane,
+            "upgrade",
+            release,
+            str(changed_chart(tmp_path)),
+            "-n",
+            ns,
+            "--values",
+            str(values),
+            "--force-conflicts",
+        )
         assert "Test-Column" in printer_columns(plane)
         upgraded = running_pod(plane, ns, release, replacing=pod["metadata"]["name"])
         assert not Path(f"/proc/{first_pid}").exists(), "the old operator process outlived its pod"
