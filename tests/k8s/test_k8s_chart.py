@@ -273,6 +273,9 @@ def test_plain_manifests_are_the_default_install_with_a_restricted_namespace() -
     }
     kustomization = yaml.safe_load((manifests / "kustomization.yaml").read_text())
     assert sorted(kustomization["resources"]) == ["namespace.yaml", "tierkeeper.yaml"]
+    # kustomize itself (kubectl's) builds the directory into the same objects.
+    built = [d for d in yaml.safe_load_all(run_tool("kubectl", ["kustomize", str(manifests)]).stdout) if d]
+    assert sorted(kinds_of(built)) == sorted([*kinds_of(docs), "Namespace"])
 
 
 # -- the operator's pod ----------------------------------------------------------------------------------
