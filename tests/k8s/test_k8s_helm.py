@@ -358,3 +358,34 @@ PLURALS = {
     "NetworkPolicy": "networkpolicies",
     "PodDisruptionBudget": "poddisruptionbudgets",
 }
+
+
+def test_plain_manifests_pass_a_server_side_dry_run(k8s_control_plane: ControlPlane) -> None:
+    """examples/manifests/ as `kubectl apply --server-side -k` would send it, checked by the API server
+    (schemas, unknown fields, Pod Security of the restricted namespace) without being stored."""
+    plane = k8s_control_plane
+    manifests = REPO_ROOT / "examples" / "manifests"
+    namespace = yaml.safe_load((manifests / "namespace.yaml").read_text())
+    plane.create_namespace(namespace["metadata"]["name"], labels=namespace["metadata"]["labels"])
+    try:
+        out = run_tool(
+            "kubectl",
+            [
+                "--kubeconfig",
+                str(plane.kubeconfig),
+                "apply",
+                "--server-side",
+                "--force-conflicts",  # the CRDs exist, applied by other tests under another field manager
+                "--dry-run=server",
+                "--validate=strict",
+                "-k",
+                str(manifests),
+            ],
+            timeout=DEADLINE,
+        ).stdout
+        applied = [line for line in out.splitlines() if line.strip()]
+        docs = [d for d in yaml.safe_load_all((manifests / "tierkeeper.yaml").read_text()) if d]
+        assert len(applied) == len(docs) + 1, out  # and the Namespace
+        assert all("(server dry run)" in line for line in applied), out
+    finally:
+        plane.request("DELETE", f"/api/v1/namespaces/{namespace['metadata']['name']}")
