@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: test stress-test demo setup harness lint format crds constraints images clean
+.PHONY: test stress-test demo setup harness lint format crds chart docs manifests constraints images clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m tierkeeper_operator.crdgen --out crds/ --check
+	$(PY) -m tierkeeper_operator.chartgen --check
 
 test: harness lint
 	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest $(PYTEST_ARGS)
@@ -41,6 +42,17 @@ stress-test: harness lint
 
 crds: setup
 	$(PY) -m tierkeeper_operator.crdgen --out crds/
+
+# What the chart and docs derive from the code (tierkeeper_operator.chartgen): the chart's RBAC rules
+# (tierkeeper_operator/rbac.py), the models' part of values.schema.json, docs/configuration.md.
+chart: setup
+	$(PY) -m tierkeeper_operator.chartgen
+
+docs: chart
+
+# The chart rendered with its default values for `kubectl apply -f` / kustomize (examples/manifests/).
+manifests: harness chart
+	$(PY) -m tierkeeper_operator.chartgen --helm "$$(PYTHONPATH=tests $(PY) -c 'from harness.tools import tool_path; print(tool_path("helm"))')"
 
 # Exact pins of every runtime dependency, which the images install with (docker/install-venv.sh).
 # Regenerate after changing [project] dependencies: a clean venv gets the project, and pip freeze

@@ -55,10 +55,9 @@ for namespace in "$KAFKA_NAMESPACE" "$RELEASE_NAMESPACE"; do
 done
 kubectl -n "$KAFKA_NAMESPACE" rollout status statefulset/kafka --timeout="$TIMEOUT"
 
-log "Tierkeeper chart"
-kubectl apply --server-side -f "$E2E_ROOT/crds/"
+log "Tierkeeper chart (CRDs included: crds.enabled)"
+helm upgrade --install tierkeeper "$E2E_ROOT/charts/tierkeeper" --namespace "$RELEASE_NAMESPACE" \
+  --create-namespace -f "$E2E_DIR/manifests/values.yaml" --take-ownership --wait --timeout "$TIMEOUT"
 kubectl wait --for=condition=Established --timeout="$TIMEOUT" \
   crd/tieredtopics.tierkeeper.io crd/tieredbrokers.tierkeeper.io
-helm upgrade --install tierkeeper "$E2E_ROOT/charts/tierkeeper" --namespace "$RELEASE_NAMESPACE" \
-  --create-namespace -f "$E2E_DIR/manifests/values.yaml" --wait --timeout "$TIMEOUT"
 log "up: KUBECONFIG=$KUBECONFIG"

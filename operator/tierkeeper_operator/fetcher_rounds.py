@@ -125,6 +125,9 @@ class FetcherRounds:
                 self.metrics.fetcher_imbalance.labels(**labels).set(outcome.status.imbalance)
             if outcome.status is not None and outcome.status.before is not None:
                 self.metrics.fetcher_idle_threads.labels(**labels).set(outcome.status.before.idle_threads)
+            self.metrics.fetcher_proposal_pending_seconds.labels(**labels).set(
+                _pending_seconds(outcome.status, now)
+            )
             self.metrics.fetcher_steps.inc(len(outcome.steps_set))
 
     def _clear_annotation(self, obj: Mapping[str, Any]) -> None:
@@ -143,3 +146,12 @@ class FetcherRounds:
             self.kube.patch_status("tieredbrokers", meta["namespace"], meta["name"], {"fetchers": None})
         except KubeError as exc:
             log.warning("could not clear status.fetchers of %s/%s: %s", meta["namespace"], meta["name"], exc)
+
+
+def _pending_seconds(status: FetcherStatus | None, now: datetime.datetime) -> float:
+    """How long a proposal has waited for approval: what the chart's TierkeeperFetcherProposalPending alert
+    watches. Zero while nothing waits (balanced, applying, stopped, failed)."""
+    if status is None or status.phase != "ProposalReady" or not status.planned_at:
+        return 0.0
+    planned = datetime.datetime.fromisoformat(status.planned_at.replace("Z", "+00:00"))
+    return max(0.0, (now - planned).total_seconds())

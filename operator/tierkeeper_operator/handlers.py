@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from pydantic import BaseModel, ValidationError
@@ -28,6 +28,9 @@ from storage_core.api.status import Condition, ResourceStatus
 from storage_core.reconcile.conditions import Health, conditions_for
 from storage_core.reconcile.planner import PENDING, admission
 from tierkeeper_operator.settings import apply_operator_settings
+
+if TYPE_CHECKING:
+    from tierkeeper_operator.background import RoundsOptions
 
 BROKER_USABLE = Health(True, "Ready", "spec accepted")
 
@@ -106,9 +109,7 @@ def _changed(
 def build_registry(
     clusters: Mapping[str, KafkaClusterConfig] | None = None,
     login: Callable[..., Any] = kopf.login_via_client,
-    reconcile_interval: float | None = None,
-    namespaces: tuple[str, ...] = (),
-    metrics_port: int | None = None,
+    rounds: RoundsOptions | None = None,
 ) -> kopf.OperatorRegistry:
     """A registry holding every Tierkeeper handler and one login handler.
 
@@ -120,9 +121,11 @@ def build_registry(
     Each resource handler runs on create, on update (spec or metadata changed; status changes do
     not trigger it), and on resume (operator restart), so every object gets a current status.
 
-    ``reconcile_interval``: seconds between reconcile rounds (:mod:`tierkeeper_operator.loop`: Kafka
-    observed, Jobs run, status written), run on a thread started at startup and stopped at cleanup;
-    None runs no rounds (the handlers alone). ``metrics_port``: serve /metrics there.
+    ``rounds``: run reconcile rounds (:mod:`tierkeeper_operator.loop`: Kafka observed, Jobs run, status
+    written) on a thread started at startup and stopped at cleanup, gated by peering when
+    ``rounds.peering`` is set (whose ``lifetime`` also goes into kopf's peering settings), with the
+    metrics and readiness endpoints; None runs no rounds (the handlers alone). A probe handler makes
+    kopf's liveness endpoint fail once the rounds thread has died.
     """
     known = dict(clusters or {})
     registry = kopf.OperatorRegistry()
@@ -131,18 +134,30 @@ def build_registry(
     def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
         configure(settings, **kwargs)
         memo["clusters"] = known
-        if reconcile_interval is not None:
+        if rounds is not None:
             from tierkeeper_operator.background import start_rounds
 
-            memo["rounds"] = start_rounds(known, reconcile_interval, namespaces, metrics_port)
+            if rounds.peering is not None:
+                settings.peering.lifetime = rounds.peering.lifetime
+            memo["rounds"] = start_rounds(known, rounds)
 
     def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        rounds = memo.get("rounds")
-        if rounds is not None:
-            rounds.stop()
+        running = memo.get("rounds")
+        if running is not None:
+            running.stop()
+
+    def rounds_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+        running = memo.get("rounds")
+        if running is None:
+            return {"rounds": "off"}
+        if not running.alive():
+            raise kopf.PermanentError("the reconcile rounds thread has stopped")
+        snapshot: dict[str, Any] = running.ready.snapshot()
+        return snapshot
 
     kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(cleanup)
+    kopf.on.probe(registry=registry, id="rounds")(rounds_probe)
     for plural, model, usable in (
         ("tieredtopics", TieredTopicSpec, PENDING),
         ("tieredbrokers", TieredBrokerSpec, BROKER_USABLE),

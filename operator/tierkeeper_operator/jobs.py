@@ -22,6 +22,7 @@ from typing import Any
 from storage_core.api import API_VERSION
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec
+from storage_core.reconcile.eligibility import trim_timing
 from storage_core.reconcile.planner import CleanupAction, CopyAction
 
 MANAGED_BY = "tierkeeper-operator"
@@ -32,6 +33,7 @@ LABEL_BROKER = "tierkeeper.io/broker-id"
 LABEL_TOPIC = "tierkeeper.io/tieredtopic"
 ANNOTATION_WORK = "tierkeeper.io/work"
 ANNOTATION_RECORDED = "tierkeeper.io/recorded"
+ANNOTATION_CREATED_BY = "tierkeeper.io/created-by"  # the operator replica (peer id) that created it
 RESULT_PATH = "/dev/termination-log"
 CONTAINER = "tierkeeper"
 RUN_AS = 10001  # the image's USER (Dockerfile)
@@ -84,6 +86,39 @@ def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
         # as command-line arguments that `kubectl get job -o yaml` would show.
         container["envFrom"] = [{"secretRef": {"name": secret.name}}]
     return container
+
+
+KAFKA_CONFIG_DIR = "/etc/tierkeeper/kafka-client"
+
+
+def _with_kafka_client(
+    cluster: KafkaClusterConfig, args: list[str], container: dict[str, Any], volumes: list[dict[str, Any]]
+) -> None:
+    """Give a Job that talks to Kafka the cluster's client properties: the non-secret ``clientConfig`` as
+    ``--kafka-property`` flags, the Secret of ``clientConfigSecretRef`` as a read-only volume (one file
+    per property) read through ``--kafka-config-dir``; its values never appear in the Job."""
+    for key, value in sorted(cluster.client_config.items()):
+        args += ["--kafka-property", f"{key}={value}"]
+    secret = cluster.client_config_secret_ref
+    if secret is not None:
+        args += ["--kafka-config-dir", KAFKA_CONFIG_DIR]
+        container["volumeMounts"].append(
+            {"name": "kafka-client", "mountPath": KAFKA_CONFIG_DIR, "readOnly": True}
+        )
+        volumes.append({"name": "kafka-client", "secret": {"secretName": secret.name}})
+
+
+def _engine_args(cluster: KafkaClusterConfig) -> list[str]:
+    """``--engine spark`` and its master and settings when the cluster runs cleanups on Spark."""
+    jobs = cluster.jobs
+    if jobs.cleanup_engine != "spark":
+        return []
+    args = ["--engine", "spark"]
+    if jobs.spark_master:
+        args += ["--spark-master", jobs.spark_master]
+    for key, value in sorted(jobs.spark_conf.items()):
+        args += ["--spark-conf", f"{key}={value}"]
+    return args
 
 
 def _remote_args(cluster: KafkaClusterConfig) -> list[str]:
@@ -180,14 +215,19 @@ def copy_job(
         args += ["--assignment", f"{work.topic}={','.join(str(p) for p in work.partitions)}"]
     args += _remote_args(cluster)
     container = _container(cluster, args)
+    volumes: list[dict[str, Any]] = []
+    _with_kafka_client(cluster, args, container, volumes)
     mount: dict[str, Any] = {"name": "log-dir", "mountPath": broker.log_dir.mount_path, "readOnly": True}
     if broker.log_dir.sub_path:
         mount["subPath"] = broker.log_dir.sub_path
     container["volumeMounts"].append(mount)
-    volume = {
-        "name": "log-dir",
-        "persistentVolumeClaim": {"claimName": broker.log_dir.claim_name, "readOnly": True},
-    }
+    volumes.insert(
+        0,
+        {
+            "name": "log-dir",
+            "persistentVolumeClaim": {"claimName": broker.log_dir.claim_name, "readOnly": True},
+        },
+    )
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: "copy",
@@ -197,7 +237,7 @@ def copy_job(
     listed = [[w.topic_key, w.topic, list(w.partitions)] for w in action.work]
     annotations = {ANNOTATION_WORK: json.dumps(listed, separators=(",", ":"))}
     name = job_name("copy", owner.name, round_key)
-    return _job(name, owner, labels, annotations, cluster, container, [volume], node_name)
+    return _job(name, owner, labels, annotations, cluster, container, volumes, node_name)
 
 
 def cleanup_job(
@@ -219,11 +259,18 @@ def cleanup_job(
         str(spec.local_retention_ms),
         "--local-retention-bytes",
         str(spec.local_retention_bytes),
+        # The copy interval the planner judged Kafka's retention with: the Job's local-trim check agrees.
+        "--copy-interval-ms",
+        str(trim_timing(spec).copy_interval_ms),
         "--result-file",
         RESULT_PATH,
         "--json",
         *_remote_args(cluster),
+        *_engine_args(cluster),
     ]
+    container = _container(cluster, args)
+    volumes: list[dict[str, Any]] = []
+    _with_kafka_client(cluster, args, container, volumes)
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: "cleanup",
@@ -232,7 +279,7 @@ def cleanup_job(
     }
     annotations = {ANNOTATION_WORK: json.dumps([[action.topic_key, action.topic, []]], separators=(",", ":"))}
     name = job_name("cleanup", owner.name, round_key)
-    return _job(name, owner, labels, annotations, cluster, _container(cluster, args), [], None)
+    return _job(name, owner, labels, annotations, cluster, container, volumes, None)
 
 
 def delete_job(

@@ -147,3 +147,37 @@ class Kube:
             "reportingComponent": component,
         }
         self._call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+
+    # ---- kopf peering -----------------------------------------------------------------------------
+    @staticmethod
+    def _peering_path(namespace: str | None, name: str | None = None) -> str:
+        from tierkeeper_operator.peering import PEERING_GROUP, PEERING_VERSION
+
+        base = f"/apis/{PEERING_GROUP}/{PEERING_VERSION}"
+        scope = f"{base}/namespaces/{namespace}/kopfpeerings" if namespace else f"{base}/clusterkopfpeerings"
+        return f"{scope}/{name}" if name else scope
+
+    def get_peering(self, name: str, namespace: str | None) -> dict[str, Any] | None:
+        """The KopfPeering (namespaced) or ClusterKopfPeering (``namespace`` None); None when missing."""
+        try:
+            body: dict[str, Any] = self._call("GET", self._peering_path(namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return body
+
+    def ensure_peering(self, name: str, namespace: str | None) -> None:
+        """Create the peering object unless it exists (kopf only patches it)."""
+        from tierkeeper_operator.peering import PEERING_GROUP, PEERING_VERSION
+
+        kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+        metadata: dict[str, Any] = {"name": name}
+        if namespace:
+            metadata["namespace"] = namespace
+        body = {"apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}", "kind": kind, "metadata": metadata}
+        try:
+            self._call("POST", self._peering_path(namespace), body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise

@@ -37,6 +37,7 @@ from storage_core.reconcile.planner import Plan, plan
 from storage_core.reconcile.results import decode_cleanup, decode_copy
 from tierkeeper_operator.fetcher_rounds import FetcherRounds
 from tierkeeper_operator.jobs import (
+    ANNOTATION_CREATED_BY,
     ANNOTATION_RECORDED,
     LABEL_BROKER,
     LABEL_CLUSTER,
@@ -86,8 +87,11 @@ class Reconciler:
         admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        identity: str = "",
     ) -> None:
         self.kube = kube
+        self.identity = identity
+        """This replica's peer id, written on the Jobs it creates (empty: not written)."""
         self.clusters = dict(clusters)
         self.metrics = metrics or Metrics()
         self.clock = clock
@@ -214,7 +218,16 @@ class Reconciler:
                 owner,
                 self.clock().strftime("%Y%m%dT%H%M%S"),
             )
-            if self.kube.create_job(job):
+            try:
+                created = self._create(job)
+            except KubeError as exc:
+                # E.g. 403 in a namespace being deleted: no new object may be created there, so this
+                # delete can never start. The object waits for the way out (the skip annotation);
+                # the round goes on for everything else.
+                log.warning("cannot start the delete Job of %s: %s", _key(obj), exc)
+                self._event(obj, "TieredTopic", "Warning", "DeleteNotStarted", f"{exc}"[:300])
+                return False
+            if created:
                 self._event(
                     obj,
                     "TieredTopic",
@@ -223,6 +236,15 @@ class Reconciler:
                     f"Job {job['metadata']['name']}: {decision.reason}",
                 )
         return False
+
+    def _create(self, job: dict[str, Any]) -> bool:
+        """Create ``job`` stamped with this replica's id; False when it exists already."""
+        if self.identity:
+            job["metadata"].setdefault("annotations", {})[ANNOTATION_CREATED_BY] = self.identity
+        created: bool = self.kube.create_job(job)
+        if created:
+            self.metrics.jobs_started.labels(kind=job["metadata"]["labels"][LABEL_KIND]).inc()
+        return created
 
     def _event(self, obj: Mapping[str, Any], kind: str, type_: str, reason: str, message: str) -> None:
         try:
@@ -308,7 +330,7 @@ class Reconciler:
                 "TieredBroker", obj["metadata"]["name"], obj["metadata"]["namespace"], obj["metadata"]["uid"]
             )
             job = copy_job(copy, self.clusters[copy.cluster], spec, owner, node, round_key)
-            if self.kube.create_job(job):
+            if self._create(job):
                 result.created.append(job["metadata"]["name"])
                 self._event(
                     obj,
@@ -324,7 +346,7 @@ class Reconciler:
                 "TieredTopic", obj["metadata"]["name"], obj["metadata"]["namespace"], obj["metadata"]["uid"]
             )
             job = cleanup_job(cleanup, self.clusters[cleanup.cluster], owner, round_key)
-            if self.kube.create_job(job):
+            if self._create(job):
                 result.created.append(job["metadata"]["name"])
                 self._event(
                     obj, "TieredTopic", "Normal", "CleanupStarted", f"Job {job['metadata']['name']} started"

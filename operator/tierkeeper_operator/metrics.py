@@ -1,7 +1,8 @@
 """Prometheus metrics of the operator, on a registry of their own (no global state).
 
-Label sets are bounded: by resource kind, Job kind and result, never by topic (10,000 topics would be
-10,000 series per metric); per-topic figures live in each TieredTopic's status.
+Label sets are bounded by default: by resource kind, Job kind and result, exception kind, never by topic
+(10,000 topics would be 10,000 series per metric); per-topic figures live in each TieredTopic's status.
+``topic_labels=True`` (``--metrics-topic-labels``) adds per-topic gauges for those who want them.
 """
 
 from __future__ import annotations
@@ -13,17 +14,30 @@ from storage_core.reconcile.planner import Plan
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, topic_labels: bool = False) -> None:
         self.registry = registry or CollectorRegistry()
+        self.topic_labels = topic_labels
         self.rounds = Counter("tierkeeper_reconcile_rounds", "Reconcile rounds run.", registry=self.registry)
+        self.reconciles = Counter(
+            "tierkeeper_reconciles",
+            "Resources reconciled (once per round each), by resource kind.",
+            ["kind"],
+            registry=self.registry,
+        )
         self.errors = Counter(
-            "tierkeeper_reconcile_errors", "Reconcile rounds that failed.", ["kind"], registry=self.registry
+            "tierkeeper_reconcile_errors",
+            "Reconcile rounds that failed, by exception kind.",
+            ["kind"],
+            registry=self.registry,
         )
         self.duration = Histogram(
             "tierkeeper_reconcile_duration_seconds",
             "Duration of a reconcile round.",
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
             registry=self.registry,
+        )
+        self.jobs_started = Counter(
+            "tierkeeper_jobs_started", "Jobs created, by kind.", ["kind"], registry=self.registry
         )
         self.jobs = Counter(
             "tierkeeper_jobs",
@@ -43,6 +57,25 @@ class Metrics:
         self.lag_bytes = Gauge(
             "tierkeeper_copy_lag_bytes", "Rolled bytes not yet tiered.", registry=self.registry
         )
+        self.lag_segments = Gauge(
+            "tierkeeper_copy_lag_segments", "Rolled segments not yet tiered.", registry=self.registry
+        )
+        self.active = Gauge(
+            "tierkeeper_active",
+            "1 while this replica runs the reconcile rounds, 0 while it is a standby (peering).",
+            registry=self.registry,
+        )
+        self.topic_gauges: dict[str, Gauge] = {}
+        if topic_labels:
+            for name, text in (
+                ("tiered_bytes", "Bytes in the remote tier, per TieredTopic."),
+                ("tiered_segments", "Segments in the remote tier, per TieredTopic."),
+                ("copy_lag_bytes", "Rolled bytes not yet tiered, per TieredTopic."),
+                ("copy_lag_segments", "Rolled segments not yet tiered, per TieredTopic."),
+            ):
+                self.topic_gauges[name] = Gauge(
+                    f"tierkeeper_topic_{name}", text, ["namespace", "name"], registry=self.registry
+                )
 
         # Labelled by broker: bounded by the cluster's size, and the imbalance is a per-broker fact.
         self.fetcher_imbalance = Gauge(
@@ -55,6 +88,12 @@ class Metrics:
         self.fetcher_idle_threads = Gauge(
             "tierkeeper_fetcher_idle_threads",
             "Fetcher thread slots (num.replica.fetchers per leader followed) that carry no partition.",
+            ["cluster", "broker"],
+            registry=self.registry,
+        )
+        self.fetcher_proposal_pending_seconds = Gauge(
+            "tierkeeper_fetcher_proposal_pending_seconds",
+            "Seconds a num.replica.fetchers proposal has waited for approval (0 when none waits).",
             ["cluster", "broker"],
             registry=self.registry,
         )
@@ -71,6 +110,7 @@ class Metrics:
             ("TieredTopic", planned.topic_status),
             ("TieredBroker", planned.broker_status),
         ):
+            self.reconciles.labels(kind=kind).inc(len(statuses))
             stalled = sum(
                 1
                 for s in statuses.values()
@@ -81,3 +121,17 @@ class Metrics:
         self.tiered_bytes.set(sum(s.remote.bytes for s in topics if s.remote))
         self.tiered_segments.set(sum(s.remote.segments for s in topics if s.remote))
         self.lag_bytes.set(sum(s.copy_lag.bytes for s in topics if s.copy_lag))
+        self.lag_segments.set(sum(s.copy_lag.segments for s in topics if s.copy_lag))
+        if self.topic_labels:
+            for gauge in self.topic_gauges.values():
+                gauge.clear()  # deleted topics leave no stale series
+            for key, s in planned.topic_status.items():
+                namespace, _, name = key.partition("/")
+                values = {
+                    "tiered_bytes": s.remote.bytes if s.remote else 0,
+                    "tiered_segments": s.remote.segments if s.remote else 0,
+                    "copy_lag_bytes": s.copy_lag.bytes if s.copy_lag else 0,
+                    "copy_lag_segments": s.copy_lag.segments if s.copy_lag else 0,
+                }
+                for metric, value in values.items():
+                    self.topic_gauges[metric].labels(namespace=namespace, name=name).set(value)

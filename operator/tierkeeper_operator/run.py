@@ -1,8 +1,9 @@
 """Run the operator in this process: the entry point behind ``tierkeeper operator`` and
 ``python -m tierkeeper_operator``.
 
-The operator runs kopf standalone (no peering): the chart deploys one replica with the Recreate
-strategy, so two operators never handle the same object.
+Replicas elect the active one through kopf peering (:mod:`tierkeeper_operator.peering`): kopf pauses the
+handlers of a standby and the reconcile rounds follow the same rule. ``--standalone`` runs without peering
+(exactly one replica must run then).
 """
 
 from __future__ import annotations
@@ -10,6 +11,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+
+from tierkeeper_operator.peering import (
+    DEFAULT_LIFETIME,
+    DEFAULT_PEERING_NAME,
+    PeeringConfig,
+    default_priority,
+    own_identity,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,18 @@ class OperatorOptions:
     """Seconds between reconcile rounds (Kafka observed, Jobs run, status written)."""
     metrics_port: int | None = None
     """Serve Prometheus /metrics on this port; None: no metrics endpoint."""
+    metrics_topic_labels: bool = False
+    """Per-TieredTopic gauges (one series per topic; off by default)."""
+    readiness_endpoint: str | None = None
+    """e.g. http://0.0.0.0:8081/readyz; None disables the readiness endpoint."""
+    standalone: bool = False
+    """No peering: this must be the only replica."""
+    peering_name: str = DEFAULT_PEERING_NAME
+    """Name of the KopfPeering (per watched namespace) or ClusterKopfPeering (all namespaces)."""
+    priority: int | None = None
+    """Peering priority; None: minus the start time in microseconds (the oldest replica is active)."""
+    peering_lifetime: int = DEFAULT_LIFETIME
+    """Seconds a replica's keep-alive counts; a killed active replica is replaced after at most this."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +91,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
+    parser.add_argument(
+        "--metrics-topic-labels",
+        action="store_true",
+        help="also export per-TieredTopic gauges (one series per topic; off by default)",
+    )
+    parser.add_argument(
+        "--readiness",
+        dest="readiness_endpoint",
+        default=None,
+        help="serve a readiness probe, e.g. http://0.0.0.0:8081/readyz (ready once connected and "
+        "either a round ran or this replica is a standby)",
+    )
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="run without kopf peering (only one replica may run)",
+    )
+    parser.add_argument(
+        "--peering",
+        dest="peering_name",
+        default=DEFAULT_PEERING_NAME,
+        help=f"name of the KopfPeering/ClusterKopfPeering object (default {DEFAULT_PEERING_NAME})",
+    )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority; default: the oldest replica is active (minus its start time in "
+        "microseconds), any N >= 0 outranks the default",
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=DEFAULT_LIFETIME,
+        metavar="SECONDS",
+        help=f"seconds a replica's keep-alive counts (default {DEFAULT_LIFETIME}); a standby takes over "
+        "at most this long after the active replica died",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> OperatorOptions:
@@ -81,6 +140,12 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         cluster_files=tuple(args.cluster_files),
         reconcile_interval=float(args.reconcile_interval),
         metrics_port=args.metrics_port,
+        metrics_topic_labels=bool(args.metrics_topic_labels),
+        readiness_endpoint=args.readiness_endpoint,
+        standalone=bool(args.standalone),
+        peering_name=str(args.peering_name),
+        priority=args.priority,
+        peering_lifetime=int(args.peering_lifetime),
     )
 
 
@@ -88,25 +153,43 @@ def run(options: OperatorOptions) -> int:
     """Block until the operator is stopped (SIGTERM/SIGINT); returns the exit code."""
     import kopf  # heavy; imported here so `tierkeeper --help` stays fast
 
+    from storage_core.errors import ConfigError
     from storage_core.jobs.standalone import load_clusters
+    from tierkeeper_operator.background import RoundsOptions
     from tierkeeper_operator.handlers import build_registry
 
     if options.reconcile_interval <= 0:
-        from storage_core.errors import ConfigError
-
         raise ConfigError(f"--reconcile-interval must be > 0, got {options.reconcile_interval}")
+    if options.peering_lifetime < 5:
+        raise ConfigError(f"--peering-lifetime must be >= 5 seconds, got {options.peering_lifetime}")
     clusters = load_clusters(options.cluster_files, secrets_allowed=True)
+    identity = own_identity()
+    peering = None
+    if not options.standalone:
+        peering = PeeringConfig(
+            name=options.peering_name,
+            priority=default_priority() if options.priority is None else options.priority,
+            lifetime=options.peering_lifetime,
+            identity=identity,
+        )
+    rounds = RoundsOptions(
+        interval=options.reconcile_interval,
+        namespaces=options.namespaces,
+        metrics_port=options.metrics_port,
+        readiness_endpoint=options.readiness_endpoint,
+        peering=peering,
+        identity=identity,
+        topic_labels=options.metrics_topic_labels,
+    )
     kopf.configure(verbose=options.verbose)
     kopf.run(
-        registry=build_registry(
-            clusters,
-            reconcile_interval=options.reconcile_interval,
-            namespaces=options.namespaces,
-            metrics_port=options.metrics_port,
-        ),
-        standalone=True,
+        registry=build_registry(clusters, rounds=rounds),
+        standalone=options.standalone,
         clusterwide=options.all_namespaces,
         namespaces=options.namespaces,
         liveness_endpoint=options.liveness_endpoint,
+        peering_name=None if peering is None else peering.name,
+        priority=None if peering is None else peering.priority,
+        identity=None if peering is None else peering.identity,  # type: ignore[arg-type]
     )
     return 0

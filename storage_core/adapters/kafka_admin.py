@@ -7,6 +7,7 @@ watermark is the same under read_uncommitted; the log start offset is ListOffset
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,10 +40,18 @@ class KafkaAdmin:
     """A thin wrapper over confluent_kafka's AdminClient for one cluster."""
 
     def __init__(self, bootstrap_servers: str, config: dict[str, str] | None = None) -> None:
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap_servers = bootstrap_servers
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(config or {})})
+        try:
+            self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(config or {})})
+        except KafkaException as exc:
+            # librdkafka's message may quote the refused value, which may be a password: name only the
+            # property.
+            named = re.search(r'property:? "([^"]+)"', str(exc))
+            what = f"property {named.group(1)}" if named else f"properties {', '.join(sorted(config or {}))}"
+            raise KafkaAdminError(f"Kafka client configuration refused: check {what}") from None
 
     def _wait(self, futures: dict[Any, Any], what: str) -> dict[Any, Any]:
         out = {}

@@ -10,12 +10,39 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from storage_core.api.fields import BootstrapServers, ObjectName, RemoteUrl
 from storage_core.api.rules import ApiModel
 
 DEFAULT_IMAGE = "tierkeeper:0.1.0"
+
+_CREDENTIAL_WORDS = ("password", "secret", "token", "credential", "jaas", "private")
+
+
+def credential_like(name: str) -> bool:
+    """Whether an option or property name looks like it holds a credential. Such values go to Jobs
+    through Secrets only: a cluster configuration refuses them inline, the CLI refuses them as flags."""
+    lowered = name.lower()
+    parts = set(lowered.replace("_", ".").split("."))
+    return any(word in lowered for word in _CREDENTIAL_WORDS) or bool({"key", "keys"} & parts)
+
+
+def _credential_keys(values: dict[str, Any], prefix: str = "") -> list[str]:
+    found = []
+    for key, value in values.items():
+        if credential_like(str(key)):
+            found.append(f"{prefix}{key}")
+        elif isinstance(value, dict):  # e.g. client_kwargs: {aws_secret_access_key: ...}
+            found += _credential_keys(value, f"{prefix}{key}.")
+    return found
+
+
+def _no_credentials(values: dict[str, Any], where: str, instead: str) -> dict[str, Any]:
+    found = sorted(_credential_keys(values))
+    if found:
+        raise ValueError(f"{where} {', '.join(found)} look like credentials: put them in {instead}")
+    return values
 
 
 class SecretRef(ApiModel):
@@ -41,6 +68,11 @@ class RemoteStorage(ApiModel):
         "provider reads its credentials (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); omit to use the "
         "pods' ambient identity.",
     )
+
+    @field_validator("storage_options")
+    @classmethod
+    def _options_without_credentials(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _no_credentials(value, "storageOptions", "storageOptionsSecretRef")
 
 
 class ResourceQuantities(ApiModel):
@@ -85,6 +117,22 @@ class JobDefaults(ApiModel):
     max_bytes_per_second: int | None = Field(
         default=None, ge=1, description="Cap on the bytes a copy Job reads and ships per second."
     )
+    cleanup_engine: Literal["local", "spark"] = Field(
+        default="local",
+        description="How cleanup Jobs run: `local` (in the Job's process) or `spark` (one Spark task per "
+        "partition, `tierkeeper cleanup --engine spark`).",
+    )
+    spark_master: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Spark master of cleanup Jobs with cleanupEngine spark (default: local[*] in the Job's "
+        "pod), e.g. k8s://https://kubernetes.default.svc or spark://host:7077.",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark settings of cleanup Jobs with cleanupEngine spark (`--spark-conf KEY=VALUE` "
+        "each); not for secrets (they are Job arguments).",
+    )
 
 
 class KafkaClusterConfig(ApiModel):
@@ -100,7 +148,14 @@ class KafkaClusterConfig(ApiModel):
     )
     client_config_secret_ref: SecretRef | None = Field(
         default=None,
-        description="Secret whose keys are extra Kafka client properties (sasl.username, sasl.password).",
+        description="Secret whose keys are extra Kafka client properties (sasl.username, sasl.password), "
+        "mounted read-only into the Jobs that talk to Kafka (copy, cleanup) and read as files.",
     )
     remote: RemoteStorage = Field(description="Where the cluster's remote tier lives.")
+
+    @field_validator("client_config")
+    @classmethod
+    def _config_without_credentials(cls, value: dict[str, str]) -> dict[str, str]:
+        return _no_credentials(value, "clientConfig", "clientConfigSecretRef")
+
     jobs: JobDefaults = Field(default_factory=JobDefaults, description="How Jobs run on Kubernetes.")

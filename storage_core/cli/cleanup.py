@@ -16,6 +16,7 @@ from storage_core.cli.common import (
     write_result_file,
 )
 from storage_core.cli.export import add_spark_args
+from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 
 
 def register(subparsers: Any) -> None:
@@ -85,6 +86,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable report")
     add_result_file_arg(p)
+    add_kafka_client_args(p)
     add_remote_args(p)
     add_spark_args(p)
     p.set_defaults(handler=run)
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         options = CleanupOptions(
             topics=set(args.topic) if args.topic else None,
             bootstrap_servers=args.bootstrap_servers,
+            kafka_config=kafka_client_config(args),
             log_dir=args.log_dir,
             remote_retention_ms=args.remote_retention_ms,
             remote_retention_bytes=args.remote_retention_bytes,

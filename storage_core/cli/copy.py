@@ -20,6 +20,7 @@ from storage_core.cli.common import (
     storage_options,
     write_result_file,
 )
+from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 from storage_core.errors import ConfigError
 
 
@@ -89,6 +90,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     add_result_file_arg(p)
+    add_kafka_client_args(p)
     add_remote_args(p)
     p.set_defaults(handler=run)
 
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap_servers:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
-        admin = KafkaAdmin(args.bootstrap_servers)
+        admin = KafkaAdmin(args.bootstrap_servers, kafka_client_config(args))
         configs = {topic: admin.topic_configs(topic) for topic in sorted({topic for topic, _ in wanted})}
         # One line per refused topic, before anything is written; the tasks carry the configs too, so a
         # copy driven from elsewhere (Spark, the operator) refuses the same way.

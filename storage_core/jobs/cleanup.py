@@ -27,6 +27,8 @@ from storage_core.tiering.eligibility import Refusal, TrimTiming, copy_refusal, 
 class CleanupOptions:
     topics: set[str] | None = None
     bootstrap_servers: str | None = None
+    kafka_config: dict[str, str] = field(default_factory=dict, repr=False)
+    """Kafka client properties (may hold SASL credentials: never printed)."""
     log_dir: str | None = None
     remote_retention_ms: int | None = None
     remote_retention_bytes: int | None = None
@@ -104,7 +106,7 @@ def cleanup_work(work: PartitionWork) -> tuple[dict[str, Any] | None, str | None
     if work.options.bootstrap_servers:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
-        admin = KafkaAdmin(work.options.bootstrap_servers)
+        admin = KafkaAdmin(work.options.bootstrap_servers, work.options.kafka_config)
     try:
         layout = RemoteLayout(work.store.root)
         return _cleanup_one(work.store, layout, work.tp, work.view, admin, work.options), None
@@ -126,7 +128,7 @@ def run_cleanup(
     if options.bootstrap_servers:
         from storage_core.adapters.kafka_admin import KafkaAdmin
 
-        admin = KafkaAdmin(options.bootstrap_servers)
+        admin = KafkaAdmin(options.bootstrap_servers, options.kafka_config)
     report: dict[str, Any] = {
         "dry_run": options.dry_run,
         "partitions": [],
@@ -187,7 +189,7 @@ def _view(admin: Any, topic: str, options: CleanupOptions, report: dict[str, Any
         view.refusal = (
             copy_refusal(topic, configs)
             if view.local is None
-            else local_trim_refusal(topic, configs, view.local, options.trim_timing)
+            else local_trim_refusal(topic, configs, view.local, options.trim_timing, view.remote)
         )
     return view
 

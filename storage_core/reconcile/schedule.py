@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 
 from storage_core.api.cron import parse_cron
 from storage_core.api.resources import CopyPolicy
@@ -28,3 +29,33 @@ def copy_due(policy: CopyPolicy, last: RunOutcome | None, now: datetime.datetime
 def interval_due(interval_seconds: int, last: RunOutcome | None, now: datetime.datetime) -> bool:
     since = _last_time(last)
     return since is None or now - since >= datetime.timedelta(seconds=interval_seconds)
+
+
+_GAP_SCAN_START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+_GAP_SCAN_DAYS = 62
+
+
+@functools.lru_cache(maxsize=256)  # memoises a pure function of the expression; 10,000 topics share few
+def longest_cron_gap_seconds(expression: str) -> int:
+    """The longest time between two firings of a cron schedule over two months (at least that long when
+    it fires less often): the copy interval the local-trim rule must assume for a scheduled topic."""
+    schedule = parse_cron(expression)
+    minute, end = _GAP_SCAN_START, _GAP_SCAN_START + datetime.timedelta(days=_GAP_SCAN_DAYS)
+    fires = []
+    while minute < end:
+        if schedule.matches(minute):
+            fires.append(minute)
+        minute += datetime.timedelta(minutes=1)
+    if len(fires) < 2:
+        return _GAP_SCAN_DAYS * 86400
+    gaps = [b - a for a, b in zip(fires, fires[1:], strict=False)]
+    # The gap across the scan's edges counts too (e.g. a monthly schedule seen twice).
+    wrap = (fires[0] - _GAP_SCAN_START) + (end - fires[-1])
+    return int(max([*gaps, wrap]).total_seconds())
+
+
+def copy_interval_ms(policy: CopyPolicy) -> int:
+    """The longest time between two copies of a topic under ``policy``."""
+    if policy.schedule is not None:
+        return longest_cron_gap_seconds(policy.schedule) * 1000
+    return policy.interval_seconds * 1000

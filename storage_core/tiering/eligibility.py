@@ -18,14 +18,20 @@ nothing of the remote tier and applies ``retention.ms`` / ``retention.bytes`` to
 it deletes a segment first, an untiered segment is lost, and a log start Tierkeeper did not set makes
 cleanup expire the remote data below it (KIP-405's rule), so the remote retention is not honoured:
 
-- time: with ``retention.ms`` = K >= 0 and a local time window L (``-1``: none, counted as 0), refuse
+- time: with ``retention.ms`` = K >= 0 and a local time window L >= 0, refuse
   when ``K < L + copy interval + safety margin``. A rolled segment of a topic written continuously has its
   largest timestamp near its roll time; it is tiered by the next copy run (at most one interval later)
   and trimmed by us once older than L; Kafka deletes it once older than K. The margin covers a run's own
   duration and one failed run.
-- size: with ``retention.bytes`` = K >= 0, a local size window L (``-1``: none, counted as 0) and
+- size: with ``retention.bytes`` = K >= 0, a local size window L >= 0 and
   ``segment.bytes`` = S, refuse when ``K < L + 2 S``: above our window there must be room for the
   active segment and one rolled segment waiting for the next copy.
+- no local window on a dimension (L = -1): Tierkeeper does not trim by it, so Kafka's retention is what
+  deletes there; refuse unless K >= both the headroom (copy interval + margin, resp. 2 S) and the remote
+  retention R of that dimension when the caller knows it (R = -1: K must be -1 too).
+
+The operator's planner asks the same function (``storage_core/reconcile/eligibility.py``) with the
+topic's windows and copy interval, and reports a refusal as Stalled.
 
 What this cannot guarantee (documented in docs/reliability.md): the copy interval is what the caller
 says (the CLI's ``--copy-interval-ms``; the operator knows its schedule); a topic idle for longer than K
@@ -131,36 +137,84 @@ def compacted_locally(topic: str, in_cleaner_checkpoint: bool) -> Refusal | None
     )
 
 
-def local_trim_refusal(
-    topic: str, configs: Mapping[str, str], local: RetentionPolicy, timing: TrimTiming
+def _kafka_limit_refusal(
+    topic: str,
+    key: str,
+    kafka: int | None,
+    local: int,
+    remote: int | None,
+    headroom: int,
+    headroom_text: str,
+    reason: RefusalReason,
 ) -> Refusal | None:
-    """Why the local log of ``topic`` must not be trimmed with the window ``local``, or None."""
+    """One dimension (time or size) of :func:`local_trim_refusal`."""
+    if kafka is None or kafka == UNLIMITED:
+        return None  # Kafka never deletes on this dimension
+    if local != UNLIMITED:
+        needed = local + headroom
+        if kafka >= needed:
+            return None
+        why = f"it must be >= {needed} (local window {local} + {headroom_text})"
+    elif remote == UNLIMITED:
+        # No local window on this dimension and an unlimited remote retention: Kafka's retention is what
+        # deletes here, and the log start it moves expires the remote copies below it.
+        why = "with no local window on it and an unlimited remote retention, it must be -1"
+    else:
+        # No local window on it: Tierkeeper does not trim by it, so Kafka's retention must both leave the
+        # headroom to tier first and keep what the remote retention wants (when the caller knows it).
+        needed = max(headroom, remote or 0)
+        if kafka >= needed:
+            return None
+        why = (
+            f"it must be >= {needed} ({headroom_text}"
+            + (f"; remote retention {remote}" if remote else "")
+            + ", no local window on it)"
+        )
+    return Refusal(
+        topic,
+        reason,
+        f"Kafka's {key}={kafka} may delete segments before they are tiered, trimmed and kept for the "
+        f"remote retention; {why}",
+    )
+
+
+def local_trim_refusal(
+    topic: str,
+    configs: Mapping[str, str],
+    local: RetentionPolicy,
+    timing: TrimTiming,
+    remote: RetentionPolicy | None = None,
+) -> Refusal | None:
+    """Why ``topic`` must not be tiered and locally trimmed with the window ``local``, or None: the one
+    rule for Kafka's own retention, used by cleanup's local trim and by the operator's planner (which
+    reports it as Stalled). Per dimension (time, size), where Kafka's retention is finite: with a local
+    window, Kafka's retention must leave the headroom above it (module docstring); without one (-1),
+    Tierkeeper never trims by it, so Kafka's retention must be at least the remote retention (``remote``;
+    when unknown, at least the headroom)."""
     refusal = copy_refusal(topic, configs)
     if refusal is not None:
         return refusal
-    kafka_ms = _int(configs, "retention.ms")
-    if kafka_ms is not None and kafka_ms != UNLIMITED:
-        window = max(local.retention_ms, 0)
-        needed = window + timing.copy_interval_ms + timing.safety_margin_ms
-        if kafka_ms < needed:
-            return Refusal(
-                topic,
-                RefusalReason.RETENTION_TIME,
-                f"Kafka's retention.ms={kafka_ms} may delete segments before they are tiered and trimmed; "
-                f"it must be >= {needed} (local window {window} + copy interval "
-                f"{timing.copy_interval_ms} + margin {timing.safety_margin_ms} ms)",
-            )
-    kafka_bytes = _int(configs, "retention.bytes")
-    if kafka_bytes is not None and kafka_bytes != UNLIMITED:
-        segment = _int(configs, "segment.bytes") or 0
-        window = max(local.retention_bytes, 0)
-        needed = window + UNTIERED_SEGMENTS * segment
-        if kafka_bytes < needed:
-            return Refusal(
-                topic,
-                RefusalReason.RETENTION_SIZE,
-                f"Kafka's retention.bytes={kafka_bytes} may delete segments before they are tiered; "
-                f"it must be >= {needed} (local window {window} + {UNTIERED_SEGMENTS} x "
-                f"segment.bytes {segment})",
-            )
-    return None
+    margin = timing.copy_interval_ms + timing.safety_margin_ms
+    by_time = _kafka_limit_refusal(
+        topic,
+        "retention.ms",
+        _int(configs, "retention.ms"),
+        local.retention_ms,
+        None if remote is None else remote.retention_ms,
+        margin,
+        f"copy interval {timing.copy_interval_ms} + margin {timing.safety_margin_ms} ms",
+        RefusalReason.RETENTION_TIME,
+    )
+    if by_time is not None:
+        return by_time
+    segment = _int(configs, "segment.bytes") or 0
+    return _kafka_limit_refusal(
+        topic,
+        "retention.bytes",
+        _int(configs, "retention.bytes"),
+        local.retention_bytes,
+        None if remote is None else remote.retention_bytes,
+        UNTIERED_SEGMENTS * segment,
+        f"{UNTIERED_SEGMENTS} x segment.bytes {segment}",
+        RefusalReason.RETENTION_SIZE,
+    )

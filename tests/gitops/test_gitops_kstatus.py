@@ -1,20 +1,21 @@
 """kstatus (the library behind Flux's health checks and kstatus-based waits), run as the real Go library
-on the same recorded objects as the Argo CD checks, agrees with the table in docs/gitops.md."""
+on the same recorded objects as the Argo CD checks, agrees with the table in docs/gitops.md; and reading
+our objects live from the harness's real API server, it follows them through create, update, failure and
+deletion."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import kubernetes
 import pytest
 import yaml
 from argocd_lua import run_health
 from gitops_cases import CUSTOMIZATIONS, KINDS, doc_rows
 
-from harness.k8s import KubeApiServer, load_crds
+from harness.control_plane import ControlPlane
+from harness.k8s import load_crds
 from harness.kafka_dist import HarnessError
 from harness.kstatus import KstatusResult, kstatus_binary, kstatus_live, kstatus_of
 
@@ -52,58 +53,69 @@ def test_bad_input_is_a_one_line_error() -> None:
     assert "\n" not in str(info.value).strip()
 
 
-@pytest.fixture
-def api_server(tmp_path: Path) -> Iterator[KubeApiServer]:
-    server = KubeApiServer(tmp_path / "kube-api", crds=load_crds()).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+HOLD = "tierkeeper.io/test-hold"  # a finalizer of this test's own, so deletion stays observable
+PLURALS = {"TieredTopic": "tieredtopics", "TieredBroker": "tieredbrokers"}
 
 
-def test_live_object_through_a_kubeconfig(api_server: KubeApiServer) -> None:
-    """The checker's live mode, reading the object from an API server during create, update and failure.
+@pytest.fixture(scope="module")
+def plane(k8s_control_plane: ControlPlane) -> ControlPlane:
+    """The harness's real control plane (kube-apiserver and etcd) with the repository's CRDs."""
+    k8s_control_plane.apply_crds(load_crds())
+    return k8s_control_plane
 
-    The server is the harness's Kubernetes API for now (kmock's emulator); the real API server of the
-    control-plane harness (issue 14) will take its place without changing this test's steps.
-    """
-    client = kubernetes.client.CustomObjectsApi(api_server.api_client())
-    group, version, plural = "tierkeeper.io", "v1alpha1", "tieredtopics"
-    testdata = CUSTOMIZATIONS / "TieredTopic" / "testdata"
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_live_object_on_the_real_api_server(plane: ControlPlane, k8s_namespace: str, kind: str) -> None:
+    """The checker's live mode reads our object from the real API server through a kubeconfig during
+    create, status updates, a failure, a spec update and deletion, and reports what docs/gitops.md says:
+    Current / InProgress / Failed / Terminating."""
+    group, version, plural = "tierkeeper.io", "v1alpha1", PLURALS[kind]
+    path = f"/apis/{group}/{version}/namespaces/{k8s_namespace}/{plural}/orders"
+    testdata = CUSTOMIZATIONS / kind / "testdata"
+    rest = plane.rest()
 
     def live() -> KstatusResult:
-        (result,) = kstatus_live(api_server.kubeconfig, f"{group}/{version}/{plural}", "kafka", "orders")
+        (result,) = kstatus_live(plane.kubeconfig, f"{group}/{version}/{plural}", k8s_namespace, "orders")
+        assert result.kind == kind and result.name == "orders"
         return result
 
     def set_status(example: str) -> None:
         status = yaml.safe_load((testdata / example).read_text())["status"]
-        client.patch_namespaced_custom_object_status(
-            group, version, "kafka", plural, "orders", {"status": status}
-        )
+        rest.merge_patch(f"{path}/status", {"status": status})
 
     obj = yaml.safe_load((testdata / "progressing_noStatus.yaml").read_text())
-    obj["metadata"] = {"name": "orders", "namespace": "kafka"}
-    client.create_namespaced_custom_object(group, version, "kafka", plural, obj)
+    obj["metadata"] = {"name": "orders", "namespace": k8s_namespace, "finalizers": [HOLD]}
+    plane.request("POST", path.rsplit("/", 1)[0], obj)
     assert live().status == "Current"  # kstatus's gap: no status yet (docs/gitops.md)
     set_status("progressing_reconciling.yaml")
     assert live().status == "InProgress"
     set_status("degraded_stalled.yaml")
     failed = live()
-    assert failed.status == "Failed" and "cleanup.policy=compact" in failed.message
-    # A spec change: the Stalled verdict is about generation 1, so it no longer counts.
-    client.patch_namespaced_custom_object(
-        group, version, "kafka", plural, "orders", {"spec": {"paused": True}}
+    assert failed.status == "Failed", failed
+    assert (
+        failed.message
+        == yaml.safe_load((testdata / "degraded_stalled.yaml").read_text())["status"]["message"]
     )
+    # A spec change: the API server bumps generation; the Stalled verdict is about generation 1.
+    rest.merge_patch(path, {"spec": {"paused": True}})
     behind = live()
     assert behind.status == "InProgress" and "generation is 2" in behind.message, behind.message
     set_status("healthy_ready.yaml")  # observedGeneration 2
     ready = live()
     assert ready.status == "Current", ready.message
-
-
-def test_live_mode_names_a_missing_object(api_server: KubeApiServer) -> None:
+    # Deletion: held by the finalizer, the object is Terminating until it is released.
+    plane.request("DELETE", path)
+    terminating = live()
+    assert terminating.status == "Terminating", terminating
+    rest.merge_patch(path, {"metadata": {"finalizers": None}})
+    # The API server removes the object as it stores the empty finalizer list: gone for kstatus too.
     with pytest.raises(HarnessError, match="not found"):
-        kstatus_live(api_server.kubeconfig, "tierkeeper.io/v1alpha1/tieredtopics", "kafka", "absent")
+        live()
+
+
+def test_live_mode_names_a_missing_object(plane: ControlPlane, k8s_namespace: str) -> None:
+    with pytest.raises(HarnessError, match="not found"):
+        kstatus_live(plane.kubeconfig, "tierkeeper.io/v1alpha1/tieredtopics", k8s_namespace, "absent")
 
 
 @pytest.mark.parametrize("observed", [1, 3])

@@ -9,6 +9,7 @@ harness's process kubelet.
     plane.kubelet.logs("ns", "pod", "container") # what a container wrote to stdout/stderr
     plane.kubelet.images["my/image"] = ImageCommand(entrypoint=[...])   # run another image
     plane.apply_crds(load_crds())                # create/replace CRDs and wait until they are Established
+    plane.audited("system:serviceaccount:ns:sa") # the requests a ServiceAccount made (API server audit log)
     plane.stop()
 
 kube-apiserver and kube-controller-manager are built from source once per pinned version
@@ -21,6 +22,7 @@ controller-manager runs the controllers in :data:`CONTROLLERS`. Pods are run by
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import ssl
@@ -75,6 +77,19 @@ CONTROLLERS = (
     "persistentvolume-binder",  # binds PVCs to the static PersistentVolumes tests create
     "podgc",
 )
+# The API server's audit log records what ServiceAccounts outside kube-system ask (verb, resource, answer):
+# what RBAC tests compare with the Roles they were given. Controllers (kube-system) are left out.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  userGroups: ["system:serviceaccounts:kube-system"]
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+"""
 _LONGRUNNING = re.compile(r"^apiserver_longrunning_requests\{([^}]*)\} (\S+)$", re.MULTILINE)
 
 
@@ -112,6 +127,23 @@ class ControlPlane:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def audited(self, username: str) -> list[dict[str, Any]]:
+        """The audit events (``audit.k8s.io/v1`` Event, Metadata level) of ``username``'s requests so far,
+        e.g. ``system:serviceaccount:NS:NAME``; a request appears once its response was written."""
+        events = []
+        for path in sorted(self.workdir.glob("audit*.log")):  # the current file and a rotated one
+            for line in path.read_text().splitlines():
+                if f'"username":"{username}"' not in line:
+                    continue
+                event = json.loads(line)
+                if event.get("user", {}).get("username") == username:
+                    events.append(event)
+        return events
+
     def start(self, timeout: float = 180.0) -> ControlPlane:
         binaries = self.bin_dir or ensure_kubernetes()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +173,8 @@ class ControlPlane:
             f"{self._kcm_token},system:kube-controller-manager,kube-controller-manager\n"
         )
         tokens.chmod(0o600)
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
         argv = [
             str(binaries / "kube-apiserver"),
             f"--etcd-servers={self._etcd.url}",
@@ -164,6 +198,11 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=200",
+            "--audit-log-maxbackup=1",
         ]
         self._spawn("kube-apiserver", argv)
         self._wait_http("kube-apiserver", f"{self.url}/readyz", timeout, token=self.admin_token)

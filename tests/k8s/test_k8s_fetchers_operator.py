@@ -123,6 +123,13 @@ def test_operator_proposes_and_applies_fetcher_changes_by_annotation(
     x = next(b for b, p in proposals.items() if len(p["steps"]) >= 2)
     steps = proposals[x]["steps"]
 
+    def pending_seconds(b: int) -> float | None:
+        return reconciler.metrics.registry.get_sample_value(
+            "tierkeeper_fetcher_proposal_pending_seconds", {"cluster": "five", "broker": str(b)}
+        )
+
+    assert all(pending_seconds(b) is not None for b in kafka.node_ids)  # what the pending alert watches
+
     # approve -> the first step only, in effect before the round ends; Reconciling while it applies.
     annotate(x, "approve")
     reconciler.run_round()
@@ -136,6 +143,9 @@ def test_operator_proposes_and_applies_fetcher_changes_by_annotation(
     reconciler.run_round()
     reconciler.run_round()
     assert fetchers(x)["phase"] == "Stopped" and value(x) == steps[0]
+    waiting = next(b for b in kafka.node_ids if b != x)
+    assert fetchers(waiting)["phase"] == "ProposalReady" and (pending_seconds(waiting) or 0.0) > 0.0
+    assert pending_seconds(x) == 0.0  # stopped: nothing waits for approval
     assert conditions(x)["Ready"] == "True" and "Reconciling" not in conditions(x)
 
     # refresh -> a new proposal from where the broker is now.
@@ -173,6 +183,7 @@ def test_operator_proposes_and_applies_fetcher_changes_by_annotation(
         "tierkeeper_fetcher_imbalance", {"cluster": "five", "broker": str(x)}
     )
     assert imbalance is not None and imbalance >= 1.0
+    assert all(pending_seconds(b) == 0.0 for b in kafka.node_ids)  # nothing waits for approval any more
     reasons = {e["reason"] for e in plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]}
     assert {
         "FetcherProposal",

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 
-from storage_core.api.cluster import KafkaClusterConfig
+import pytest
+from pydantic import ValidationError
+
+from storage_core.api.cluster import KafkaClusterConfig, credential_like
+from storage_core.api.parse import describe_errors
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
 from tierkeeper_operator.jobs import (
     ANNOTATION_WORK,
+    KAFKA_CONFIG_DIR,
     LABEL_BROKER,
     LABEL_KIND,
     Owner,
@@ -91,6 +96,7 @@ def test_cleanup_job_manifest() -> None:
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:5] == ["cleanup", "--bootstrap-servers", "k:9092", "--topic", "orders"]
     assert args[args.index("--local-retention-ms") + 1] == str(spec.local_retention_ms)
+    assert args[args.index("--copy-interval-ms") + 1] == "300000"  # the planner's timing (default 300 s)
     assert json.loads(job["metadata"]["annotations"][ANNOTATION_WORK]) == [["kafka/orders", "orders", []]]
 
 
@@ -122,3 +128,92 @@ def test_job_state_and_termination_message() -> None:
     ]
     assert termination_message(pods) == "new"
     assert termination_message([]) is None
+
+
+SECURE = KafkaClusterConfig.model_validate(
+    {
+        "name": "c",
+        "bootstrapServers": "k:9093",
+        "clientConfig": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+        "clientConfigSecretRef": {"name": "kafka-sasl"},
+        "remote": {"url": "s3://b/p", "storageOptionsSecretRef": {"name": "s3"}},
+        "jobs": {
+            "cleanupEngine": "spark",
+            "sparkMaster": "spark://spark-master:7077",
+            "sparkConf": {"spark.executor.memory": "2g", "spark.executor.instances": "3"},
+        },
+    }
+)
+
+
+def _every_string(node: object) -> list[str]:
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in (str(k), *_every_string(v))]
+    if isinstance(node, list):
+        return [s for item in node for s in _every_string(item)]
+    return [str(node)]
+
+
+def test_kafka_jobs_get_client_properties_and_secrets_only_by_reference() -> None:
+    spec = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
+    jobs = [
+        copy_job(ACTION, SECURE, BROKER, OWNER, None, "r"),
+        cleanup_job(CleanupAction("c", "kafka/orders", "orders", spec), SECURE, OWNER, "r"),
+    ]
+    for job in jobs:
+        pod = job["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        args = container["args"]
+        # Non-secret properties are flags; the Secret is a read-only volume the command reads as files.
+        assert args[args.index("--kafka-config-dir") + 1] == KAFKA_CONFIG_DIR
+        properties = [args[i + 1] for i, a in enumerate(args) if a == "--kafka-property"]
+        assert properties == ["sasl.mechanism=SCRAM-SHA-512", "security.protocol=SASL_SSL"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "kafka-client")
+        assert volume == {"name": "kafka-client", "secret": {"secretName": "kafka-sasl"}}
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "kafka-client")
+        assert mount == {"name": "kafka-client", "mountPath": KAFKA_CONFIG_DIR, "readOnly": True}
+        # Storage credentials come from the Secret as environment (envFrom), never as values.
+        assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
+        assert "env" not in container
+        assert not any(credential_like(a.partition("=")[0]) for a in properties)
+        assert "--storage-option" not in args
+
+
+def test_no_credential_reaches_a_job_manifest() -> None:
+    """What the Secrets hold is never in the cluster configuration, so it cannot reach a manifest: the
+    configuration refuses credential-like storage options and client properties inline."""
+    spec = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
+    job = cleanup_job(CleanupAction("c", "kafka/orders", "orders", spec), SECURE, OWNER, "r")
+    words = " ".join(_every_string(job)).lower()
+    assert "password" not in words and "aws_secret" not in words
+    raw = SECURE.model_dump(by_alias=True, mode="json")
+    for where, key, value in (
+        ("clientConfig", "sasl.password", "hunter2"),
+        ("clientConfig", "ssl.key.password", "hunter2"),
+        ("storageOptions", "secret", "hunter2"),
+    ):
+        bad = json.loads(json.dumps(raw))
+        target = bad["remote"] if where == "storageOptions" else bad
+        target[where] = {key: value}
+        with pytest.raises(ValidationError) as refused:
+            KafkaClusterConfig.model_validate(bad)
+        assert f"{where} {key} look like credentials" in describe_errors(refused.value, "cluster")
+        assert value not in describe_errors(refused.value, "cluster")  # the one-line error quotes no value
+
+
+def test_cleanup_job_runs_on_spark_when_configured() -> None:
+    spec = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
+    action = CleanupAction("c", "kafka/orders", "orders", spec)
+    args = cleanup_job(action, SECURE, OWNER, "r")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--engine") + 1] == "spark"
+    assert args[args.index("--spark-master") + 1] == "spark://spark-master:7077"
+    confs = [args[i + 1] for i, a in enumerate(args) if a == "--spark-conf"]
+    assert confs == ["spark.executor.instances=3", "spark.executor.memory=2g"]
+    plain = cleanup_job(action, CLUSTER, OWNER, "r")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--engine" not in plain and "--spark-master" not in plain  # local engine: the default
+    # The flags are the cleanup command's own: its parser accepts exactly these arguments.
+    from storage_core.cli.main import build_parser
+
+    parsed = build_parser().parse_args(args)
+    assert parsed.engine == "spark" and parsed.spark_master == "spark://spark-master:7077"
+    assert parsed.kafka_config_dir == KAFKA_CONFIG_DIR

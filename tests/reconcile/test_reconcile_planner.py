@@ -101,10 +101,10 @@ def test_no_second_copy_for_a_busy_broker_nor_second_cleanup() -> None:
             "remote.storage.enable=true",
         ),
         ({}, "TopicConfigsUnknown", "no cleanup.policy"),
-        (
-            {"cleanup.policy": "delete", "retention.ms": "604800000"},
+        (  # shorter than the local window (1 day by default) + copy interval + margin
+            {"cleanup.policy": "delete", "retention.ms": "3600000"},
             "KafkaRetentionTooShort",
-            "retention.ms=604800000",
+            "retention.ms=3600000",
         ),
         (
             {"cleanup.policy": "delete", "retention.bytes": "1073741824"},
@@ -133,6 +133,37 @@ def test_kafka_retention_at_least_the_remote_retention_is_fine() -> None:
     )
     assert "Stalled" not in conditions(result.topic_status["ns/orders"])
     assert len(result.copies) == 3
+
+
+DAILY = {"localRetentionMs": 3_600_000, "copy": {"schedule": "0 3 * * *"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "retention_ms", "stalled"),
+    [
+        # With a local window, Kafka's retention needs only the headroom above it (the trim comes first).
+        ({"localRetentionMs": 3_600_000}, 3_600_000 + 300_000 + 3_600_000, False),
+        ({"localRetentionMs": 3_600_000}, 3_600_000 + 300_000 + 3_600_000 - 1, True),
+        # No local window on time: Kafka's retention deletes, so it must be at least the remote one.
+        ({"localRetentionMs": -1, "remoteRetentionMs": -1}, 604_800_000, True),
+        ({"localRetentionMs": -1, "remoteRetentionMs": -1}, -1, False),
+        # A daily schedule: the copy interval assumed is the longest gap between runs (a day).
+        ({"localRetentionMs": 3_600_000, "copy": {"schedule": "0 3 * * *"}}, 3_600_000 + 7_200_000, True),
+        (
+            {"localRetentionMs": 3_600_000, "copy": {"schedule": "0 3 * * *"}},
+            2 * 3_600_000 + 86_400_000,
+            False,
+        ),
+    ],
+)
+def test_one_retention_rule_with_the_cleanup_jobs(
+    spec: dict[str, Any], retention_ms: int, stalled: bool
+) -> None:
+    """The planner asks tiering.eligibility.local_trim_refusal, the rule cleanup applies, with the topic's
+    windows, remote retention and copy interval."""
+    configs = {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+    result = plan(CLUSTERS, [topic(spec=spec, configs=configs)], BROKERS, RunningWork(), T0)
+    assert ("Stalled" in conditions(result.topic_status["ns/orders"])) is stalled, result.topic_status
 
 
 def test_missing_topic_unknown_cluster_and_untiered_leader_are_stalled() -> None:

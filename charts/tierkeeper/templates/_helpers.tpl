@@ -34,3 +34,31 @@ app.kubernetes.io/part-of: tierkeeper
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/* repository:tag, or repository@digest when a digest is set; the tag defaults to the appVersion. */}}
+{{- define "tierkeeper.image" -}}
+{{- $image := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) -}}
+{{- end -}}
+{{- end }}
+
+{{/* Each cluster of values `clusters:` with jobDefaults and the pipeline image under its own `jobs`. */}}
+{{- define "tierkeeper.cluster" -}}
+{{- $cluster := deepCopy (index . 0) -}}
+{{- $root := index . 1 -}}
+{{- $jobs := mergeOverwrite (deepCopy $root.Values.jobDefaults) (deepCopy (default dict $cluster.jobs)) -}}
+{{- if not $jobs.image -}}
+{{- $_ := set $jobs "image" (include "tierkeeper.image" (list $root.Values.pipelineImage $root)) -}}
+{{- end -}}
+{{- $_ := set $cluster "jobs" $jobs -}}
+{{- toYaml $cluster -}}
+{{- end }}
+
+{{/* The generated RBAC rules (files/rbac.yaml, from tierkeeper_operator.rbac). */}}
+{{- define "tierkeeper.rbacRules" -}}
+{{- .Files.Get "files/rbac.yaml" | fromYaml | toJson -}}
+{{- end }}

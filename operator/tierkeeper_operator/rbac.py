@@ -1,0 +1,119 @@
+"""Every Kubernetes permission the operator needs, declared once next to the adapter that uses them.
+
+The Helm chart's Roles / ClusterRole are generated from this list (``python -m tierkeeper_operator.chartgen``
+writes ``charts/tierkeeper/files/rbac.yaml``), and the tests hold it to the code both ways: every call the
+:class:`~tierkeeper_operator.kube.Kube` adapter makes is granted here and every grant of the adapter is
+made by some call (``tests/k8s/test_k8s_rbac.py``). A new call in ``kube.py`` fails those tests until its
+grant is added here and the chart regenerated.
+
+``KUBE_GRANTS`` are the adapter's own calls; ``KOPF_GRANTS`` what kopf does on the operator's behalf
+(watching and patching our resources, posting events, discovering CRDs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage_core.api import GROUP
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Verbs on one resource (``"jobs"``, ``"tieredtopics/status"``) of one API group (``""``: core)."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+    cluster_scoped: bool = False
+    """The resource is cluster-scoped: grantable by a ClusterRole only."""
+    clusterwide_only: bool = False
+    """Needed only when the operator watches all namespaces (granted by the ClusterRole then)."""
+    namespaced_only: bool = False
+    """Needed only when the operator watches given namespaces (granted by their Roles)."""
+
+
+KUBE_GRANTS: tuple[Grant, ...] = (
+    Grant(
+        GROUP,
+        "tieredtopics",
+        ("list", "patch"),
+        "Kube.list_resources: every round lists them; Kube.set_finalizers: the remote-deletion finalizer",
+    ),
+    Grant(GROUP, "tieredbrokers", ("list",), "Kube.list_resources: every round lists the TieredBrokers"),
+    Grant(GROUP, "tieredtopics/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
+    Grant(GROUP, "tieredbrokers/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
+    Grant("batch", "jobs", ("list", "create", "patch"), "Kube.list_jobs, create_job, annotate_job"),
+    Grant("", "pods", ("list", "get"), "Kube.job_pods (termination messages), pod_node (broker's node)"),
+    Grant("", "events", ("create",), "Kube.event: Warning/Normal events on our objects"),
+    Grant(
+        "kopf.dev",
+        "kopfpeerings",
+        ("get", "create"),
+        "Kube.get_peering, ensure_peering: the rounds follow kopf's peering; the operator creates the object",
+        namespaced_only=True,
+    ),
+    Grant(
+        "kopf.dev",
+        "clusterkopfpeerings",
+        ("get", "create"),
+        "Kube.get_peering, ensure_peering, watching all namespaces",
+        cluster_scoped=True,
+        clusterwide_only=True,
+    ),
+)
+
+KOPF_GRANTS: tuple[Grant, ...] = (
+    Grant(GROUP, "tieredtopics", ("list", "watch", "patch"), "kopf watches them; finalizers, annotations"),
+    Grant(GROUP, "tieredbrokers", ("list", "watch", "patch"), "kopf watches them; finalizers, annotations"),
+    Grant(GROUP, "tieredtopics/status", ("patch",), "kopf's handlers write status through the subresource"),
+    Grant(GROUP, "tieredbrokers/status", ("patch",), "kopf's handlers write status through the subresource"),
+    Grant("", "events", ("create",), "kopf posts events for handler results (kopf.warn)"),
+    Grant(
+        "kopf.dev",
+        "kopfpeerings",
+        ("list", "watch", "patch"),
+        "kopf peering in each watched namespace: watches the peers, patches its keep-alive",
+        namespaced_only=True,
+    ),
+    Grant(
+        "kopf.dev",
+        "clusterkopfpeerings",
+        ("list", "watch", "patch"),
+        "kopf peering when watching all namespaces",
+        cluster_scoped=True,
+        clusterwide_only=True,
+    ),
+    # kopf notices CRDs appearing and changing; without this grant (namespaced mode) it logs a warning and
+    # sees CRD changes only after a restart, which the chart forces on a CRD change (checksum annotation).
+    Grant(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("list", "watch"),
+        "kopf's resource scanning",
+        cluster_scoped=True,
+        clusterwide_only=True,
+    ),
+)
+
+ALL_GRANTS: tuple[Grant, ...] = KUBE_GRANTS + KOPF_GRANTS
+
+
+def merged(grants: tuple[Grant, ...], *, clusterwide: bool) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(group, resource) -> sorted verbs, of the grants a mode needs (namespaced: ``clusterwide`` False)."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for grant in grants:
+        if (grant.clusterwide_only and not clusterwide) or (grant.namespaced_only and clusterwide):
+            continue
+        out.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
+    return {key: tuple(sorted(verbs)) for key, verbs in sorted(out.items())}
+
+
+def rules(*, clusterwide: bool, cluster_scoped: bool | None = None) -> list[dict[str, list[str]]]:
+    """RBAC ``rules`` for a mode: one rule per resource; ``cluster_scoped`` filters by resource scope."""
+    scoped = {(g.group, g.resource): g.cluster_scoped for g in ALL_GRANTS}
+    return [
+        {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
+        for (group, resource), verbs in merged(ALL_GRANTS, clusterwide=clusterwide).items()
+        if cluster_scoped is None or scoped[(group, resource)] == cluster_scoped
+    ]

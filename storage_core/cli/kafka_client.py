@@ -1,0 +1,71 @@
+"""Kafka client properties for the commands that talk to Kafka (``copy``'s eligibility check, ``cleanup``'s
+DeleteRecords): non-secret ones as flags, secret ones (SASL passwords, TLS keys) from a directory where
+each file is one property, which is how Kubernetes mounts a Secret whose keys are property names. Secrets
+never go in the process arguments or the pod spec, and no message quotes a value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from storage_core.api.cluster import credential_like
+from storage_core.errors import ConfigError
+
+CONFIG_DIR_ENV = "TIERKEEPER_KAFKA_CONFIG_DIR"
+
+
+def add_kafka_client_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Kafka client")
+    group.add_argument(
+        "--kafka-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a non-secret librdkafka client property (security.protocol, ssl.ca.location, client.id); "
+        "repeatable. Secrets are refused here: use --kafka-config-dir",
+    )
+    group.add_argument(
+        "--kafka-config-dir",
+        metavar="DIR",
+        help="a directory of client properties, one file per property named after it (a mounted "
+        f"Secret: sasl.username, sasl.password, ...); default ${CONFIG_DIR_ENV}",
+    )
+
+
+def kafka_client_config(args: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The client properties: the directory's, then ``--kafka-property`` (which wins)."""
+    env = dict(os.environ) if environ is None else environ
+    config: dict[str, str] = {}
+    directory = getattr(args, "kafka_config_dir", None) or env.get(CONFIG_DIR_ENV)
+    if directory:
+        config.update(read_config_dir(Path(directory)))
+    for n, item in enumerate(getattr(args, "kafka_property", None) or [], 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--kafka-property number {n}: expected KEY=VALUE")
+        if credential_like(key):
+            raise ConfigError(
+                f"--kafka-property {key.strip()}: looks like a secret; put it in a file of --kafka-config-dir"
+            )
+        config[key.strip()] = value
+    return config
+
+
+def read_config_dir(directory: Path) -> dict[str, str]:
+    """Every regular file of ``directory`` is a property (its name) and its value (the text, without a
+    final newline). Names starting with a dot are skipped: a mounted Secret keeps its ``..data``
+    bookkeeping there."""
+    if not directory.is_dir():
+        raise ConfigError(f"--kafka-config-dir {directory}: not a directory")
+    config = {}
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--kafka-config-dir: cannot read {path.name}: {type(exc).__name__}") from None
+        config[path.name] = text.removesuffix("\n").removesuffix("\r")
+    return config

@@ -1,0 +1,186 @@
+"""The chart end to end on the harness control plane: `helm install` with a real Kafka broker and moto S3,
+watching one namespace that enforces the `restricted` Pod Security level. The operator in the chart's pod
+(its Role only) reconciles a TieredTopic to Ready through copy and cleanup Jobs that run the chart's
+pipeline image; every request it made is in the API server's audit log, granted and not refused."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import s3fs
+import yaml
+from confluent_kafka.admin import AdminClient, NewTopic
+from k8s_helpers import unique
+from test_k8s_helm import (
+    CHART,
+    RESTRICTED,
+    granted,
+    helm,
+    kopf_cluster_scan_request,
+    operator_pods,
+    requests_of,
+    running_pod,
+)
+from test_k8s_operator_real import log_dir_claims, produce, resource
+
+from harness.control_plane import ControlPlane
+from harness.k8s import load_crds
+from harness.kafka import KafkaCluster
+from harness.kafka_dist import HarnessError
+from harness.kstatus import kstatus_live
+from harness.kube_rest import ApiError
+from harness.moto_s3 import MotoServer
+from harness.ports import free_ports
+from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator.jobs import LABEL_KIND
+
+DEADLINE = 300.0  # the operator pod, then its Jobs' pods, start Python processes on a busy 2-core machine
+
+
+def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
+    k8s_control_plane: ControlPlane,
+    kafka_cluster_factory: Callable[..., KafkaCluster],
+    moto_server: MotoServer,
+    tmp_path: Path,
+) -> None:
+    plane = k8s_control_plane
+    plane.apply_crds(load_crds())
+    release, system, ns = unique("tk"), unique("tierkeeper-system"), unique("kafka")
+    plane.create_namespace(system, labels=RESTRICTED)
+    plane.create_namespace(ns, labels=RESTRICTED)
+    kafka = kafka_cluster_factory(1)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    config = {"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"}
+    admin.create_topics([NewTopic("orders", 2, 1, config=config)])["orders"].result(60)
+    kafka.wait_topic("orders", 2)
+    produce(kafka, "orders", 2000)
+    bucket = f"tk-{ns}"
+    options = moto_server.storage_options()
+    s3fs.S3FileSystem(**options).mkdir(bucket)
+    log_dir_claims(plane, ns, kafka)
+    plane.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/secrets",
+        {
+            "metadata": {"name": "s3"},
+            "stringData": {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]},
+        },
+    )
+    cluster = {
+        "name": "local",
+        "bootstrapServers": kafka.bootstrap_servers,
+        "remote": {
+            "url": f"s3://{bucket}/tier",
+            "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
+            "storageOptionsSecretRef": {"name": "s3"},
+        },
+        "jobs": {"backoffLimit": 0},
+    }
+    probes, readiness, metrics = free_ports(3)
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [cluster],
+                "watchNamespaces": [ns],
+                "reconcileIntervalSeconds": 5,
+                "probes": {"port": probes, "readiness": {"port": readiness}},
+                "metrics": {"port": metrics},
+                "jobDefaults": {"ttlSecondsAfterFinished": 600},
+            }
+        )
+    )
+    (broker,) = kafka.node_ids
+    broker_spec = {
+        "clusterRef": {"name": "local"},
+        "brokerId": broker,
+        "logDir": {
+            "claimName": f"data-{broker}",
+            "mountPath": "/var/lib/kafka/data",
+            "path": "/var/lib/kafka/data",
+        },
+        "placement": {"nodeName": plane.kubelet.node_names[0]},
+    }
+    topic_spec = {
+        "clusterRef": {"name": "local"},
+        "topic": "orders",
+        "localRetentionMs": -1,
+        "localRetentionBytes": 128 * 1024,
+        "copy": {"intervalSeconds": 10},
+        "cleanup": {"intervalSeconds": 10},
+    }
+    base = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}"
+    try:
+        helm(plane, "install", release, str(CHART), "-n", system, "--values", str(values), "--take-ownership")
+        pod = running_pod(plane, system, release)
+        plane.request("POST", f"{base}/tieredbrokers", resource("TieredBroker", "broker", broker_spec))
+        plane.request("POST", f"{base}/tieredtopics", resource("TieredTopic", "orders", topic_spec))
+
+        deadline = time.monotonic() + DEADLINE
+        obj: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            obj = plane.request("GET", f"{base}/tieredtopics/orders")
+            status = obj.get("status") or {}
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+            if status.get("lastCopy") and status.get("lastCleanup") and ready:
+                break
+            time.sleep(2)
+        status = obj.get("status") or {}
+        log = plane.kubelet.logs(system, pod["metadata"]["name"], "operator")
+        assert status.get("lastCopy", {}).get("result") == "Succeeded", (
+            status,
+            job_logs(plane, ns),
+            log[-3000:],
+        )
+        assert status.get("lastCleanup", {}).get("result") == "Succeeded", (status, job_logs(plane, ns))
+        (verdict,) = kstatus_live(plane.kubeconfig, f"{GROUP}/{VERSION}/tieredtopics", ns, "orders")
+        assert verdict.status == "Current", verdict
+
+        # The Jobs ran the chart's pipeline image, as the restricted profile the namespace enforces allows.
+        jobs = plane.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+        assert {j["metadata"]["labels"][LABEL_KIND] for j in jobs} >= {"copy", "cleanup"}
+        for job in jobs:
+            (container,) = job["spec"]["template"]["spec"]["containers"]
+            assert container["image"].startswith("tierkeeper/pipeline:"), container["image"]
+            assert job["spec"]["ttlSecondsAfterFinished"] == 600 and job["spec"]["backoffLimit"] == 0
+        assert s3fs.S3FileSystem(**options).find(f"{bucket}/tier"), "nothing in S3"
+
+        # Every request of the operator (its Role in the watched namespace only) was granted; the only
+        # refusals are kopf's cluster-scope scans. Job creation, pods and events were among them.
+        made = requests_of(plane, system, pod["spec"]["serviceAccountName"])
+        refused = {key for key, codes in made.items() if 403 in codes}
+        assert all(kopf_cluster_scan_request(key) for key in refused), sorted(refused)
+        assert made.keys() - refused <= granted(clusterwide=False), sorted(
+            made.keys() - granted(clusterwide=False)
+        )
+        assert {("create", "batch", "jobs"), ("list", "", "pods"), ("create", "", "events")} <= made.keys()
+
+        helm(plane, "uninstall", release, "-n", system)
+        assert wait_gone(plane, system, release), "the operator pod outlived the release"
+    finally:
+        plane.apply_crds(load_crds())
+        for namespace in (system, ns):
+            try:
+                plane.request("DELETE", f"/api/v1/namespaces/{namespace}")
+            except ApiError:
+                pass
+
+
+def wait_gone(plane: ControlPlane, namespace: str, release: str) -> bool:
+    from harness.k8s import wait_until
+
+    return bool(wait_until(lambda: not operator_pods(plane, namespace, release), 120))
+
+
+def job_logs(plane: ControlPlane, namespace: str) -> dict[str, str]:
+    logs = {}
+    for pod in plane.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]:
+        name = pod["metadata"]["name"]
+        try:
+            logs[name] = plane.kubelet.logs(namespace, name, "tierkeeper")[-2000:]
+        except HarnessError as exc:
+            logs[name] = f"{exc}; status {pod.get('status')}"
+    return logs
