@@ -139,6 +139,7 @@ def test_cluster_role_is_least_privilege() -> None:
     assert grants[("", "events")] == {"create"}
     assert grants[("batch", "jobs")] == {"get", "list", "watch", "create", "patch"}
     assert grants[("", "pods")] <= {"get", "list", "watch"}
+    assert grants[("", "configmaps")] == {"get", "create", "patch"}  # the rebuild settings
     assert ("", "secrets") not in grants  # Jobs name Secrets; the operator never reads them
     binding = only(render(), "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == only(render(), "ClusterRole")["metadata"]["name"]
