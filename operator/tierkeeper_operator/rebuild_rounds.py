@@ -6,7 +6,7 @@
    a finished rebuild Job, into ``status.rebuild``.
 3. Serve ``tierkeeper.io/rebuild: run``: a rebuild Job on the broker's claim (mounted read-write), started
    only while no pod uses that claim read-write; otherwise the status says Blocked and names the pods.
-4. Let a rebuild in progress, blocked or failed show in the broker's kstatus conditions.
+4. Let a rebuild in progress, blocked or failed show in the broker's kstatus conditions (``with_rebuild``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from storage_core.api.rebuild_settings import (
     settings_config_map_name,
 )
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.api.status import READY, Condition, RebuildStatus, TieredBrokerStatus
-from storage_core.reconcile.conditions import conditions_for
+from storage_core.api.status import Condition, TieredBrokerStatus
 from storage_core.reconcile.planner import Plan
 from storage_core.reconcile.rebuild import (
     REQUEST_ANNOTATION,
@@ -33,9 +32,9 @@ from storage_core.reconcile.rebuild import (
     JobView,
     RebuildInput,
     decide,
-    health,
     init_container_view,
     pods_using_claim,
+    with_rebuild,
 )
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
@@ -205,33 +204,12 @@ class RebuildRounds:
                 self.kube.remove_annotation("tieredbrokers", obj, REQUEST_ANNOTATION)
             for event in step.events:
                 self.event(obj, "TieredBroker", event.type, event.reason, event.message)
-            planned.broker_status[key] = self._with_health(obj, status, step.status, now)
+            previous = []
+            for raw in (obj.get("status") or {}).get("conditions") or []:
+                try:
+                    previous.append(Condition.model_validate(raw))
+                except ValueError:
+                    continue  # a malformed foreign condition must not wedge the round
+            generation = meta.get("generation")
+            planned.broker_status[key] = with_rebuild(status, step.status, previous, generation, now)
         return created
-
-    @staticmethod
-    def _with_health(
-        obj: Mapping[str, Any],
-        status: TieredBrokerStatus,
-        rebuild: RebuildStatus | None,
-        now: datetime.datetime,
-    ) -> TieredBrokerStatus:
-        """The planner's status with the rebuild's; a rebuild in progress, blocked or failed speaks for the
-        broker's conditions unless the planner already found it unusable."""
-        updated = status.model_copy(update={"rebuild": rebuild})
-        verdict = health(rebuild)
-        ready = any(c.type == READY and c.status == "True" for c in status.conditions)
-        if verdict is None or not (ready or verdict.stalled):
-            return updated
-        before = []
-        for raw in (obj.get("status") or {}).get("conditions") or []:
-            try:
-                before.append(Condition.model_validate(raw))
-            except ValueError:
-                continue  # a malformed foreign condition must not wedge the round
-        generation = obj["metadata"].get("generation")
-        return updated.model_copy(
-            update={
-                "message": verdict.message,
-                "conditions": conditions_for(verdict, generation, before, now),
-            }
-        )

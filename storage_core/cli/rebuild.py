@@ -215,32 +215,13 @@ def _run(args: argparse.Namespace, started: float) -> int:
 
 def _cluster_view(target: _Target, excluded: set[str]) -> Any:
     from storage_core.adapters.kafka_admin import KafkaAdmin
-    from storage_core.rebuild.plan import AssignedPartition
+    from storage_core.jobs.rebuild import assigned_partitions
 
-    broker_id = target.broker_id
-
-    def cluster() -> list[AssignedPartition]:
+    def cluster() -> Any:
         # The broker being rebuilt is down by design; librdkafka would log every refused connection to it.
         assert target.bootstrap is not None
         admin = KafkaAdmin(target.bootstrap, {**target.client_config, "log_level": "2"})
-        described = admin.describe([t for t in admin.topic_names() if t not in excluded])
-        mine = [info for info in described.values() if broker_id in info.replicas]
-        tps = [(i.topic, i.partition) for i in mine]
-        starts, ends = admin.log_start_offsets(tps), admin.high_watermarks(tps)
-        configs = {topic: admin.topic_configs(topic) for topic in sorted({i.topic for i in mine})}
-        return [
-            AssignedPartition(
-                i.topic,
-                i.partition,
-                i.topic_id,
-                i.leader,
-                i.replicas,
-                starts[(i.topic, i.partition)],
-                ends[(i.topic, i.partition)],
-                configs[i.topic],
-            )
-            for i in mine
-        ]
+        return assigned_partitions(admin, target.broker_id, excluded)
 
     return cluster
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from storage_core.faults import fault_point
 from storage_core.formats.segment_files import TopicPartition
@@ -187,14 +188,37 @@ def rebuild_log_dir(
         return RebuildOutcome(action, str(rdir.path), done.partitions, result)
 
 
+def assigned_partitions(admin: Any, broker_id: int, excluded: set[str]) -> list[AssignedPartition]:
+    """What Kafka says of every partition assigned to ``broker_id``, through ``admin`` (the Kafka Admin
+    adapter, passed in): replicas, leader, the leader's offsets and the topic's configs."""
+    described = admin.describe([t for t in admin.topic_names() if t not in excluded])
+    mine = [info for info in described.values() if broker_id in info.replicas]
+    tps = [(i.topic, i.partition) for i in mine]
+    starts, ends = admin.log_start_offsets(tps), admin.high_watermarks(tps)
+    configs = {topic: admin.topic_configs(topic) for topic in sorted({i.topic for i in mine})}
+    return [
+        AssignedPartition(
+            i.topic,
+            i.partition,
+            i.topic_id,
+            i.leader,
+            i.replicas,
+            starts[(i.topic, i.partition)],
+            ends[(i.topic, i.partition)],
+            configs[i.topic],
+        )
+        for i in mine
+    ]
+
+
 def _if_empty_skip(path: Path, options: RebuildOptions) -> str | None:
     """Why ``--if-empty`` leaves this log dir alone, or None when it is (or may become) a rebuild.
 
     Cheap and without Kafka or the remote tier: this runs at every start of the broker's pod. A rebuild
     marker or guard always means "continue" (a half-restored dir is completed, never started as whole)."""
     if not path.exists():
-        if not path.parent.is_dir():
-            return None  # RebuildDir reports the missing volume as an error
+        if not path.parent.is_dir() or options.dry_run:
+            return None  # RebuildDir reports the missing dir (or volume) as an error
         path.mkdir()  # a fresh volume: the broker's own format would create the dir the same way
     if not path.is_dir():
         return None

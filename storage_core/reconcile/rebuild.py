@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.api.status import RebuildStatus
-from storage_core.reconcile.conditions import Health, rfc3339
+from storage_core.api.status import READY, Condition, RebuildStatus, TieredBrokerStatus
+from storage_core.reconcile.conditions import Health, conditions_for, rfc3339
 from storage_core.reconcile.planner import Event
 
 REQUEST_ANNOTATION = "tierkeeper.io/rebuild"
@@ -308,6 +308,25 @@ def health(status: RebuildStatus | None) -> Health | None:
     if status.phase == "Failed":
         return Health(False, "RebuildFailed", f"rebuild failed: {status.message}", stalled=True)
     return None
+
+
+def with_rebuild(
+    status: TieredBrokerStatus,
+    rebuild: RebuildStatus | None,
+    previous: Sequence[Condition],
+    generation: int | None,
+    now: datetime.datetime,
+) -> TieredBrokerStatus:
+    """The planner's status of a broker with its rebuild: a rebuild in progress, blocked or failed speaks
+    for the conditions, unless the planner already found the broker unusable. ``previous``: the
+    conditions before this round (their transition times carry over)."""
+    updated = status.model_copy(update={"rebuild": rebuild})
+    verdict = health(rebuild)
+    ready = any(c.type == READY and c.status == "True" for c in status.conditions)
+    if verdict is None or not (ready or verdict.stalled):
+        return updated
+    conditions = conditions_for(verdict, generation, previous, now)
+    return updated.model_copy(update={"message": verdict.message, "conditions": conditions})
 
 
 def pods_using_claim(
