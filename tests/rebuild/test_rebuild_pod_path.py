@@ -12,6 +12,8 @@
 2. The rebuild Job: requested with ``tierkeeper.io/rebuild: run`` while a pod writes to the volume, it
    waits (status Blocked, a Warning naming the pod, Reconciling); once the broker is held (its pod gone) the
    operator runs it, and its result reaches the status.
+3. A refused restore fails the init container: the broker's container never starts, and the TieredBroker
+   is Stalled (RebuildFailed) with a Warning Event.
 """
 
 from __future__ import annotations
@@ -361,3 +363,80 @@ def test_a_requested_rebuild_job_waits_while_a_pod_writes_to_the_volume(
     kafka.start_broker(REBUILT)
     _check_rejoined(kafka, before, ends)
     assert kstatus(_broker(plane, ns)) == "Current"
+
+
+def test_a_failing_init_container_keeps_the_broker_down_and_stalls_its_tieredbroker(
+    k8s_control_plane: ControlPlane, k8s_namespace: str, tmp_path: Path
+) -> None:
+    """A refused restore (here: the volume's meta.properties is another node's) fails the init container;
+    the kubelet retries it, the broker's container never starts, and the TieredBroker says why."""
+    plane, ns = k8s_control_plane, k8s_namespace
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "meta.properties").write_text("version=1\nnode.id=9\ncluster.id=x\ndirectory.id=y\n")
+    plane.apply_crds(load_crds())
+    plane.request(
+        "POST",
+        "/api/v1/persistentvolumes",
+        {
+            "metadata": {"name": f"{ns}-data-{REBUILT}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "manual",
+                "hostPath": {"path": str(volume)},
+                "claimRef": {"namespace": ns, "name": f"data-{REBUILT}"},
+            },
+        },
+    )
+    plane.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        {
+            "metadata": {"name": f"data-{REBUILT}"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "manual",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    spec = {
+        "clusterRef": {"name": "local"},
+        "brokerId": REBUILT,
+        "logDir": {"claimName": f"data-{REBUILT}", "mountPath": MOUNT, "path": MOUNT},
+        "placement": {"podName": f"kafka-{REBUILT}"},
+        "rebuild": {"policy": "WhenLogDirEmpty"},
+    }
+    plane.request(
+        "POST",
+        f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredbrokers",
+        resource("TieredBroker", f"broker-{REBUILT}", spec),
+    )
+    cluster = KafkaClusterConfig.model_validate(
+        {"name": "local", "bootstrapServers": "127.0.0.1:9", "remote": {"url": f"file://{tmp_path / 'tier'}"}}
+    )
+    reconciler = Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster})
+    reconciler.run_round()
+    pod_name = f"kafka-{REBUILT}"
+    plane.request("POST", f"/api/v1/namespaces/{ns}/pods", broker_pod(pod_name, kill_first_run=False))
+
+    def failed() -> dict[str, Any] | None:
+        status = (_broker(plane, ns).get("status") or {}).get("rebuild")
+        return status if status and status.get("phase") == "Failed" else None
+
+    status = _until("a Failed rebuild", failed, reconciler)
+    assert status["source"] == "InitContainer" and "node.id 9" in status["message"], status
+    obj = _broker(plane, ns)
+    assert kstatus(obj) == "Failed"
+    assert {c["type"]: c["reason"] for c in obj["status"]["conditions"]}["Stalled"] == "RebuildFailed"
+    events = plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    assert any(e["reason"] == "RebuildFailed" and e["type"] == "Warning" for e in events)
+    pod = _pod(plane, ns, pod_name) or {}
+    assert pod["status"]["phase"] == "Pending"
+    assert not (pod["status"].get("containerStatuses") or [{}])[0].get("started")
+    with pytest.raises(HarnessError):
+        plane.kubelet.logs(ns, pod_name, "kafka")  # the broker's container never ran
+    assert sorted(os.listdir(volume)) == ["meta.properties"]  # refused before touching anything
+    plane.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod_name}")
+    _until("the pod to go", lambda: _pod(plane, ns, pod_name) is None)
