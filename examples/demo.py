@@ -3,7 +3,8 @@
 Starts a real 3-broker Kafka 4.x cluster on loopback (the test harness's), produces an orders topic,
 then runs what a user would: `tierkeeper standalone --once` with the resources in examples/standalone/
 (the operator's reconcile decisions without Kubernetes: copy from each partition leader's log dir to a
-local remote tier, clean up and trim the brokers' local logs behind the tier, print the status table),
+local remote tier, clean up and trim the brokers' local logs behind the tier, print the status table and
+each broker's num.replica.fetchers proposal, which `--approve-fetchers` would apply),
 then lists the remote tier, reads history back from it, shows Kafka's log start offsets behind the tier,
 and plans the replica fetchers. Everything lives under .demo/ and the cluster is stopped at the end.
 """

@@ -61,6 +61,15 @@ class Kube:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status"
         self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
 
+    def patch_annotations(
+        self, plural: str, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Merge ``annotations`` into the object's; a None value removes that annotation."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}"
+        self._call(
+            "PATCH", path, {"metadata": {"annotations": dict(annotations)}}, "application/merge-patch+json"
+        )
+
     def set_finalizers(self, plural: str, obj: Mapping[str, Any], finalizers: list[str]) -> None:
         """Replace the object's finalizers; the resourceVersion makes a concurrent change fail (409)."""
         meta = obj["metadata"]

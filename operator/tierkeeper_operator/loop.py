@@ -35,6 +35,7 @@ from storage_core.reconcile.observed import (
 )
 from storage_core.reconcile.planner import Plan, plan
 from storage_core.reconcile.results import decode_cleanup, decode_copy
+from tierkeeper_operator.fetcher_rounds import FetcherRounds
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
     LABEL_BROKER,
@@ -93,6 +94,7 @@ class Reconciler:
         self.clock = clock
         self._admin_factory = admin_factory or _kafka_admin
         self._admins: dict[str, Any] = {}
+        self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics)
 
     # ---- observe ---------------------------------------------------------------------------------
     def _admin(self, cluster: str) -> Any:
@@ -298,6 +300,7 @@ class Reconciler:
             RunningWork(frozenset(copy_busy), frozenset(cleanup_busy)),
             self.clock(),
         )
+        self.fetchers.run(broker_objs, broker_specs, planned)
         result = RoundResult(plan=planned, recorded=recorded)
         round_key = self.clock().strftime("%Y%m%dT%H%M%S")
         for copy in planned.copies:

@@ -44,6 +44,26 @@ class Metrics:
             "tierkeeper_copy_lag_bytes", "Rolled bytes not yet tiered.", registry=self.registry
         )
 
+        # Labelled by broker: bounded by the cluster's size, and the imbalance is a per-broker fact.
+        self.fetcher_imbalance = Gauge(
+            "tierkeeper_fetcher_imbalance",
+            "Busiest replica fetcher thread over the mean slot load at the broker's current "
+            "num.replica.fetchers (1 = spread perfectly).",
+            ["cluster", "broker"],
+            registry=self.registry,
+        )
+        self.fetcher_idle_threads = Gauge(
+            "tierkeeper_fetcher_idle_threads",
+            "Fetcher thread slots (num.replica.fetchers per leader followed) that carry no partition.",
+            ["cluster", "broker"],
+            registry=self.registry,
+        )
+        self.fetcher_steps = Counter(
+            "tierkeeper_fetcher_steps",
+            "num.replica.fetchers steps set and in effect.",
+            registry=self.registry,
+        )
+
     def observe_round(self, planned: Plan, seconds: float) -> None:
         self.rounds.inc()
         self.duration.observe(seconds)

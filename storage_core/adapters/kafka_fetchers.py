@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,13 +60,20 @@ def _kafka_message(exc: BaseException) -> str:
 class FetcherAdmin:
     """The Admin calls the fetcher planner needs, with errors translated to KafkaAdminError."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap_servers: str, timeout: float = 30.0, config: Mapping[str, str] | None = None
+    ) -> None:
+        """``config``: further client settings (security), as a cluster configuration's clientConfig."""
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         self._admin = AdminClient(
-            {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": int(timeout * 1000)}
+            {
+                **(config or {}),
+                "bootstrap.servers": bootstrap_servers,
+                "socket.timeout.ms": int(timeout * 1000),
+            }
         )
 
     # ---- reading ---------------------------------------------------------------------------------

@@ -255,6 +255,19 @@ class RemoteStore:
     def exists(self, key: str) -> bool:
         return self._call("stat", key, lambda: bool(self.fs.exists(key)))
 
+    def require_root(self) -> None:
+        """Fail with a clear error when the tier's bucket (object stores) or root directory (file://) does not
+        exist, so a mistyped URL is not read as an empty tier: ``ls`` would list nothing and ``rebuild`` would
+        restore nothing, both exiting 0. An existing but empty prefix is a valid, empty tier."""
+        if "memory" in _protocols(self.fs):
+            return  # an in-memory tier exists as soon as it is named
+        if self.is_local:
+            where, what = self.root, "directory"
+        else:
+            where, what = self.root.split("/", 1)[0], "bucket"
+        if not self._call("stat", where, lambda: bool(self.fs.exists(where))):
+            raise RemoteStoreError(f"remote tier {redacted_url(self.url)}: {what} {where!r} does not exist")
+
     def list_dir(self, path: str) -> list[tuple[str, int]]:
         """(key, size) of the objects directly under ``path``; empty when it does not exist."""
         refresh = {"refresh": True} if self._ls_takes_refresh() else {}

@@ -29,6 +29,8 @@ DEFAULT_CLEANUP_INTERVAL_S = 300
 DEFAULT_LOCAL_RETENTION_MS = 86_400_000
 DEFAULT_FETCHERS_MIN = 1
 DEFAULT_FETCHERS_MAX = 8
+DEFAULT_FETCHERS_REPLAN_S = 300
+DEFAULT_FETCHERS_STEP_TIMEOUT_S = 120
 DEFAULT_MOUNT_PATH = "/var/lib/kafka/data"
 
 
@@ -225,6 +227,12 @@ class ReplicaFetchers(ApiModel):
             message="replicaFetchers.min must not exceed replicaFetchers.max",
             check=lambda f: f.minimum <= f.maximum,
         ),
+        Rule(
+            cel="(has(self.mode) ? self.mode : 'auto') != 'fixed' || !(has(self.autoApprove) && "
+            "self.autoApprove)",
+            message="replicaFetchers.autoApprove applies to mode auto only (fixed needs no approval)",
+            check=lambda f: f.mode != "fixed" or not f.auto_approve,
+        ),
     )
 
     mode: Literal["auto", "fixed"] = Field(
@@ -239,6 +247,25 @@ class ReplicaFetchers(ApiModel):
         default=DEFAULT_FETCHERS_MAX, ge=1, le=64, alias="max", description="Highest count auto may pick."
     )
     value: int | None = Field(default=None, ge=1, le=64, description="The count used in fixed mode.")
+    auto_approve: bool = Field(
+        default=False,
+        description="auto only: apply each proposal without waiting for the annotation "
+        "tierkeeper.io/fetchers=approve.",
+    )
+    replan_interval_seconds: int = Field(
+        default=DEFAULT_FETCHERS_REPLAN_S,
+        ge=10,
+        le=86400,
+        description="auto only: after the replica assignment changes (topics created, reassignments, "
+        "leader changes, brokers added or removed), plan again at most this often.",
+    )
+    step_timeout_seconds: int = Field(
+        default=DEFAULT_FETCHERS_STEP_TIMEOUT_S,
+        ge=5,
+        le=3600,
+        description="How long the broker may take to report a new value in effect (DescribeConfigs) "
+        "before the change counts as failed.",
+    )
 
 
 class TieredBrokerSpec(ClusterMemberSpec):

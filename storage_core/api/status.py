@@ -16,12 +16,13 @@ from storage_core.api.rules import ApiModel
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
+FETCHER_CHANGE_PENDING = "FetcherChangePending"
 
 
 class Condition(ApiModel):
     """A Kubernetes-style condition."""
 
-    type: str = Field(description="Ready, Reconciling or Stalled.")
+    type: str = Field(description="Ready, Reconciling, Stalled, or (TieredBroker) FetcherChangePending.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word saying why.")
     message: str = Field(default="", description="Human-readable details.")
@@ -127,3 +128,64 @@ class TieredBrokerStatus(ResourceStatus):
     rebuild: RebuildStatus | None = Field(
         default=None, description="The last rebuild of the broker's log directory from the remote tier."
     )
+    fetchers: FetcherStatus | None = Field(
+        default=None, description="num.replica.fetchers management (spec.replicaFetchers)."
+    )
+
+
+class FetcherLoad(ApiModel):
+    """How one fetcher count splits the partitions this broker follows into its fetcher threads."""
+
+    fetchers: int = Field(ge=1, description="num.replica.fetchers these figures are for.")
+    leaders: int = Field(default=0, ge=0, description="Leader brokers this broker follows partitions of.")
+    partitions: int = Field(default=0, ge=0, description="Partitions this broker follows.")
+    threads_used: int = Field(default=0, ge=0, description="Fetcher threads that carry a partition.")
+    idle_threads: int = Field(
+        default=0, ge=0, description="Thread slots (fetchers per leader followed) that carry none."
+    )
+    busiest_thread: str | None = Field(
+        default=None, description="The busiest thread, as Kafka names it: ReplicaFetcherThread-<id>-<leader>."
+    )
+    busiest_thread_load: float = Field(
+        default=0.0, ge=0, description="Partitions (or bytes/s, with byte rates) of the busiest thread."
+    )
+    mean_load: float = Field(default=0.0, ge=0, description="What each slot would carry if spread perfectly.")
+    perfect_groups: int = Field(
+        default=0, ge=0, description="Leaders whose partitions are split as evenly as any count allows."
+    )
+
+
+FetcherPhase = Literal["Pending", "Balanced", "ProposalReady", "Applying", "Stopped", "Failed"]
+
+
+class FetcherStatus(ApiModel):
+    """The broker's num.replica.fetchers: what it runs, what is proposed, and how a change goes."""
+
+    phase: FetcherPhase = Field(
+        description="Pending (not observed yet), Balanced (runs the proposed count), ProposalReady (waits "
+        "for the annotation tierkeeper.io/fetchers=approve), Applying, Stopped (tierkeeper.io/fetchers=stop; "
+        "refresh to plan again) or Failed."
+    )
+    mode: Literal["auto", "fixed"] = Field(description="spec.replicaFetchers.mode this was planned for.")
+    current: int | None = Field(default=None, description="num.replica.fetchers the broker reports now.")
+    proposed: int | None = Field(default=None, description="The count Tierkeeper proposes (or is applying).")
+    steps: list[int] = Field(
+        default_factory=list,
+        description="Values to set in order; Kafka accepts each only within [old/2, 2*old].",
+    )
+    applied: list[int] = Field(default_factory=list, description="Steps set and reported in effect so far.")
+    before: FetcherLoad | None = Field(default=None, description="Fetcher threads at the current count.")
+    after: FetcherLoad | None = Field(default=None, description="Fetcher threads at the proposed count.")
+    imbalance: float | None = Field(
+        default=None,
+        description="Busiest thread over mean slot load at the current count (1 is perfect; also a metric).",
+    )
+    explanation: str = Field(default="", description="What the change does, and why.")
+    message: str = Field(default="", description="One line: the state, or what went wrong.")
+    planned_at: str | None = Field(default=None, description="RFC 3339 time the proposal was computed.")
+    last_step_at: str | None = Field(default=None, description="RFC 3339 time of the last step.")
+    observed: str = Field(
+        default="",
+        description="Fingerprint of the replica assignment and count the proposal was planned from.",
+    )
+    spec_key: str = Field(default="", description="Fingerprint of spec.replicaFetchers the proposal is for.")

@@ -154,10 +154,15 @@ def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:
     return RateLimiter(rate) if rate else None
 
 
-def open_store(args: argparse.Namespace, *, fsync: bool = True) -> Any:
+def open_store(args: argparse.Namespace, *, fsync: bool = True, existing: bool = False) -> Any:
+    """The remote tier of ``--remote``. ``existing``: the command only reads it, so a bucket or root
+    directory that does not exist is an error (a mistyped URL), not an empty tier."""
     from storage_core.adapters.store import RemoteStore
 
-    return RemoteStore(args.remote, storage_options(args), fsync=fsync, retry=retry_policy(args))
+    store = RemoteStore(args.remote, storage_options(args), fsync=fsync, retry=retry_policy(args))
+    if existing:
+        store.require_root()
+    return store
 
 
 def retry_policy(args: argparse.Namespace) -> RetryPolicy:

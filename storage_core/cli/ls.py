@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
     from storage_core.remote.layout import RemoteLayout
 
-    store = open_store(args)
+    store = open_store(args, existing=True)
     layout = RemoteLayout(store.root)
     rows: list[dict[str, Any]] = []
     divergences: list[str] = []

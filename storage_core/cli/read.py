@@ -60,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if args.format != "jsonl":
         from storage_core.cli.read_arrow import write_columnar
 
-        with RemoteReader(open_store(args), options) as reader:
+        with RemoteReader(open_store(args, existing=True), options) as reader:
             return write_columnar(reader, args)
     count = 0
     out = sys.stdout
-    with RemoteReader(open_store(args), options) as reader:
+    with RemoteReader(open_store(args, existing=True), options) as reader:
         tp = reader.resolve(args.topic, args.partition, args.topic_id)
         records = (
             reader.read_from_offset(tp, args.from_offset)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from storage_core.cli.common import (
@@ -190,9 +191,19 @@ def _run(args: argparse.Namespace, started: float) -> int:
         local_retention_bytes=args.local_retention_bytes,
         if_empty=args.if_empty,
     )
+    if args.if_empty:
+        # The quick no-op first: a broker pod restarting on its own data needs neither Kafka nor the tier.
+        from storage_core.jobs.rebuild import if_empty_skip
+
+        reason = if_empty_skip(Path(target.log_dir), options)
+        if reason is not None:
+            skipped = RebuildOutcome("skipped", target.log_dir, [], reason=reason)
+            return _report(args, skipped, started, target.broker_id)
     store = RemoteStore(
         target.remote, {**target.base_options, **storage_options(args)}, retry=retry_policy(args)
     )
+    # The command only reads the tier: a missing bucket or root is a mistyped URL, not an empty tier.
+    store.require_root()
     with progress_bar(total=None, desc="rebuild", enabled=not args.json) as bar:
 
         def start(total: int) -> None:

@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         limiter=rate_limiter(args),
     )
     summary = recover(
-        open_store(args),
+        open_store(args, existing=True),
         KafkaAdmin(args.bootstrap_servers),
         request,
         _Bars(args.topic, enabled=not args.json),

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from storage_core.jobs.spark_session import parse_conf, spark_session
     from storage_core.spark.options import StorageSpec
 
-    store = open_store(args)
+    store = open_store(args, existing=True)
     storage = StorageSpec(store.url, store.storage_options)
     spark = spark_session("tierkeeper-scrub", args.spark_master, parse_conf(args.spark_conf))
     try:

@@ -48,6 +48,12 @@ def register(subparsers: Any) -> None:
         help="seconds between rounds without --once (default 10); each topic's own copy and cleanup "
         "intervals decide what runs",
     )
+    p.add_argument(
+        "--approve-fetchers",
+        action="store_true",
+        help="apply every TieredBroker's num.replica.fetchers proposal (as spec.replicaFetchers.autoApprove "
+        "does per broker); without it proposals are only shown",
+    )
     p.add_argument("--json", action="store_true", help="print the statuses as JSON instead of a table")
     p.set_defaults(handler=run)
 
@@ -122,6 +128,12 @@ def _show(runner: Any, report: Any, as_json: bool) -> None:
     ]
     print(f"ran: {', '.join(done) if done else 'nothing due'}")
     print(status_table(runner), flush=True)
+    for obj in runner.brokers:
+        fetchers = runner.broker_status[obj.key].fetchers
+        if fetchers is not None:
+            print(f"fetchers {obj.key}: {fetchers.phase}: {fetchers.message}")
+            if fetchers.explanation and fetchers.phase != "Balanced":
+                print(f"  {fetchers.explanation}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
         from storage_core.errors import ConfigError
 
         raise ConfigError(f"--poll-seconds must be > 0, got {args.poll_seconds}")
-    runner = Standalone(load_clusters(args.cluster), load_manifests(args.manifests))
+    runner = Standalone(
+        load_clusters(args.cluster), load_manifests(args.manifests), approve_fetchers=args.approve_fetchers
+    )
     if not runner.topics and not runner.brokers:
         from storage_core.errors import ConfigError
 

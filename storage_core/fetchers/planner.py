@@ -219,6 +219,70 @@ def recommend(assignment: Assignment, current: int, minimum: int = 1, maximum: i
     )
 
 
+@dataclass(frozen=True)
+class BrokerRecommendation:
+    """One broker's own count (num.replica.fetchers is a per-broker dynamic config): a follower's count
+    splits only that follower's fetches, so each broker can be given the count that suits its groups."""
+
+    broker: int
+    current: BrokerReport
+    recommended: BrokerReport
+    steps: tuple[int, ...]
+    explanation: str
+
+
+def recommend_broker(
+    groups: Sequence[FetchGroup],
+    broker: int,
+    broker_count: int,
+    current: int,
+    minimum: int = 1,
+    maximum: int = 16,
+) -> BrokerRecommendation:
+    """The count in [minimum, maximum] that minimises ``broker``'s busiest fetcher thread.
+
+    ``groups`` are the broker's own fetch groups (``follower == broker``; others are ignored). Ties go
+    to the count closest to ``current``, then to one coprime with ``broker_count``, then to the smaller,
+    as in :func:`recommend`; the current count is a candidate when it lies within the bounds.
+    """
+    if not 1 <= minimum <= maximum:
+        raise ValueError(f"need 1 <= min <= max, got min={minimum} max={maximum}")
+    if current < 1:
+        raise ValueError(f"current fetcher count must be at least 1, got {current}")
+    own = [g for g in groups if g.follower == broker]
+
+    def report(fetchers: int) -> BrokerReport:
+        return evaluate_groups(own, (broker,), fetchers).broker(broker)
+
+    candidates = {f: report(f) for f in range(minimum, maximum + 1)}
+    now = candidates.get(current) or report(current)
+    best_count = min(
+        candidates,
+        key=lambda f: (
+            candidates[f].max_load,
+            abs(f - current),
+            0 if not broker_count or math.gcd(f, broker_count) == 1 else 1,
+            f,
+        ),
+    )
+    best = candidates[best_count]
+    explanation = explain(now, best, current, best_count)
+    if best.max_load > now.max_load:
+        # Only a current count outside the bounds can be better than the best within them.
+        explanation = (
+            f"broker {broker}: busiest thread {format_load(now.max_load)} -> {format_load(best.max_load)}; "
+            f"the current {current} is outside {minimum}..{maximum}, and {best_count} is the best count "
+            "within them"
+        )
+    return BrokerRecommendation(
+        broker=broker,
+        current=now,
+        recommended=best,
+        steps=step_plan(current, best_count),
+        explanation=explanation,
+    )
+
+
 def format_load(value: float) -> str:
     """Loads are partition counts unless byte rates were given; print integers without a fraction."""
     return str(int(value)) if value == int(value) else f"{value:.6g}"

@@ -132,7 +132,7 @@ def rebuild_log_dir(
 ) -> RebuildOutcome:
     """Run (or resume, or confirm) the rebuild of one log dir; raises TierkeeperError on refusal/failure."""
     if options.if_empty:
-        skip = _if_empty_skip(Path(log_dir), options)
+        skip = if_empty_skip(Path(log_dir), options)
         if skip is not None:
             return RebuildOutcome("skipped", str(log_dir), [], reason=skip)
     rdir = RebuildDir(log_dir)
@@ -211,7 +211,7 @@ def assigned_partitions(admin: Any, broker_id: int, excluded: set[str]) -> list[
     ]
 
 
-def _if_empty_skip(path: Path, options: RebuildOptions) -> str | None:
+def if_empty_skip(path: Path, options: RebuildOptions) -> str | None:
     """Why ``--if-empty`` leaves this log dir alone, or None when it is (or may become) a rebuild.
 
     Cheap and without Kafka or the remote tier: this runs at every start of the broker's pod. A rebuild

@@ -4,7 +4,10 @@ Reads TieredTopic/TieredBroker manifests (log dirs as local paths) and cluster c
 Kafka through the Admin API, runs :func:`storage_core.reconcile.planner.plan`, executes its actions in
 this process with the storage core (copy from each leader's log dir, cleanup with the local trim), folds
 each run's result into the statuses with :mod:`storage_core.reconcile.outcomes`, and plans again for the
-status to show. The statuses live in memory: a restarted standalone run starts with every topic due.
+status to show. TieredBrokers with ``replicaFetchers`` get a fetcher proposal
+(:mod:`storage_core.jobs.fetcher_changes`); it is applied, each change to its end in the same round, when
+``autoApprove`` is set or the caller approves every proposal (``--approve-fetchers``). The statuses live
+in memory: a restarted standalone run starts with every topic due.
 
 Before anything else in a round, a TieredBroker with rebuild policy WhenLogDirEmpty gets what its pod's
 init container gets on Kubernetes: ``rebuild --if-empty`` on its local log dir (a quick no-op while the
@@ -26,8 +29,15 @@ from storage_core.api.parse import ManifestSet, parse_cluster_config, parse_mani
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import ConfigError, TierkeeperError
+from storage_core.jobs.fetcher_changes import (
+    BrokerFetchers,
+    FetcherChanges,
+    default_fetcher_admin,
+    fetcher_admins,
+)
 from storage_core.reconcile import outcomes
 from storage_core.reconcile.conditions import rfc3339
+from storage_core.reconcile.fetchers import broker_conditions, health_of
 from storage_core.reconcile.observed import (
     BrokerInput,
     KafkaTopic,
@@ -101,8 +111,17 @@ class Standalone:
         clock: Clock = _utc_now,
         admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
         store_factory: Callable[[KafkaClusterConfig], Any] | None = None,
+        fetcher_admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
+        approve_fetchers: bool = False,
     ) -> None:
         self.clusters = dict(clusters)
+        self._fetchers = FetcherChanges(
+            fetcher_admins(self.clusters, fetcher_admin_factory or default_fetcher_admin),
+            clock,
+            steps_per_round=None,
+            approve=approve_fetchers,
+            how_to_approve="--approve-fetchers or spec.replicaFetchers.autoApprove",
+        )
         self.clock = clock
         self._admin_factory = admin_factory or _kafka_admin
         self._store_factory = store_factory or _remote_store
@@ -169,6 +188,7 @@ class Standalone:
     def run_round(self) -> RoundReport:
         """Rebuild empty log dirs, observe, plan, run every planned action to its end, fold the results in,
         plan the status."""
+        before = dict(self.broker_status)
         self._run_rebuilds()
         topics, brokers = self._inputs(observe=True)
         first = plan(self.clusters, topics, brokers, RunningWork(), self.clock())
@@ -187,7 +207,38 @@ class Standalone:
         self._store(final)
         report.plan = final
         report.events.extend(e for e in final.events if e not in report.events)
+        self._run_fetchers(before, report)
         return report
+
+    def _run_fetchers(self, before: Mapping[str, TieredBrokerStatus], report: RoundReport) -> None:
+        """Propose (and, when approved, apply) each managed broker's num.replica.fetchers."""
+        items = []
+        for obj in self.brokers:
+            spec = self.broker_specs[obj.key].value
+            if spec is None or spec.replica_fetchers is None or spec.cluster_ref.name not in self.clusters:
+                continue
+            previous = before[obj.key].fetchers if obj.key in before else None
+            items.append(
+                BrokerFetchers(
+                    obj.key,
+                    spec.cluster_ref.name,
+                    spec.broker_id,
+                    spec.replica_fetchers,
+                    previous,
+                    paused=spec.paused,
+                )
+            )
+        now = self.clock()
+        for key, outcome in self._fetchers.run(items).items():
+            status = self.broker_status[key]
+            generation = next(o.generation for o in self.brokers if o.key == key)
+            old = before[key].conditions if key in before else []
+            conditions = broker_conditions(health_of(status), outcome.status, generation, old, now)
+            ready = next(c for c in conditions if c.type == "Ready")
+            self.broker_status[key] = status.model_copy(
+                update={"fetchers": outcome.status, "conditions": conditions, "message": ready.message}
+            )
+            report.events.extend(Event(key, e.type, e.reason, e.message) for e in outcome.events)
 
     def _replan(self, topics: list[TopicInput], brokers: list[BrokerInput]) -> Plan:
         return plan(

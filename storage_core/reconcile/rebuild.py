@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.api.status import READY, Condition, RebuildStatus, TieredBrokerStatus
+from storage_core.api.status import READY, RECONCILING, STALLED, Condition, RebuildStatus, TieredBrokerStatus
 from storage_core.reconcile.conditions import Health, conditions_for, rfc3339
 from storage_core.reconcile.planner import Event
 
@@ -326,6 +326,8 @@ def with_rebuild(
     if verdict is None or not (ready or verdict.stalled):
         return updated
     conditions = conditions_for(verdict, generation, previous, now)
+    # Conditions of other parts (FetcherChangePending) stay as the round set them.
+    conditions += [c for c in status.conditions if c.type not in (READY, RECONCILING, STALLED)]
     return updated.model_copy(update={"message": verdict.message, "conditions": conditions})
 
 

@@ -43,6 +43,9 @@ CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
     (ReplicaFetchers, {"min": 6, "max": 3}, False),
     (ReplicaFetchers, {"min": 9}, False),  # default max is 8
     (ReplicaFetchers, {"mode": "auto", "min": 8, "max": 8}, True),
+    (ReplicaFetchers, {"autoApprove": True}, True),
+    (ReplicaFetchers, {"mode": "fixed", "value": 4, "autoApprove": True}, False),
+    (ReplicaFetchers, {"mode": "fixed", "value": 4, "autoApprove": False}, True),
     (LogDirLocation, {"path": "/srv/kafka"}, True),
     (LogDirLocation, {"path": "/var/lib/kafka/data/kafka-log0", "claimName": "data-0"}, True),
     (LogDirLocation, {"path": "/srv/kafka", "claimName": "data-0"}, False),

@@ -137,3 +137,34 @@ class TestStepRule:
             assert all(is_allowed_step(a, b) for a, b in zip(values, values[1:]))
             assert values[-1] == target
             assert len(steps) == _fewest_steps(start, target, 64)
+
+
+class TestPerBroker:
+    """recommend_broker: each broker's own count, as num.replica.fetchers is a per-broker config."""
+
+    def test_each_broker_gets_its_own_best_count_never_worse_than_the_cluster_wide_one(self) -> None:
+        import random
+
+        from storage_core.fetchers.model import fetch_groups
+        from storage_core.fetchers.placement import random_placement
+        from storage_core.fetchers.planner import recommend_broker
+
+        rng = random.Random(16)
+        for _ in range(20):
+            brokers = list(range(1, rng.randint(3, 12) + 1))
+            topics = {f"t{i}": random_placement(brokers, rng.randint(5, 60), 3, rng) for i in range(3)}
+            assignment = Assignment(brokers=tuple(brokers), topics=topics)
+            current = rng.randint(1, 8)
+            groups = fetch_groups(assignment)
+            cluster = recommend(assignment, current, 1, 8)
+            for broker in brokers:
+                own = recommend_broker(groups, broker, len(brokers), current, 1, 8)
+                # The best of 1..8 for this broker alone: no candidate beats it, and it is never worse
+                # than the current count or than the one count the cluster-wide plan would give it.
+                loads = [evaluate(assignment, f).broker(broker).max_load for f in range(1, 9)]
+                assert own.recommended.max_load == min(loads)
+                assert own.recommended.max_load <= own.current.max_load
+                assert own.recommended.max_load <= cluster.recommended.broker(broker).max_load
+                assert all(
+                    is_allowed_step(a, b) for a, b in zip((current, *own.steps), own.steps, strict=False)
+                )

@@ -1,0 +1,145 @@
+"""The operator's part of a round for replica fetchers: read each TieredBroker's annotation, decide
+(:mod:`storage_core.reconcile.fetchers`), take at most one step per broker
+(:mod:`storage_core.jobs.fetcher_changes`), and fold the result into the status the round writes.
+
+Called from :meth:`tierkeeper_operator.loop.Reconciler.run_round` after the shared planner, so the
+broker's kstatus conditions and ``status.fetchers`` are written in the same single patch. An annotation
+that was acted on is removed (a merge patch setting it to null), as Strimzi does with KafkaRebalance.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.parse import Parsed
+from storage_core.api.resources import TieredBrokerSpec
+from storage_core.api.status import Condition, FetcherStatus
+from storage_core.jobs.fetcher_changes import (
+    BrokerFetchers,
+    FetcherChanges,
+    default_fetcher_admin,
+    fetcher_admins,
+)
+from storage_core.reconcile.fetchers import ANNOTATION, broker_conditions, health_of, parse_command
+from storage_core.reconcile.planner import Event, Plan
+from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.metrics import Metrics
+
+log = logging.getLogger("tierkeeper.operator")
+
+
+def _previous(obj: Mapping[str, Any]) -> FetcherStatus | None:
+    raw = (obj.get("status") or {}).get("fetchers")
+    if not raw:
+        return None
+    try:
+        return FetcherStatus.model_validate(raw)
+    except ValueError:
+        return None  # a status another writer broke is planned afresh
+
+
+def _conditions_before(obj: Mapping[str, Any]) -> list[Condition]:
+    out = []
+    for raw in (obj.get("status") or {}).get("conditions") or []:
+        try:
+            out.append(Condition.model_validate(raw))
+        except ValueError:
+            continue  # a malformed foreign condition must not wedge the round
+    return out
+
+
+class FetcherRounds:
+    def __init__(
+        self,
+        kube: Kube,
+        clusters: Mapping[str, KafkaClusterConfig],
+        clock: Callable[[], datetime.datetime],
+        metrics: Metrics,
+        *,
+        admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.clusters = clusters
+        self.clock = clock
+        self.metrics = metrics
+        self._admin_for = fetcher_admins(clusters, admin_factory or default_fetcher_admin)
+
+    def run(
+        self,
+        broker_objs: Mapping[str, Mapping[str, Any]],
+        broker_specs: Mapping[str, Parsed[TieredBrokerSpec]],
+        planned: Plan,
+    ) -> None:
+        """Decide and step every managed broker; update ``planned`` (statuses, events) in place."""
+        items = []
+        for key, obj in broker_objs.items():
+            spec = broker_specs[key].value
+            status = planned.broker_status.get(key)
+            if status is None or spec is None or spec.cluster_ref.name not in self.clusters:
+                continue
+            previous = _previous(obj)
+            if spec.replica_fetchers is None and previous is None:
+                continue
+            command, problem = parse_command(obj["metadata"].get("annotations"))
+            if problem is not None:
+                planned.events.append(Event(key, "Warning", "FetcherCommandInvalid", problem))
+                self._clear_annotation(obj)
+            items.append(
+                BrokerFetchers(
+                    key=key,
+                    cluster=spec.cluster_ref.name,
+                    broker_id=spec.broker_id,
+                    spec=spec.replica_fetchers,
+                    previous=previous,
+                    command=command,
+                    paused=spec.paused,
+                )
+            )
+        if not items:
+            return
+        outcomes = FetcherChanges(self._admin_for, self.clock, steps_per_round=1).run(items)
+        now = self.clock()
+        for item in items:
+            outcome = outcomes[item.key]
+            obj = broker_objs[item.key]
+            base = planned.broker_status[item.key]
+            health = health_of(base)
+            generation = obj["metadata"].get("generation")
+            conditions = broker_conditions(health, outcome.status, generation, _conditions_before(obj), now)
+            ready = next(c for c in conditions if c.type == "Ready")
+            planned.broker_status[item.key] = base.model_copy(
+                update={"fetchers": outcome.status, "conditions": conditions, "message": ready.message}
+            )
+            for event in outcome.events:
+                planned.events.append(Event(item.key, event.type, event.reason, event.message))
+            if outcome.consumed:
+                self._clear_annotation(obj)
+            if outcome.status is None and item.previous is not None:
+                self._drop_status(obj)
+            labels = {"cluster": item.cluster, "broker": str(item.broker_id)}
+            if outcome.status is not None and outcome.status.imbalance is not None:
+                self.metrics.fetcher_imbalance.labels(**labels).set(outcome.status.imbalance)
+            if outcome.status is not None and outcome.status.before is not None:
+                self.metrics.fetcher_idle_threads.labels(**labels).set(outcome.status.before.idle_threads)
+            self.metrics.fetcher_steps.inc(len(outcome.steps_set))
+
+    def _clear_annotation(self, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        try:
+            self.kube.patch_annotations("tieredbrokers", meta["namespace"], meta["name"], {ANNOTATION: None})
+        except KubeError as exc:
+            log.warning(
+                "could not remove %s from %s/%s: %s", ANNOTATION, meta["namespace"], meta["name"], exc
+            )
+
+    def _drop_status(self, obj: Mapping[str, Any]) -> None:
+        """spec.replicaFetchers was removed: the round's patch leaves out empty fields, so null it here."""
+        meta = obj["metadata"]
+        try:
+            self.kube.patch_status("tieredbrokers", meta["namespace"], meta["name"], {"fetchers": None})
+        except KubeError as exc:
+            log.warning("could not clear status.fetchers of %s/%s: %s", meta["namespace"], meta["name"], exc)
