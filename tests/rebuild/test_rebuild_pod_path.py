@@ -374,6 +374,7 @@ def test_a_failing_init_container_keeps_the_broker_down_and_stalls_its_tieredbro
     volume = tmp_path / "volume"
     volume.mkdir()
     (volume / "meta.properties").write_text("version=1\nnode.id=9\ncluster.id=x\ndirectory.id=y\n")
+    (tmp_path / "tier").mkdir()  # an (empty) tier that exists: the refusal comes from the volume
     plane.apply_crds(load_crds())
     plane.request(
         "POST",
