@@ -23,6 +23,10 @@ a lower CPU priority, modelling the replaced broker on its own machine; results 
 ``--rebuilt-own-fs`` (root only) gives broker 3's log dir a filesystem of its own, an ext4 image on a loop
 device with direct I/O, as a replaced broker has its own disk: its writes and fsyncs then no longer wait
 in the same ext4 journal as the leaders' appends (the disk itself is still shared).
+``--init-container`` runs the tiered restore as a broker pod's init container does (docs/rebuild.md):
+``tierkeeper rebuild --if-empty --settings FILE --broker-id-from-pod-name kafka-3`` with the settings file
+the operator renders for the cluster (``storage_core.api.rebuild_settings``), broker 3 started only once
+it exited 0, as a kubelet starts the main container.
 ``--trace FILE`` writes the probe samples, phase boundaries and the per-thread CPU of every broker JVM
 (``bench/thread_cpu.py``) for ``bench/rebuild_trace.py``. Experiments: ``--warm-leader-tails`` reads the
 data broker 3 will fetch into the leaders' page cache first; ``--hold-rejoin S`` keeps broker 3's
@@ -315,29 +319,20 @@ def tiered_round(
     cpus: str | None,
     warm: bool,
     hold_s: float = 0.0,
+    settings: Path | None = None,
 ) -> TieredRound:
-    """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR."""
+    """Stop and wipe broker 3, rebuild it from the remote tier, start it, wait for full ISR.
+    ``settings``: run the restore as the init container does, with this settings file."""
     cluster.stop_broker(REBUILT)
     cluster.wipe_log_dir(REBUILT)
     start = time.monotonic()
-    out = cli(
-        "rebuild",
-        "--log-dir",
-        str(cluster.log_dir(REBUILT)),
-        "--bootstrap-servers",
-        cluster.bootstrap_servers,
-        "--broker-id",
-        str(REBUILT),
-        "--remote",
-        remote,
-        "--local-retention-bytes",
-        str(window),
-        "--parallelism",
-        "4",
-        "--json",
-        nice=nice,
-        cpus=cpus,
-    )
+    if settings is not None:
+        where = ["--if-empty", "--settings", str(settings), "--broker-id-from-pod-name", f"kafka-{REBUILT}"]
+        where += ["--result-file", str(settings.with_name("result.json"))]
+    else:
+        where = ["--log-dir", str(cluster.log_dir(REBUILT)), "--bootstrap-servers", cluster.bootstrap_servers]
+        where += ["--broker-id", str(REBUILT), "--remote", remote, "--parallelism", "4"]
+    out = cli("rebuild", *where, "--local-retention-bytes", str(window), "--json", nice=nice, cpus=cpus)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
     summary = json.loads(out.stdout)
@@ -364,6 +359,35 @@ def tiered_round(
     tail = dir_bytes(cluster.log_dir(REBUILT)) - restored
     time.sleep(5)
     return TieredRound(start, rebuilt, started, end, summary, restored, tail)
+
+
+def init_settings(cluster: KafkaCluster, remote: str) -> Path:
+    """The settings file the operator renders for this cluster (its ConfigMap, as the pod mounts it)."""
+    from storage_core.api.cluster import KafkaClusterConfig
+    from storage_core.api.rebuild_settings import dump_settings, render_settings
+    from storage_core.api.resources import TieredBrokerSpec
+
+    config = KafkaClusterConfig.model_validate(
+        {"name": "bench", "bootstrapServers": cluster.bootstrap_servers, "remote": {"url": remote}}
+    )
+    brokers = [
+        (
+            f"broker-{n}",
+            TieredBrokerSpec.model_validate(
+                {
+                    "clusterRef": {"name": "bench"},
+                    "brokerId": n,
+                    "logDir": {"path": str(cluster.log_dir(n))},
+                    "rebuild": {"policy": "WhenLogDirEmpty", "parallelism": 4},
+                }
+            ),
+        )
+        for n in cluster.node_ids
+    ]
+    path = cluster.workdir.parent / "rebuild-settings" / "settings.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(dump_settings(render_settings(config, brokers)))
+    return path
 
 
 @contextlib.contextmanager
@@ -500,6 +524,11 @@ def main() -> int:
         "registers (its JVM warms up outside the ISRs), then release it. In the one run made, "
         "every acks=all produce waited for the whole hold (docs/benchmarks.md)",
     )
+    parser.add_argument(
+        "--init-container",
+        action="store_true",
+        help="run the tiered restore as the broker pod's init container does (--if-empty --settings)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -602,6 +631,7 @@ def run_benchmark(
                 cluster.cpus.get(REBUILT),
                 args.warm_leader_tails,
                 args.hold_rejoin,
+                init_settings(cluster, remote) if args.init_container else None,
             )
             for _ in range(args.tiered_rounds)
         ]
@@ -651,6 +681,7 @@ def run_benchmark(
             + (", on a core of its own" if args.rebuilt_own_cpu else "")
             + "".join(f", {item}" for item in args.broker_config)
             + (", on a filesystem of its own" if args.rebuilt_own_fs else "")
+            + (", tiered restore through the init container's command" if args.init_container else "")
             + (", leaders' tails warmed before each tiered start" if args.warm_leader_tails else "")
             + (f", replication held {args.hold_rejoin:g} s after registering" if args.hold_rejoin else "")
             + "\n"

@@ -3,7 +3,7 @@
 # deleted, as after a node loss), the rebuild init container restores its tiered segments from MinIO
 # before Kafka starts, and the broker rejoins the ISR of every partition. Asserts that the init
 # container restored segments, that no partition dir came back as "-stray", and that the ISR is full.
-# DEPENDS ON issue 16 (`tierkeeper rebuild --if-empty` as an init container, manifests/kafka-rebuild-init.yaml).
+# The init container: manifests/kafka-rebuild-init.yaml (docs/rebuild.md, "On Kubernetes").
 set -euo pipefail
 # shellcheck source=e2e/k8s/lib.sh
 source "$(dirname "$0")/lib.sh"

@@ -133,7 +133,7 @@ class FetcherRounds:
     def _clear_annotation(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
         try:
-            self.kube.patch_annotations("tieredbrokers", meta["namespace"], meta["name"], {ANNOTATION: None})
+            self.kube.remove_annotation("tieredbrokers", obj, ANNOTATION)
         except KubeError as exc:
             log.warning(
                 "could not remove %s from %s/%s: %s", ANNOTATION, meta["namespace"], meta["name"], exc

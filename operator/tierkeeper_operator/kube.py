@@ -61,15 +61,6 @@ class Kube:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status"
         self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
 
-    def patch_annotations(
-        self, plural: str, namespace: str, name: str, annotations: Mapping[str, str | None]
-    ) -> None:
-        """Merge ``annotations`` into the object's; a None value removes that annotation."""
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}"
-        self._call(
-            "PATCH", path, {"metadata": {"annotations": dict(annotations)}}, "application/merge-patch+json"
-        )
-
     def set_finalizers(self, plural: str, obj: Mapping[str, Any], finalizers: list[str]) -> None:
         """Replace the object's finalizers; the resourceVersion makes a concurrent change fail (409)."""
         meta = obj["metadata"]
@@ -110,6 +101,36 @@ class Kube:
             body,
             "application/merge-patch+json",
         )
+
+    def list_pods(self, namespace: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self._call("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        return items
+
+    def apply_config_map(
+        self, namespace: str, name: str, labels: Mapping[str, str], data: Mapping[str, str]
+    ) -> bool:
+        """Make the ConfigMap hold ``data`` (created, or its data replaced); True when it changed."""
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            current = self._call("GET", f"{path}/{name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            body = {"metadata": {"name": name, "labels": dict(labels)}, "data": dict(data)}
+            self._call("POST", path, body)
+            return True
+        if (current.get("data") or {}) == dict(data):
+            return False
+        body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "data": dict(data)}
+        self._call("PATCH", f"{path}/{name}", body, "application/merge-patch+json")
+        return True
+
+    def remove_annotation(self, plural: str, obj: Mapping[str, Any], key: str) -> None:
+        """Drop one annotation (a command such as ``tierkeeper.io/fetchers: approve``) once acted on."""
+        meta = obj["metadata"]
+        body = {"metadata": {"annotations": {key: None}}}
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+        self._call("PATCH", path, body, "application/merge-patch+json")
 
     def pod_node(self, namespace: str, name: str) -> str | None:
         try:

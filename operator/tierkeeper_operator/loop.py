@@ -55,6 +55,7 @@ from tierkeeper_operator.jobs import (
 )
 from tierkeeper_operator.kube import Kube, KubeError
 from tierkeeper_operator.metrics import Metrics
+from tierkeeper_operator.rebuild_rounds import RebuildRounds
 
 log = logging.getLogger("tierkeeper.operator")
 COMPONENT = "tierkeeper-operator"
@@ -276,8 +277,8 @@ class Reconciler:
         for job in jobs:
             meta = job["metadata"]
             labels = meta.get("labels") or {}
-            if labels.get(LABEL_KIND) == "delete":
-                continue  # followed by _finalize
+            if labels.get(LABEL_KIND) in ("delete", "rebuild"):
+                continue  # followed by _finalize and by the rebuild rounds
             if job_state(job) == "Running":
                 if labels.get(LABEL_KIND) == "copy":
                     copy_busy.add((labels.get(LABEL_CLUSTER, ""), int(labels.get(LABEL_BROKER, -1))))
@@ -356,6 +357,8 @@ class Reconciler:
             if involved is not None:
                 kind = "TieredTopic" if event.key in topic_objs else "TieredBroker"
                 self._event(involved, kind, event.type, event.reason, event.message)
+        rebuilds = RebuildRounds(self.kube, self.clusters, self._event)
+        result.created += rebuilds.run(broker_objs, broker_specs, planned, self.clock())
         for plural, objs, statuses in (
             ("tieredtopics", topic_objs, planned.topic_status),
             ("tieredbrokers", broker_objs, planned.broker_status),

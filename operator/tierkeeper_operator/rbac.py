@@ -40,11 +40,28 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         ("list", "patch"),
         "Kube.list_resources: every round lists them; Kube.set_finalizers: the remote-deletion finalizer",
     ),
-    Grant(GROUP, "tieredbrokers", ("list",), "Kube.list_resources: every round lists the TieredBrokers"),
+    Grant(
+        GROUP,
+        "tieredbrokers",
+        ("list", "patch"),
+        "Kube.list_resources: every round lists them; Kube.remove_annotation: commands acted on",
+    ),
     Grant(GROUP, "tieredtopics/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
     Grant(GROUP, "tieredbrokers/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
     Grant("batch", "jobs", ("list", "create", "patch"), "Kube.list_jobs, create_job, annotate_job"),
-    Grant("", "pods", ("list", "get"), "Kube.job_pods (termination messages), pod_node (broker's node)"),
+    Grant(
+        "",
+        "pods",
+        ("list", "get"),
+        "Kube.job_pods (termination messages), pod_node (broker's node), list_pods (rebuild: the init "
+        "container's result, which pods use a broker's volume)",
+    ),
+    Grant(
+        "",
+        "configmaps",
+        ("get", "create", "patch"),
+        "Kube.apply_config_map: the rebuild settings (tierkeeper-rebuild-<cluster>) the init containers read",
+    ),
     Grant("", "events", ("create",), "Kube.event: Warning/Normal events on our objects"),
     Grant(
         "kopf.dev",

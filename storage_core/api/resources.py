@@ -187,6 +187,19 @@ class RebuildPolicy(ApiModel):
         "broker catches up.",
     )
     parallelism: int = Field(default=4, ge=1, le=64, description="Partitions restored at the same time.")
+    run_as_user: int | None = Field(
+        default=None,
+        ge=0,
+        le=2_147_483_647,
+        description="User a requested rebuild Job runs as: the broker's own (it writes into the broker's "
+        "log directory; Strimzi's is 1001). Omit to run as the image's user.",
+    )
+    run_as_group: int | None = Field(
+        default=None,
+        ge=0,
+        le=2_147_483_647,
+        description="Group a requested rebuild Job runs as (Strimzi: 0). Omit for the image's group.",
+    )
 
 
 class ReplicaFetchers(ApiModel):

@@ -94,10 +94,40 @@ class TieredTopicStatus(ResourceStatus):
     last_cleanup: RunOutcome | None = Field(default=None, description="The last cleanup run of this topic.")
 
 
+class RebuildStatus(ApiModel):
+    """The last rebuild of the broker's log directory from the remote tier: by the init container of the
+    broker's pod (policy WhenLogDirEmpty) or by a rebuild Job the operator ran on request."""
+
+    phase: Literal["Blocked", "Running", "Succeeded", "Skipped", "Failed"] = Field(
+        description="Blocked (a pod uses the volume read-write; the requested Job waits), Running, "
+        "Succeeded (data restored, or an interrupted restore completed), Skipped (the log dir held data "
+        "or nothing was tiered: nothing to do) or Failed (the broker does not start on it)."
+    )
+    source: Literal["InitContainer", "Job", "Standalone"] = Field(description="What ran the rebuild.")
+    action: str = Field(
+        default="",
+        description="What the rebuild did: rebuilt, resumed, installed, already-rebuilt, nothing-to-restore "
+        "or skipped.",
+    )
+    start_time: str | None = Field(default=None, description="RFC 3339 time the rebuild started.")
+    end_time: str | None = Field(default=None, description="RFC 3339 time the rebuild ended.")
+    partitions_restored: int = Field(default=0, ge=0, description="Partitions that got data restored.")
+    bytes_restored: int = Field(default=0, ge=0, description="Bytes of segments restored.")
+    expected_tail: int = Field(
+        default=0, ge=0, description="Offsets the broker still replicates from the leaders once started."
+    )
+    message: str = Field(default="", description="One line: what was done, or why it failed.")
+    pod: str | None = Field(default=None, description="The pod (init container) or Job pod that ran it.")
+    job: str | None = Field(default=None, description="The rebuild Job (requested rebuilds only).")
+
+
 class TieredBrokerStatus(ResourceStatus):
     """Observed state of a TieredBroker."""
 
     last_copy: RunOutcome | None = Field(default=None, description="The last copy Job on this broker.")
+    rebuild: RebuildStatus | None = Field(
+        default=None, description="The last rebuild of the broker's log directory from the remote tier."
+    )
     fetchers: FetcherStatus | None = Field(
         default=None, description="num.replica.fetchers management (spec.replicaFetchers)."
     )

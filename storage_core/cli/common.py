@@ -16,11 +16,12 @@ if TYPE_CHECKING:
     from storage_core.throttle import RateLimiter
 
 
-def add_remote_args(parser: argparse.ArgumentParser) -> None:
+def add_remote_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``required=False``: the command can take the URL from elsewhere (``rebuild --settings``)."""
     group = parser.add_argument_group("remote tier")
     group.add_argument(
         "--remote",
-        required=True,
+        required=required,
         metavar="URL",
         help="root of the remote tier: s3://bucket/prefix, gs://..., file:///path, memory://name",
     )

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from storage_core.faults import fault_point
 from storage_core.formats.segment_files import TopicPartition
@@ -42,16 +43,21 @@ class RebuildOptions:
     dry_run: bool = False
     local_retention_ms: int | None = None
     local_retention_bytes: int | None = None
+    if_empty: bool = False
+    """The init container's mode: a log dir holding data is left alone (action ``skipped``) instead of
+    refused, and a missing or unformatted (no ``meta.properties``) empty dir is restored too."""
 
 
 @dataclass
 class RebuildOutcome:
     action: str
     """``rebuilt``, ``resumed``, ``installed`` (a crash after the restore was finished), ``already-rebuilt``,
-    ``nothing-to-restore`` or ``dry-run``."""
+    ``nothing-to-restore``, ``dry-run`` or (``if_empty``) ``skipped``."""
     log_dir: str
     partitions: list[PartitionSummary]
     restore: RestoreResult = field(default_factory=RestoreResult)
+    reason: str = ""
+    """Why nothing was done (``skipped``)."""
 
     @property
     def planned_bytes(self) -> int:
@@ -125,8 +131,12 @@ def rebuild_log_dir(
     on_start: Progress | None = None,
 ) -> RebuildOutcome:
     """Run (or resume, or confirm) the rebuild of one log dir; raises TierkeeperError on refusal/failure."""
+    if options.if_empty:
+        skip = if_empty_skip(Path(log_dir), options)
+        if skip is not None:
+            return RebuildOutcome("skipped", str(log_dir), [], reason=skip)
     rdir = RebuildDir(log_dir)
-    situation = classify(rdir.observe(), rdir.path)
+    situation = classify(rdir.observe(), rdir.path, unformatted_ok=options.if_empty)
     rdir.check_identity(options.broker_id)
     if situation is Situation.FRESH:
         rdir.check_fresh(set())  # the cheap refusals first, before anything is touched
@@ -146,7 +156,7 @@ def rebuild_log_dir(
 
     with rdir.locked():
         # Re-read under the lock: another run may have moved the dir on meanwhile.
-        situation = classify(rdir.observe(), rdir.path)
+        situation = classify(rdir.observe(), rdir.path, unformatted_ok=options.if_empty)
         marker = rdir.read_marker()
         if situation is Situation.COMPLETE:
             return RebuildOutcome("already-rebuilt", str(rdir.path), marker.partitions if marker else [])
@@ -176,6 +186,53 @@ def rebuild_log_dir(
         done = rdir.install(installing)
         action = "rebuilt" if situation is Situation.FRESH else "resumed"
         return RebuildOutcome(action, str(rdir.path), done.partitions, result)
+
+
+def assigned_partitions(admin: Any, broker_id: int, excluded: set[str]) -> list[AssignedPartition]:
+    """What Kafka says of every partition assigned to ``broker_id``, through ``admin`` (the Kafka Admin
+    adapter, passed in): replicas, leader, the leader's offsets and the topic's configs."""
+    described = admin.describe([t for t in admin.topic_names() if t not in excluded])
+    mine = [info for info in described.values() if broker_id in info.replicas]
+    tps = [(i.topic, i.partition) for i in mine]
+    starts, ends = admin.log_start_offsets(tps), admin.high_watermarks(tps)
+    configs = {topic: admin.topic_configs(topic) for topic in sorted({i.topic for i in mine})}
+    return [
+        AssignedPartition(
+            i.topic,
+            i.partition,
+            i.topic_id,
+            i.leader,
+            i.replicas,
+            starts[(i.topic, i.partition)],
+            ends[(i.topic, i.partition)],
+            configs[i.topic],
+        )
+        for i in mine
+    ]
+
+
+def if_empty_skip(path: Path, options: RebuildOptions) -> str | None:
+    """Why ``--if-empty`` leaves this log dir alone, or None when it is (or may become) a rebuild.
+
+    Cheap and without Kafka or the remote tier: this runs at every start of the broker's pod. A rebuild
+    marker or guard always means "continue" (a half-restored dir is completed, never started as whole)."""
+    if not path.exists():
+        if not path.parent.is_dir() or options.dry_run:
+            return None  # RebuildDir reports the missing dir (or volume) as an error
+        path.mkdir()  # a fresh volume: the broker's own format would create the dir the same way
+    if not path.is_dir():
+        return None
+    rdir = RebuildDir(path)
+    seen = rdir.observe()
+    if seen.marker is not None or seen.staging or seen.aside:
+        return None
+    unexpected = rdir.unexpected_entries()
+    if unexpected:
+        shown = ", ".join(unexpected[:3]) + (", ..." if len(unexpected) > 3 else "")
+        return f"log dir {path} holds data ({shown}); nothing to restore"
+    if rdir.is_locked_by_other():
+        return f"log dir {path} is locked by a running broker; nothing to restore"
+    return None
 
 
 def _tps(plan: RebuildPlan) -> set[TopicPartition]:

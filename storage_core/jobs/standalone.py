@@ -8,6 +8,10 @@ status to show. TieredBrokers with ``replicaFetchers`` get a fetcher proposal
 (:mod:`storage_core.jobs.fetcher_changes`); it is applied, each change to its end in the same round, when
 ``autoApprove`` is set or the caller approves every proposal (``--approve-fetchers``). The statuses live
 in memory: a restarted standalone run starts with every topic due.
+
+Before anything else in a round, a TieredBroker with rebuild policy WhenLogDirEmpty gets what its pod's
+init container gets on Kubernetes: ``rebuild --if-empty`` on its local log dir (a quick no-op while the
+dir holds data or a broker holds its lock; a half-restored dir is completed), reported in status.rebuild.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from storage_core.jobs.fetcher_changes import (
     fetcher_admins,
 )
 from storage_core.reconcile import outcomes
+from storage_core.reconcile.conditions import rfc3339
 from storage_core.reconcile.fetchers import broker_conditions, health_of
 from storage_core.reconcile.observed import (
     BrokerInput,
@@ -41,6 +46,7 @@ from storage_core.reconcile.observed import (
     observe_topic,
 )
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan, plan
+from storage_core.reconcile.rebuild import RebuildResult, replaces, status_from_result, with_rebuild
 
 Clock = Callable[[], datetime.datetime]
 
@@ -180,8 +186,10 @@ class Standalone:
 
     # ---- one round ---------------------------------------------------------------------------------
     def run_round(self) -> RoundReport:
-        """Observe, plan, run every planned action to its end, fold the results in, plan the status."""
+        """Rebuild empty log dirs, observe, plan, run every planned action to its end, fold the results in,
+        plan the status."""
         before = dict(self.broker_status)
+        self._run_rebuilds()
         topics, brokers = self._inputs(observe=True)
         first = plan(self.clusters, topics, brokers, RunningWork(), self.clock())
         self._store(first)
@@ -243,7 +251,53 @@ class Standalone:
 
     def _store(self, planned: Plan) -> None:
         self.topic_status.update(planned.topic_status)
-        self.broker_status.update(planned.broker_status)
+        for obj in self.brokers:
+            new = planned.broker_status.get(obj.key)
+            if new is not None:
+                old = self.broker_status[obj.key]
+                self.broker_status[obj.key] = with_rebuild(
+                    new, old.rebuild, old.conditions, obj.generation, self.clock()
+                )
+
+    def _run_rebuilds(self) -> None:
+        from storage_core.jobs.rebuild import RebuildOptions, assigned_partitions, rebuild_log_dir
+
+        for obj in self.brokers:
+            spec = self.broker_specs[obj.key].value
+            if (
+                spec is None
+                or spec.paused
+                or spec.rebuild.policy != "WhenLogDirEmpty"
+                or spec.cluster_ref.name not in self.clusters
+            ):
+                continue
+            cluster = self.clusters[spec.cluster_ref.name]
+            options = RebuildOptions(
+                broker_id=spec.broker_id, parallelism=spec.rebuild.parallelism, if_empty=True
+            )
+            start = rfc3339(self.clock())
+            try:
+                outcome = rebuild_log_dir(
+                    spec.log_dir.path,
+                    self._store_factory(cluster),
+                    lambda spec=spec: assigned_partitions(  # type: ignore[misc]
+                        self._admin(spec.cluster_ref.name), spec.broker_id, set()
+                    ),
+                    options,
+                )
+                result = RebuildResult(
+                    action=outcome.action,
+                    reason=outcome.reason,
+                    partitions_restored=len([p for p in outcome.partitions if p.segments]),
+                    bytes_restored=outcome.planned_bytes,
+                    expected_tail=sum(p.expected_tail for p in outcome.partitions),
+                )
+            except (TierkeeperError, OSError) as exc:
+                result = RebuildResult(failure=str(exc))
+            new = status_from_result(result, "Standalone", start=start, end=rfc3339(self.clock()))
+            old = self.broker_status[obj.key]
+            if replaces(new, old.rebuild):
+                self.broker_status[obj.key] = old.model_copy(update={"rebuild": new})
 
     def _run_copy(self, action: CopyAction) -> None:
         from storage_core.tiering.partition_copy import copy_partition

@@ -115,11 +115,15 @@ class Observed:
     aside: bool
 
 
-def classify(seen: Observed, path: Path) -> Situation:
-    """Which step a log dir is at; refuses combinations no sequence of our steps can produce."""
+def classify(seen: Observed, path: Path, *, unformatted_ok: bool = False) -> Situation:
+    """Which step a log dir is at; refuses combinations no sequence of our steps can produce.
+
+    ``unformatted_ok``: a dir without ``meta.properties`` may be restored too (the init container of a pod
+    whose broker formats its storage at start, as Strimzi's does with ``kafka-storage format -g``, which
+    Kafka 4.1 accepts on a non-empty dir); only the staging guard then protects it."""
     if seen.meta and seen.aside:
         raise RebuildRefused(f"both {META} and {META_ASIDE} exist in {path}; keep only the new broker's own")
-    if not seen.meta and not seen.aside:
+    if not seen.meta and not seen.aside and not unformatted_ok:
         raise RebuildRefused(
             f"no {META} in {path}: format the new broker's log dir (kafka-storage format) first"
         )
@@ -184,19 +188,21 @@ class RebuildDir:
             raise RebuildRefused(f"unreadable {self.marker_path}: {exc.errors()[0]['msg']}") from exc
 
     def check_identity(self, broker_id: int) -> None:
-        """The log dir must belong to the broker being rebuilt (its own meta.properties, perhaps aside)."""
+        """The log dir must belong to the broker being rebuilt (its own meta.properties, perhaps aside;
+        an unformatted dir has none and is checked against the marker alone)."""
         meta = self.path / META if (self.path / META).is_file() else self.path / META_ASIDE
-        node = read_properties(meta).get("node.id")
-        if node != str(broker_id):
-            raise RebuildRefused(f"{meta} belongs to node.id {node}, not broker {broker_id}")
+        if meta.is_file():
+            node = read_properties(meta).get("node.id")
+            if node != str(broker_id):
+                raise RebuildRefused(f"{meta} belongs to node.id {node}, not broker {broker_id}")
         marker = self.read_marker()
         if marker is not None and marker.broker_id != broker_id:
             raise RebuildRefused(
                 f"{self.marker_path} records a rebuild of broker {marker.broker_id}, not {broker_id}"
             )
 
-    def check_fresh(self, restoring: set[TopicPartition]) -> None:
-        """An empty log dir: nothing but what formatting (and perhaps one start) leaves behind."""
+    def unexpected_entries(self) -> list[str]:
+        """What the dir holds beyond what formatting (and perhaps one start) leaves behind."""
         unexpected = []
         for entry in sorted(os.listdir(self.path)):
             full = self.path / entry
@@ -205,6 +211,11 @@ class RebuildDir:
                     unexpected.append(entry + "/")
             elif entry not in _FRESH_FILES:
                 unexpected.append(entry)
+        return unexpected
+
+    def check_fresh(self, restoring: set[TopicPartition]) -> None:
+        """An empty log dir: nothing but what formatting (and perhaps one start) leaves behind."""
+        unexpected = self.unexpected_entries()
         if unexpected:
             raise RebuildRefused(
                 f"log dir {self.path} is not empty ({', '.join(unexpected[:5])}"

@@ -48,6 +48,13 @@ CALLS: dict[str, list[Callable[[Kube], Any]]] = {
     "create_job": [lambda k: k.create_job(JOB)],
     "annotate_job": [lambda k: k.annotate_job("ns", "j", {"a": "b"})],
     "pod_node": [lambda k: k.pod_node("ns", "p")],
+    "list_pods": [lambda k: k.list_pods("ns")],
+    # "missing" answers 404 (created); an existing one with other data is patched.
+    "apply_config_map": [
+        lambda k: k.apply_config_map("ns", "missing", {}, {"k": "v"}),
+        lambda k: k.apply_config_map("ns", "present", {}, {"k": "v"}),
+    ],
+    "remove_annotation": [lambda k: k.remove_annotation("tieredbrokers", OBJ, "tierkeeper.io/fetchers")],
     "event": [lambda k: k.event(OBJ, "TieredTopic", "Normal", "R", "m", "c")],
     # As the peering gate calls them: per watched namespace, or cluster-wide (None) watching all.
     "get_peering": [lambda k: k.get_peering("tierkeeper", k.namespaces[0] if k.namespaces else None)],
@@ -67,8 +74,12 @@ class RecordingClient:
     requests: list[tuple[str, str]] = field(default_factory=list)
 
     def call_api(self, path: str, method: str, **_: Any) -> Response:
+        from kubernetes.client.exceptions import ApiException
+
         self.requests.append((method, path))
-        return Response(json.dumps({"items": [], "metadata": {}, "spec": {}}).encode())
+        if method == "GET" and path.endswith("/missing"):
+            raise ApiException(status=404, reason="Not Found")
+        return Response(json.dumps({"items": [], "metadata": {"resourceVersion": "1"}, "spec": {}}).encode())
 
 
 def permission(method: str, path: str) -> tuple[str, str, str]:
