@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 BROKER_USABLE = Health(True, "Ready", "spec accepted")
 
 
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    apply_operator_settings(settings)
+def configure(settings: kopf.OperatorSettings, *, namespaced: bool = False, **_: Any) -> None:
+    apply_operator_settings(settings, namespaced=namespaced)
 
 
 def _previous_conditions(status: Mapping[str, Any]) -> list[Condition]:
@@ -110,6 +110,7 @@ def build_registry(
     clusters: Mapping[str, KafkaClusterConfig] | None = None,
     login: Callable[..., Any] = kopf.login_via_client,
     rounds: RoundsOptions | None = None,
+    namespaced: bool = False,
 ) -> kopf.OperatorRegistry:
     """A registry holding every Tierkeeper handler and one login handler.
 
@@ -125,14 +126,15 @@ def build_registry(
     written) on a thread started at startup and stopped at cleanup, gated by peering when
     ``rounds.peering`` is set (whose ``lifetime`` also goes into kopf's peering settings), with the
     metrics and readiness endpoints; None runs no rounds (the handlers alone). A probe handler makes
-    kopf's liveness endpoint fail once the rounds thread has died.
+    kopf's liveness endpoint fail once the rounds thread has died. ``namespaced``: the operator watches
+    named namespaces (kopf's cluster-wide discovery is turned off, see ``apply_operator_settings``).
     """
     known = dict(clusters or {})
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(login)
 
     def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
-        configure(settings, **kwargs)
+        configure(settings, namespaced=namespaced, **kwargs)
         memo["clusters"] = known
         if rounds is not None:
             from tierkeeper_operator.background import start_rounds

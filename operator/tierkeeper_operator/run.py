@@ -183,7 +183,7 @@ def run(options: OperatorOptions) -> int:
     )
     kopf.configure(verbose=options.verbose)
     kopf.run(
-        registry=build_registry(clusters, rounds=rounds),
+        registry=build_registry(clusters, rounds=rounds, namespaced=not options.all_namespaces),
         standalone=options.standalone,
         clusterwide=options.all_namespaces,
         namespaces=options.namespaces,

@@ -12,8 +12,14 @@ from tierkeeper_operator import GROUP
 REPORTING_COMPONENT = "tierkeeper-operator"
 
 
-def apply_operator_settings(settings: kopf.OperatorSettings) -> None:
-    """Adjust kopf's defaults in place (kopf hands the settings object to the startup handler)."""
+def apply_operator_settings(settings: kopf.OperatorSettings, *, namespaced: bool = False) -> None:
+    """Adjust kopf's defaults in place (kopf hands the settings object to the startup handler).
+
+    ``namespaced``: the operator watches named namespaces under Roles only. kopf's runtime discovery lists
+    CRDs and namespaces cluster-wide, which those Roles do not grant (it logged refusals for a minute at
+    every start); with the namespaces named and our CRDs installed before the operator, it is not needed.
+    """
+    settings.scanning.disabled = namespaced
     # kopf's default progress storage also writes status.kopf; our CRD's structural schema has no such
     # field, so a real API server would prune it. Annotations under our own group survive pruning.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)

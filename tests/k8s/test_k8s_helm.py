@@ -95,18 +95,7 @@ def values_file(tmp_path: Path, **extra: Any) -> tuple[Path, str]:
     return path, remote
 
 
-def kopf_cluster_scan(line: str) -> bool:
-    """kopf's scan of CRDs and namespaces at the cluster scope, which a namespaced operator may not do:
-    kopf retries, then goes on with the namespaces it was given."""
-    return "at the cluster scope" in line and (
-        "customresourcedefinitions" in line.split("->")[0]
-        or line.split("->")[0].endswith("/api/v1/namespaces ")
-    )
-
-
-def reconcile_one_topic(
-    plane: ControlPlane, namespace: str, release_ns: str, pod: dict[str, Any], *, namespaced: bool = False
-) -> str:
+def reconcile_one_topic(plane: ControlPlane, namespace: str, release_ns: str, pod: dict[str, Any]) -> str:
     """A TieredTopic in ``namespace`` is handled by the operator in ``pod``: Stalled with Kafka's reason
     (nothing listens on the cluster's port), not with a permission error. Returns the operator's log."""
     topic: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "tieredtopic.yaml").read_text())
@@ -124,11 +113,7 @@ def reconcile_one_topic(
     assert verdict.status == "Failed" and verdict.message == stalled["message"], verdict
     # A 403 reaches the log as kopf's APIForbiddenError / "Forbidden"; a bare "403" would also match
     # librdkafka's millisecond timestamps, which this log is full of.
-    forbidden = [
-        line
-        for line in log.splitlines()
-        if "Forbidden" in line and not (namespaced and kopf_cluster_scan(line))
-    ]
+    forbidden = [line for line in log.splitlines() if "Forbidden" in line]
     assert not forbidden, "\n".join(forbidden[:20])
     return log
 
@@ -145,18 +130,6 @@ def requests_of(plane: ControlPlane, namespace: str, account: str) -> dict[tuple
         key = (event["verb"], ref.get("apiGroup", ""), resource)
         out.setdefault(key, set()).add(int(event.get("responseStatus", {}).get("code", 0)))
     return out
-
-
-# What kopf tries at the cluster scope when it may not (watching given namespaces): it retries, then
-# goes on with the namespaces it was given.
-KOPF_CLUSTER_SCANS = {
-    ("list", "apiextensions.k8s.io", "customresourcedefinitions"),
-    ("list", "", "namespaces"),
-}
-
-
-def kopf_cluster_scan_request(key: tuple[str, str, str]) -> bool:
-    return key in KOPF_CLUSTER_SCANS
 
 
 def granted(
@@ -275,13 +248,12 @@ def test_watching_namespaces_runs_on_roles_alone(
         assert ("Role", k8s_namespace) in kinds and ("RoleBinding", k8s_namespace) in kinds
         assert not {k for k, _ in kinds} & {"ClusterRole", "ClusterRoleBinding"}
         pod = running_pod(plane, ns, release, arg=f"--namespace={k8s_namespace}")
-        # Without cluster-wide grants kopf cannot watch CRDs or list namespaces: it retries, then goes on
-        # with the namespaces it was given (a CRD change rolls the pod through checksum/crds). Nothing else
-        # may be refused.
-        reconcile_one_topic(plane, k8s_namespace, ns, pod, namespaced=True)
+        # Watching named namespaces, the operator turns kopf's cluster-wide discovery of CRDs and
+        # namespaces off (a CRD change rolls the pod through checksum/crds): nothing may be refused.
+        reconcile_one_topic(plane, k8s_namespace, ns, pod)
         made = requests_of(plane, ns, pod["spec"]["serviceAccountName"])
         refused = {key for key, codes in made.items() if 403 in codes}
-        assert all(kopf_cluster_scan_request(key) for key in refused), sorted(refused)
+        assert not refused, sorted(refused)
         assert made.keys() - refused <= granted(clusterwide=False), sorted(made.keys() - refused)
         helm(plane, "uninstall", release, "-n", ns)
     finally:
