@@ -155,7 +155,14 @@ def _job(
     if jobs.service_account_name:
         pod_spec["serviceAccountName"] = jobs.service_account_name
     if node_name:
+        # Pinned to the broker's node (its volume): the user's node labels could only make it unschedulable.
         pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+    elif jobs.node_selector:
+        pod_spec["nodeSelector"] = dict(jobs.node_selector)
+    if jobs.tolerations:
+        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in jobs.tolerations]
+    if jobs.priority_class_name:
+        pod_spec["priorityClassName"] = jobs.priority_class_name
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

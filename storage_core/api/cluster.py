@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from storage_core.api.fields import BootstrapServers, ObjectName, RemoteUrl
 from storage_core.api.rules import ApiModel
@@ -93,6 +93,33 @@ class JobResources(ApiModel):
     )
 
 
+class Toleration(ApiModel):
+    """A Kubernetes toleration for the Jobs' pods (brokers often run on tainted nodes)."""
+
+    key: str | None = Field(
+        default=None, description="Taint key; omit with operator Exists to match every taint."
+    )
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="How the value is matched.")
+    value: str | None = Field(default=None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; omit for every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="NoExecute only: how long the pod stays bound after the taint appears.",
+    )
+
+    @model_validator(mode="after")
+    def _as_kubernetes_accepts(self) -> Toleration:
+        # Checked here so a bad toleration fails at the operator's start, not at every Job creation.
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key must use operator Exists")
+        return self
+
+
 class JobDefaults(ApiModel):
     """How the operator's copy and cleanup Jobs run on Kubernetes (standalone mode ignores it)."""
 
@@ -111,6 +138,17 @@ class JobDefaults(ApiModel):
         default=3600, ge=60, description="A Job running longer is stopped and counts as failed."
     )
     resources: JobResources = Field(default_factory=JobResources, description="Resources of a Job's pod.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node labels for cleanup and delete Jobs. Copy and rebuild Jobs ignore it: they run on "
+        "the node of the broker whose volume they mount.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations of every Job's pod, e.g. for tainted broker nodes."
+    )
+    priority_class_name: ObjectName | None = Field(
+        default=None, description="PriorityClass of every Job's pod; omit for the cluster default."
+    )
     copy_parallelism: int = Field(
         default=4, ge=1, le=64, description="Partitions one copy Job copies at once."
     )

@@ -217,3 +217,52 @@ def test_cleanup_job_runs_on_spark_when_configured() -> None:
     parsed = build_parser().parse_args(args)
     assert parsed.engine == "spark" and parsed.spark_master == "spark://spark-master:7077"
     assert parsed.kafka_config_dir == KAFKA_CONFIG_DIR
+
+
+def test_node_placement_of_jobs() -> None:
+    placed = CLUSTER.model_copy(
+        update={
+            "jobs": CLUSTER.jobs.model_validate(
+                {
+                    **CLUSTER.jobs.model_dump(by_alias=True),
+                    "nodeSelector": {"pool": "batch"},
+                    "tolerations": [{"key": "dedicated", "value": "kafka", "effect": "NoSchedule"}],
+                    "priorityClassName": "tiering",
+                }
+            )
+        }
+    )
+    spec = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
+    cleanup = cleanup_job(
+        CleanupAction("c", "kafka/orders", "orders", spec),
+        placed,
+        Owner("TieredTopic", "o", "kafka", "u"),
+        "r",
+    )["spec"]["template"]["spec"]
+    copy = copy_job(ACTION, placed, BROKER, OWNER, "node-a", "r")["spec"]["template"]["spec"]
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "kafka", "effect": "NoSchedule"}
+    assert cleanup["nodeSelector"] == {"pool": "batch"}
+    # A copy Job runs where the broker's volume is: the user's labels never replace that pin.
+    assert copy["nodeSelector"] == {"kubernetes.io/hostname": "node-a"}
+    for pod in (cleanup, copy):
+        assert pod["tolerations"] == [toleration] and pod["priorityClassName"] == "tiering"
+    default = copy_job(ACTION, CLUSTER, BROKER, OWNER, None, "r")["spec"]["template"]["spec"]
+    assert (
+        "nodeSelector" not in default and "tolerations" not in default and "priorityClassName" not in default
+    )
+
+
+@pytest.mark.parametrize(
+    ("toleration", "message"),
+    [
+        ({"key": "k", "operator": "Exists", "value": "v"}, "operator Exists takes no value"),
+        ({"value": "v"}, "without a key must use operator Exists"),
+        ({"key": "k", "effect": "NoWhere"}, "NoSchedule"),
+    ],
+)
+def test_a_toleration_kubernetes_would_refuse_is_refused_at_start(
+    toleration: dict[str, str], message: str
+) -> None:
+    raw = {**CLUSTER.model_dump(by_alias=True), "jobs": {"tolerations": [toleration]}}
+    with pytest.raises(ValidationError, match=message):
+        KafkaClusterConfig.model_validate(raw)
