@@ -43,6 +43,7 @@ POINTS: dict[str, str] = {
     "rebuild.installing": "rebuild: marker says INSTALLING, staged partitions not yet moved in",
     "recover.chunk.produced": "recover: a chunk produced in an open transaction, not yet committed",
     "recover.chunk.committed": "recover: a chunk's transaction committed with its progress",
+    "scrub.quarantine.marked": "scrub: QUARANTINED markers of a partition written, manifest not rewritten",
     "cleanup.trim.recorded": "local trim offset recorded in partition-state.json, DeleteRecords not sent",
     # Passed by every verb (copy, read, cleanup, rebuild, recover...): pick the n-th request to crash there.
     "store.request": "a remote-store operation is about to be sent (adapters.store), once per operation",

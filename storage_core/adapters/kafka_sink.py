@@ -1,9 +1,10 @@
 """The Kafka side of a restore: a transactional producer that commits progress with the records.
 
 This is an adapter (confluent-kafka stays inside it; its errors become ours). One transactional id per
-target incarnation (``state.restore_group``): ``init_transactions`` of a rerun bumps the producer epoch,
-which fences a crashed or still-running predecessor and aborts whatever transaction it left open, so a
-late write of a killed process can never land after the rerun has read the committed progress.
+partition of a target incarnation (``state.restore_transactional_id``): ``init_transactions`` of a rerun
+bumps the producer epoch, which fences a crashed or still-running predecessor and aborts whatever
+transaction it left open, so a late write of a killed process can never land after the rerun has read
+the committed progress.
 
 Records keep key, value, headers and timestamp; the timestamp is sent as CreateTime (the target topic
 must use CreateTime, checked before restoring), which also preserves LogAppendTime stamps of the old log.
@@ -28,7 +29,8 @@ def _kafka_error(exc: BaseException) -> Any:
 
 
 class TransactionalSink:
-    """Restores into ``topic`` with transactional id and group ``group`` (implements ``RestoreSink``)."""
+    """Restores into ``topic`` with progress in group ``group`` and transactional id ``transactional_id``
+    (default: the group's name) (implements ``RestoreSink``)."""
 
     def __init__(
         self,
@@ -36,6 +38,7 @@ class TransactionalSink:
         topic: str,
         group: str,
         *,
+        transactional_id: str | None = None,
         message_max_bytes: int | None = None,
         batch_bytes: int | None = None,
         transaction_timeout_ms: int = 120_000,
@@ -47,7 +50,7 @@ class TransactionalSink:
         self.bootstrap_servers = bootstrap_servers
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
-            "transactional.id": group,
+            "transactional.id": transactional_id or group,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
@@ -59,6 +62,7 @@ class TransactionalSink:
         if batch_bytes is not None:
             config["batch.size"] = batch_bytes
         self._in_txn = False
+        txn_id = config["transactional.id"]
         try:
             self._producer = Producer(config)
             # For the group metadata a transactional offset commit names, and to read the progress back
@@ -70,7 +74,7 @@ class TransactionalSink:
             self._group_metadata = self._consumer.consumer_group_metadata()
         except KafkaException as exc:
             raise KafkaAdminError(
-                f"cannot start the restore producer (transactional.id {group}) on {bootstrap_servers}: {exc}"
+                f"cannot start the restore producer (transactional.id {txn_id}) on {bootstrap_servers}: {exc}"
             ) from exc
 
     def committed(self, partitions: Iterable[int]) -> dict[int, tuple[int, str | None]]:

@@ -16,6 +16,7 @@ from storage_core.cli.common import (
     rate_limiter,
     require_positive,
 )
+from storage_core.cli.export import add_spark_args
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,7 +84,15 @@ def register(subparsers: Any) -> None:
     add_rate_limit_arg(p, "throttle the restore (default: unlimited)")
     p.add_argument("--dry-run", action="store_true", help="report the plan; change nothing")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    p.add_argument(
+        "--engine",
+        choices=["local", "spark"],
+        default="local",
+        help="restore the partitions one by one in this process (default) or as tasks of a Spark job "
+        "(one per partition; --spark-master, --spark-conf)",
+    )
     add_remote_args(p)
+    add_spark_args(p)
     p.set_defaults(handler=run)
 
 
@@ -178,12 +187,30 @@ def run(args: argparse.Namespace) -> int:
         limits=ChunkLimits(records=args.transaction_records, bytes=args.transaction_bytes),
         limiter=rate_limiter(args),
     )
-    summary = recover(
-        open_store(args, existing=True),
-        KafkaAdmin(args.bootstrap_servers),
-        request,
-        _Bars(args.topic, enabled=not args.json),
-    )
+    sessions: list[Any] = []
+    runner = None
+    if args.engine == "spark":
+        from storage_core.jobs.recover_spark import spark_runner
+        from storage_core.jobs.spark_session import parse_conf, spark_session
+
+        conf = parse_conf(args.spark_conf)
+
+        def session() -> Any:
+            sessions.append(spark_session("tierkeeper-recover", args.spark_master, conf))
+            return sessions[-1]
+
+        runner = spark_runner(session, args.max_bytes_per_second)
+    try:
+        summary = recover(
+            open_store(args, existing=True),
+            KafkaAdmin(args.bootstrap_servers),
+            request,
+            _Bars(args.topic, enabled=not args.json),
+            run_partitions=runner,
+        )
+    finally:
+        for spark in sessions:
+            spark.stop()
     commands = [
         read_command(args, summary.source_topic_id, ps.partition, ps.old_start)
         for ps in summary.partition_summaries

@@ -206,3 +206,27 @@ def _scan_headers(
 
 
 scan_headers = _jit(_scan_headers)
+
+
+def _views(buf: Any, positions: Any, lengths: Any, out: Any) -> None:
+    """Arrow binary-view entries (16 bytes each, little-endian) of ``buf[positions[i]:+lengths[i]]``:
+    length, then the bytes inline when they fit in 12, else a 4-byte prefix, buffer 0 and the offset
+    into ``buf``. ``out`` comes zeroed; a null or empty value keeps its all-zero entry."""
+    for i in range(positions.shape[0]):
+        n = lengths[i]
+        if n <= 0:
+            continue
+        p = positions[i]
+        for b in range(4):
+            out[i, b] = (n >> (8 * b)) & 0xFF
+        if n <= 12:
+            for j in range(n):
+                out[i, 4 + j] = buf[p + j]
+        else:
+            for j in range(4):
+                out[i, 4 + j] = buf[p + j]
+            for b in range(4):
+                out[i, 12 + b] = (p >> (8 * b)) & 0xFF
+
+
+views = _jit(_views)

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage_core.errors import CorruptDataError
-from storage_core.formats.arrow_kernels import OK, PROBLEMS, gather, scan_headers, scan_records
+from storage_core.formats.arrow_kernels import OK, PROBLEMS, gather, scan_headers, scan_records, views
 from storage_core.formats.codecs import Codec, CodecError, open_decompressed
 from storage_core.formats.record_batch import HEADER_SIZE, RawBatch, TimestampType
 
@@ -34,11 +34,13 @@ HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.bina
 """One record header, as Spark's Kafka source shows it."""
 
 
-def kafka_schema(include_headers: bool = False) -> pa.Schema:
-    """The Arrow schema of Spark's Kafka source (``includeHeaders`` adds the last column)."""
+def kafka_schema(include_headers: bool = False, *, zero_copy: bool = False) -> pa.Schema:
+    """The Arrow schema of Spark's Kafka source (``includeHeaders`` adds the last column); with
+    ``zero_copy``, key and value are ``binary_view`` columns instead of ``binary``."""
+    blob = pa.binary_view() if zero_copy else pa.binary()
     fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
+        pa.field("key", blob),
+        pa.field("value", blob),
         pa.field("topic", pa.string()),
         pa.field("partition", pa.int32()),
         pa.field("offset", pa.int64()),
@@ -145,6 +147,22 @@ def _binary(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, kind: pa.Data
     )
 
 
+def _binary_views(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A ``binary_view`` column over ``buf`` itself: 16 bytes per value and no copy of the values (the
+    column keeps ``buf``, the mapped object or the group's decompressed payloads, alive)."""
+    if buf.shape[0] >= 1 << 31:  # view offsets are 32-bit
+        return _binary(buf, pos, lengths, pa.binary()).cast(pa.binary_view())
+    n = len(pos)
+    entries = np.zeros((n, 16), np.uint8)
+    views(buf, pos, lengths, entries)
+    valid = lengths >= 0
+    null_count = n - int(valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(
+        pa.binary_view(), n, [validity, pa.py_buffer(entries), pa.py_buffer(buf)], null_count
+    )
+
+
 def _header_keys(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, non_ascii: bool) -> pa.Array:
     if not non_ascii:
         return _binary(buf, pos, lengths, pa.string())
@@ -202,12 +220,14 @@ def decode_arrow(
     min_offset: int | None = None,
     end_offset: int | None = None,
     path: str | None = None,
+    zero_copy: bool = False,
 ) -> pa.RecordBatch:
     """Every record of ``batches`` (whole, CRC-checked batches in offset order) as one Arrow batch.
 
     Only records with ``min_offset <= offset < end_offset`` are kept (the first batch a read starts
     from may begin before its offset). Raises ``CorruptDataError`` naming the batch for damaged records
-    or payloads, like the record decoder.
+    or payloads, like the record decoder. ``zero_copy``: key and value as ``binary_view`` columns that
+    point into the stored (or decompressed) bytes instead of copies of them.
     """
     payloads = _Payloads(batches, path)
     n = payloads.total
@@ -254,9 +274,18 @@ def decode_arrow(
             )
             header_pos, header_count = header_pos[keep], header_count[keep]
             n = len(offsets)
+    if zero_copy:
+        blobs = [
+            _binary_views(payloads.buf, key_pos, key_len),
+            _binary_views(payloads.buf, value_pos, value_len),
+        ]
+    else:
+        blobs = [
+            _binary(payloads.buf, key_pos, key_len, pa.binary()),
+            _binary(payloads.buf, value_pos, value_len, pa.binary()),
+        ]
     columns: list[Any] = [
-        _binary(payloads.buf, key_pos, key_len, pa.binary()),
-        _binary(payloads.buf, value_pos, value_len, pa.binary()),
+        *blobs,
         _repeated_string(topic, n),
         pa.array(np.full(n, partition, np.int32)),
         pa.array(offsets),
@@ -265,7 +294,7 @@ def decode_arrow(
     ]
     if include_headers:
         columns.append(_headers(payloads, header_pos, header_count, bool(non_ascii)))
-    return pa.RecordBatch.from_arrays(columns, schema=kafka_schema(include_headers))
+    return pa.RecordBatch.from_arrays(columns, schema=kafka_schema(include_headers, zero_copy=zero_copy))
 
 
 def _timestamp_types(batches: Sequence[RawBatch], payloads: _Payloads, offsets: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ The loop:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +29,14 @@ from storage_core.recovery.incarnations import Incarnation, PartitionHistory, ch
 from storage_core.recovery.mapping import OffsetRun, concat_runs, is_shifted
 from storage_core.recovery.plan import LiveTopic, PlanOptions, TopicPlan, check_target_configs, plan_topic
 from storage_core.recovery.restore import ChunkLimits, PartitionStart, restore_partition
-from storage_core.recovery.state import Claim, Progress, RecoveryState, read_claim, restore_group
+from storage_core.recovery.state import (
+    Claim,
+    Progress,
+    RecoveryState,
+    read_claim,
+    restore_group,
+    restore_transactional_id,
+)
 from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
 from storage_core.remote.store_api import ObjectStore
 from storage_core.throttle import RateLimiter
@@ -130,8 +138,15 @@ class RecoverySummary:
 
 
 def recover(
-    store: ObjectStore, admin: KafkaAdmin, request: RecoverRequest, reporter: Reporter
+    store: ObjectStore,
+    admin: KafkaAdmin,
+    request: RecoverRequest,
+    reporter: Reporter,
+    *,
+    run_partitions: RestoreRunner | None = None,
 ) -> RecoverySummary:
+    """Recover ``request.topic``. Partitions are restored one after another in this process, or by
+    ``run_partitions`` (e.g. as Spark tasks, one per partition); the result is the same."""
     topic = request.topic
     wanted_type = request.topic_config.get("message.timestamp.type", "CreateTime")
     if request.options.restore and wanted_type != "CreateTime":
@@ -167,7 +182,7 @@ def recover(
                 request.bootstrap_servers, restore_group(topic, live_id), topic, source.partitions
             )
             for ps in summary.partition_summaries:
-                _apply_progress(ps, source, committed.get(ps.partition))
+                _apply_progress(ps, source.topic_id, committed.get(ps.partition))
         return summary
 
     target_id = _prepare_topic(admin, request, plan, live_id, summary.warnings)
@@ -184,7 +199,7 @@ def recover(
             )
         )
     if request.options.restore:
-        _restore(store, admin, request, source, state, summary, reporter)
+        _restore(store, admin, request, source, state, summary, reporter, run_partitions)
     state.write_summary(json.dumps(summary.to_json(), sort_keys=True, default=str).encode())
     return summary
 
@@ -238,20 +253,121 @@ def _prepare_topic(
 
 
 def _apply_progress(
-    ps: PartitionSummary, source: Incarnation, committed: tuple[int, str | None] | None
+    ps: PartitionSummary, source_topic_id: str, committed: tuple[int, str | None] | None
 ) -> Progress | None:
     progress = Progress.decode(committed[1]) if committed else None
     if progress is None:
         return None
-    if progress.source != source.topic_id:
+    if progress.source != source_topic_id:
         raise ConfigError(
             f"partition {ps.partition} of the target topic holds restore progress of incarnation "
-            f"{progress.source}, not {source.topic_id}; refusing to mix histories"
+            f"{progress.source}, not {source_topic_id}; refusing to mix histories"
         )
     ps.restored_before = progress.restored
     ps.next_old = progress.next_old
     ps.complete = ps.old_end is None or progress.next_old > ps.old_end
     return progress
+
+
+@dataclass(frozen=True)
+class PartitionRestore:
+    """One partition's restore, picklable so it can run as a Spark task: it opens its own producer (one
+    transactional id per partition, so a rerun or a retried task fences its predecessor), reader and
+    recovery state. One writer per partition, whichever engine runs it."""
+
+    store: Any
+    """An ``ObjectStore`` that pickles (``RemoteStore`` pickles as its URL and options)."""
+    bootstrap_servers: str
+    topic: str
+    source_topic_id: str
+    target_topic_id: str
+    history: PartitionHistory
+    summary: PartitionSummary
+    limits: ChunkLimits
+    message_max_bytes: int
+    batch_bytes: int
+
+
+@dataclass
+class RestoreOutcome:
+    summary: PartitionSummary
+    warnings: list[str] = field(default_factory=list)
+
+
+RestoreRunner = Callable[[list[PartitionRestore]], list[RestoreOutcome]]
+"""Runs partitions' restores elsewhere (e.g. as Spark tasks), results in the given order."""
+
+
+class _Quiet:
+    """The reporter of a restore that runs where nobody watches (a Spark task)."""
+
+    def partition_started(self, partition: int, offsets: int) -> None:
+        pass
+
+    def advance(self, offsets: int) -> None:
+        pass
+
+    def partition_done(self) -> None:
+        pass
+
+
+def restore_one(
+    job: PartitionRestore, limiter: RateLimiter | None = None, reporter: Reporter | None = None
+) -> RestoreOutcome:
+    """Restore one partition from its committed progress to the end of its tiered history."""
+    from storage_core.adapters.kafka_sink import TransactionalSink
+
+    reporter = reporter or _Quiet()
+    ps = dataclasses.replace(job.summary)
+    out = RestoreOutcome(ps)
+    history = job.history
+    state = RecoveryState(job.store, job.topic, job.source_topic_id, job.target_topic_id)
+    group = restore_group(job.topic, job.target_topic_id)
+    # The sink's init_transactions fences a crashed predecessor before the progress is read.
+    with (
+        TransactionalSink(
+            job.bootstrap_servers,
+            job.topic,
+            group,
+            transactional_id=restore_transactional_id(group, ps.partition),
+            message_max_bytes=job.message_max_bytes,
+            batch_bytes=job.batch_bytes,
+        ) as sink,
+        RemoteReader(job.store, ReadOptions(isolation=Isolation.READ_COMMITTED)) as reader,
+    ):
+        committed = sink.committed([ps.partition])
+        progress = _apply_progress(ps, job.source_topic_id, committed.get(ps.partition))
+        if history.start_offset is None or history.end_offset is None:
+            return out
+        earlier = state.chain(ps.partition, history.start_offset, progress.next_old) if progress else []
+        if progress is not None and progress.next_old < history.start_offset:
+            out.warnings.append(
+                f"partition {ps.partition}: old offsets {progress.next_old}.."
+                f"{history.start_offset - 1} left the remote tier before they were restored"
+            )
+        start = PartitionStart(
+            ps.partition,
+            max(ps.next_old or 0, history.start_offset),
+            history.end_offset,
+            ps.restored_before,
+        )
+        reporter.partition_started(ps.partition, max(0, history.end_offset + 1 - start.next_old))
+        outcome = restore_partition(
+            start,
+            job.source_topic_id,
+            _reader_of(reader, history),
+            sink,
+            state.write_chunk,
+            job.limits,
+            limiter,
+            reporter.advance,
+        )
+        reporter.partition_done()
+    ps.restored_now = outcome.restored_now
+    ps.next_old = outcome.next_old
+    ps.complete = True
+    ps.mapping = None if earlier is None else concat_runs([*(c.offset_runs() for c in earlier), outcome.runs])
+    return out
 
 
 def _restore(
@@ -262,61 +378,32 @@ def _restore(
     state: RecoveryState,
     summary: RecoverySummary,
     reporter: Reporter,
+    run_partitions: RestoreRunner | None,
 ) -> None:
-    from storage_core.adapters.kafka_sink import TransactionalSink
-
     topic = request.topic
     configs = admin.topic_configs(topic)
     summary.warnings.extend(check_target_configs(configs, source.timestamp_range, int(time.time() * 1000)))
-    max_bytes = max(DEFAULT_MESSAGE_MAX_BYTES, _int(configs, "max.message.bytes") + 4096)
-    group = restore_group(topic, state.target_topic_id)
-    # The sink's init_transactions fences a crashed predecessor before the progress is read.
-    with (
-        TransactionalSink(
-            request.bootstrap_servers,
-            topic,
-            group,
-            message_max_bytes=max_bytes,
+    jobs = [
+        PartitionRestore(
+            store=store,
+            bootstrap_servers=request.bootstrap_servers,
+            topic=topic,
+            source_topic_id=source.topic_id,
+            target_topic_id=state.target_topic_id,
+            history=source.partitions[ps.partition],
+            summary=ps,
+            limits=request.limits,
+            message_max_bytes=max(DEFAULT_MESSAGE_MAX_BYTES, _int(configs, "max.message.bytes") + 4096),
             batch_bytes=batch_bytes(configs),
-        ) as sink,
-        RemoteReader(store, ReadOptions(isolation=Isolation.READ_COMMITTED)) as reader,
-    ):
-        committed = sink.committed(source.partitions)
-        for ps in summary.partition_summaries:
-            history = source.partitions[ps.partition]
-            progress = _apply_progress(ps, source, committed.get(ps.partition))
-            if history.start_offset is None or history.end_offset is None:
-                continue
-            earlier = state.chain(ps.partition, history.start_offset, progress.next_old) if progress else []
-            if progress is not None and progress.next_old < history.start_offset:
-                summary.warnings.append(
-                    f"partition {ps.partition}: old offsets {progress.next_old}.."
-                    f"{history.start_offset - 1} left the remote tier before they were restored"
-                )
-            start = PartitionStart(
-                ps.partition,
-                max(ps.next_old or 0, history.start_offset),
-                history.end_offset,
-                ps.restored_before,
-            )
-            reporter.partition_started(ps.partition, max(0, history.end_offset + 1 - start.next_old))
-            outcome = restore_partition(
-                start,
-                source.topic_id,
-                _reader_of(reader, history),
-                sink,
-                state.write_chunk,
-                request.limits,
-                request.limiter,
-                reporter.advance,
-            )
-            reporter.partition_done()
-            ps.restored_now = outcome.restored_now
-            ps.next_old = outcome.next_old
-            ps.complete = True
-            ps.mapping = (
-                None if earlier is None else concat_runs([*(c.offset_runs() for c in earlier), outcome.runs])
-            )
+        )
+        for ps in summary.partition_summaries
+    ]
+    if run_partitions is None:
+        outcomes = [restore_one(job, request.limiter, reporter) for job in jobs]
+    else:
+        outcomes = run_partitions(jobs)
+    summary.partition_summaries = [o.summary for o in outcomes]
+    summary.warnings.extend(w for o in outcomes for w in o.warnings)
 
 
 def _int(configs: dict[str, str], name: str) -> int:

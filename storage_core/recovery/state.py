@@ -165,9 +165,14 @@ def read_claim(store: ObjectStore, topic: str, source_topic_id: str, target_topi
 
 
 def restore_group(topic: str, target_topic_id: str) -> str:
-    """The transactional id and consumer group of restoring into one topic incarnation.
-
-    One per target incarnation: a rerun reuses it, so its producer fences a crashed predecessor's and
-    the broker aborts whatever that one left open before the rerun reads the committed progress.
-    """
+    """The consumer group holding the restore progress of one target topic incarnation (one committed
+    offset per partition, committed with each chunk's records)."""
     return f"tierkeeper-recover-{topic}-{target_topic_id}"
+
+
+def restore_transactional_id(group: str, partition: int) -> str:
+    """The transactional id of restoring one partition: one per partition of a target incarnation, so
+    partitions can be restored in parallel (Spark tasks) while a rerun, or a retried or speculative task,
+    reuses it: its producer fences the predecessor's, and the broker aborts whatever that one left open
+    before the rerun reads the partition's committed progress."""
+    return f"{group}-p{partition}"

@@ -29,6 +29,7 @@ def arrow_batches(
     end_offset: int | None = None,
     group_bytes: int = GROUP_BYTES,
     path: str | None = None,
+    zero_copy: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records of ``batches`` with ``min_offset <= offset < end_offset``; stops
     reading ``batches`` at the first one that starts at or past ``end_offset``. Empty groups (every
@@ -45,6 +46,7 @@ def arrow_batches(
             min_offset=min_offset,
             end_offset=end_offset,
             path=path,
+            zero_copy=zero_copy,
         )
         if out.num_rows:
             yield out

@@ -76,6 +76,9 @@ class SegmentState(str, Enum):
 
     COPY_STARTED = "COPY_STARTED"
     COPY_FINISHED = "COPY_FINISHED"
+    QUARANTINED = "QUARANTINED"
+    """Scrub found the finished segment damaged: no reader serves it, nothing deletes it; releasing it
+    (deleting this marker) makes it COPY_FINISHED again (remote/scrub.py)."""
     DELETE_STARTED = "DELETE_STARTED"
     DELETE_FINISHED = "DELETE_FINISHED"
 

@@ -59,6 +59,7 @@ class SegmentMetadata(BaseModel):
     state: SegmentState = SegmentState.COPY_STARTED
     objects: dict[SegmentObject, StoredObject] = Field(default_factory=dict)
     event_time_ms: int = 0
+    problem: str | None = Field(default=None, description="QUARANTINED markers: the damage scrub found")
 
     @property
     def tp(self) -> TopicPartitionId:

@@ -221,10 +221,12 @@ class RemoteReader:
         end_offset: int | None = None,
         *,
         include_headers: bool = False,
+        zero_copy: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         """Records from ``offset`` up to ``end_offset`` (exclusive; default: the end of the remote tier) as
         Arrow batches with the columns of Spark's Kafka source (formats/arrow_records.py), decoded
-        without a Python object per record."""
+        without a Python object per record. ``zero_copy``: key and value as ``binary_view`` columns
+        pointing into the mapped object (file://) or the decompressed payloads, not copied."""
         from storage_core.remote.arrow_read import arrow_batches
 
         batches = self.read_batches_from_offset(tp, offset)
@@ -235,6 +237,7 @@ class RemoteReader:
             include_headers=include_headers,
             min_offset=offset,
             end_offset=end_offset,
+            zero_copy=zero_copy,
         )
 
     def _segment_batches(

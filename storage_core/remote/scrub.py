@@ -5,6 +5,8 @@ object's batch chain (every batch's own CRC-32C on the way; formats/batch_chain.
 Reads every byte of the partition once (``.log`` objects in ranged reads of ``CHUNK`` bytes, so memory
 stays flat). Damage is reported, never repaired here: what to do about a damaged segment (re-copy it
 from a broker that still holds it, or restore from elsewhere) is an operator's decision.
+
+Taking damaged segments out of the serving path (``scrub --quarantine``) is retention/quarantine.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from storage_core.errors import CorruptDataError, RemoteObjectNotFound
 from storage_core.formats.batch_chain import BatchChainCheck
 from storage_core.formats.crc import crc32c
 from storage_core.remote.catalog import PartitionCatalog
-from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
+from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState, TopicPartitionId
 from storage_core.remote.metadata import SegmentMetadata
 from storage_core.remote.store_api import ObjectStore
 
@@ -42,6 +44,8 @@ class ScrubResult:
     objects: int
     bytes_read: int
     damage: tuple[Damage, ...]
+    quarantined: tuple[str, ...] = ()
+    """Ids of the partition's segments in quarantine after this run (this run's and earlier ones)."""
 
 
 def _check_object(
@@ -73,9 +77,12 @@ def _check_object(
 
 
 def scrub_partition(store: ObjectStore, tp: TopicPartitionId) -> ScrubResult:
-    """Verify every finished segment of one partition (serving or shadowed)."""
+    """Verify every finished segment of one partition (serving or shadowed); the result also names the
+    segments already in quarantine (retention/quarantine.py), which are not verified again."""
     layout = RemoteLayout(store.root)
-    manifest = PartitionCatalog(store, layout, tp).rebuild_manifest(write=False)
+    catalog = PartitionCatalog(store, layout, tp)
+    listing = catalog.listing()
+    manifest = catalog.rebuild_manifest(listing, write=False)
     damage: list[Damage] = []
     objects = read = 0
     segments = manifest.finished()
@@ -89,4 +96,7 @@ def scrub_partition(store: ObjectStore, tp: TopicPartitionId) -> ScrubResult:
                 damage.append(
                     Damage(tp.topic, tp.partition, meta.base_offset, str(meta.segment_id), key, problem)
                 )
-    return ScrubResult(tp.topic, tp.partition, len(segments), objects, read, tuple(damage))
+    held = {str(e.segment_id) for e in listing.segments.values() if e.state is SegmentState.QUARANTINED}
+    return ScrubResult(
+        tp.topic, tp.partition, len(segments), objects, read, tuple(damage), tuple(sorted(held))
+    )

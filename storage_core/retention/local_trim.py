@@ -2,7 +2,9 @@
 is safely tiered.
 
 The target is the start of the local window computed over the tiered segments (time: largest timestamp;
-size: the local bytes from the oldest tiered segment on), capped at the highest COPY_FINISHED offset + 1.
+size: the local bytes from the oldest tiered segment on), capped at the highest COPY_FINISHED offset + 1,
+and at the first offset from the log start on that no readable segment holds (a hole, e.g. a segment in
+quarantine, retention/quarantine.py): the broker's copy of those offsets may be the only good one.
 Local deletion therefore can never run ahead of tiering.
 """
 
@@ -45,5 +47,20 @@ def plan_local_trim(
         n = expired_prefix(summaries, policy, now_ms)
     if n == 0:
         return None
-    target = min(local[n - 1].end_offset + 1, finished[-1].end_offset + 1)
+    target = min(
+        local[n - 1].end_offset + 1, finished[-1].end_offset + 1, _held_until(finished, log_start_offset)
+    )
     return target if target > log_start_offset else None
+
+
+def _held_until(finished: Sequence[SegmentMetadata], log_start_offset: int) -> int:
+    """The first offset >= ``log_start_offset`` in no readable segment (offsets between a segment's last
+    offset and the next segment's base never existed on the broker, so they are no hole)."""
+    held = log_start_offset
+    for m in finished:
+        if m.next_offset <= held:
+            continue
+        if m.base_offset > held:
+            return held
+        held = m.next_offset
+    return held

@@ -1,11 +1,15 @@
 """The options of ``spark.read.format("tierkeeper")``, parsed once into :class:`ScanOptions`.
 
-Names follow Spark's Kafka source where they apply (``startingOffsets``, ``endingOffsets``,
-``startingTimestamp``, ``startingOffsetsByTimestamp``, ``isolation.level``, ``includeHeaders``,
-``failOnDataLoss``); the rest say where the remote tier is: ``remote`` (URL), ``topic``, ``topicId``
-(when a name has several incarnations), ``endpointUrl`` / ``region`` / ``pathStyle`` / ``anonymous``
-(as the CLI flags) and ``storage.<key>`` for any other fsspec storage option (value parsed as JSON
-when it parses). Option names are case-insensitive, as Spark's are.
+Names and meanings follow Spark's Kafka source where they apply (``startingOffsets``, ``endingOffsets``,
+``startingTimestamp``, ``endingTimestamp``, ``startingOffsetsByTimestamp``, ``endingOffsetsByTimestamp``,
+``startingOffsetsByTimestampStrategy``, ``isolation.level``, ``includeHeaders``, ``failOnDataLoss``,
+``minPartitions``, ``maxRecordsPerPartition``, and ``subscribe`` naming one topic); options of the Kafka
+source that cannot apply to the remote tier (broker connection ``kafka.*``, ``assign``,
+``subscribePattern``, the streaming rate limits) are refused with a one-line reason. The rest say where
+the remote tier is: ``remote`` (URL), ``topic``, ``topicId`` (when a name has several incarnations),
+``endpointUrl`` / ``region`` / ``pathStyle`` / ``anonymous`` (as the CLI flags) and ``storage.<key>``
+for any other fsspec storage option (value parsed as JSON when it parses). Option names are
+case-insensitive, as Spark's are.
 
 Storage options can hold credentials: they live only in :class:`StorageSpec`, whose ``repr`` shows the
 option names, never values, and no error message built here quotes a storage option's value.
@@ -55,10 +59,17 @@ class ScanOptions:
     ending: OffsetSpec = "latest"
     starting_timestamp: int | None = None
     starting_by_timestamp: dict[int, int] | None = None
+    ending_timestamp: int | None = None
+    ending_by_timestamp: dict[int, int] | None = None
+    no_match_starts_at_latest: bool = False
+    """startingOffsetsByTimestampStrategy=latest: a start timestamp newer than every tiered record starts
+    at the remote end instead of failing the query (the Kafka source's default is to fail)."""
     isolation: Isolation = Isolation.READ_COMMITTED
     include_headers: bool = False
     fail_on_data_loss: bool = True
     max_split_bytes: int = DEFAULT_SPLIT_BYTES
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
 
 
 _KNOWN = {
@@ -69,6 +80,12 @@ _KNOWN = {
     "endingoffsets",
     "startingtimestamp",
     "startingoffsetsbytimestamp",
+    "endingtimestamp",
+    "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy",
+    "minpartitions",
+    "maxrecordsperpartition",
+    "subscribe",
     "isolation.level",
     "includeheaders",
     "failondataloss",
@@ -79,6 +96,21 @@ _KNOWN = {
     "anonymous",
     "path",
 }
+
+
+_NOT_APPLICABLE = {
+    "assign": "name the topic with option topic (every tiered partition is read; filter on partition)",
+    "subscribepattern": "name one topic with option topic",
+    "maxoffsetspertrigger": "a micro-batch reads every newly tiered segment",
+    "minoffsetspertrigger": "a micro-batch reads every newly tiered segment",
+    "maxtriggerdelay": "a micro-batch reads every newly tiered segment",
+    "groupidprefix": "the remote tier is read without a consumer group",
+    "fetchoffset.numretries": "offsets come from the remote tier's metadata, not from brokers",
+    "fetchoffset.retryintervalms": "offsets come from the remote tier's metadata, not from brokers",
+    "kafkaconsumer.polltimeoutms": "the remote tier is read without a Kafka consumer",
+}
+"""Kafka source options that cannot apply to the remote tier, with why (a clearer refusal than
+"unknown option")."""
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -147,10 +179,18 @@ def _storage(opts: Mapping[str, str]) -> StorageSpec:
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
     """Parse the DataSource options (raising ``ConfigError`` with a one-line reason for bad ones)."""
     opts = {k.lower(): v for k, v in options.items()}
+    for key in sorted(opts):
+        if key in _NOT_APPLICABLE or key.startswith("kafka."):
+            why = _NOT_APPLICABLE.get(key, "the remote tier is read from object storage, not from brokers")
+            raise ConfigError(f"option {key} of the Kafka source does not apply to format tierkeeper: {why}")
     unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("storage."))
     if unknown:
         raise ConfigError(f"unknown option(s) for format tierkeeper: {', '.join(unknown)}")
-    topic = opts.get("topic")
+    if "topic" in opts and "subscribe" in opts:
+        raise ConfigError("give the topic once: option topic or option subscribe, not both")
+    topic = opts.get("topic") or opts.get("subscribe", "").strip()
+    if "," in topic:
+        raise ConfigError(f"option subscribe names several topics ({topic}); format tierkeeper reads one")
     if not topic:
         raise ConfigError("option topic is required")
     isolation_raw = opts.get("isolation.level", Isolation.READ_COMMITTED.value)
@@ -170,10 +210,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         )
     if ending == "earliest":
         raise ConfigError("option endingOffsets=earliest is not valid (nothing would be read)")
-    if streaming and "endingoffsets" in opts:
-        raise ConfigError("option endingOffsets is for batch queries only")
-    starting_ts = opts.get("startingtimestamp")
-    by_ts_raw = opts.get("startingoffsetsbytimestamp")
+    for key, name in _ENDINGS.items():
+        if streaming and key in opts:
+            raise ConfigError(f"option {name} is for batch queries only")
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError(
+            f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
     split_bytes = _int("maxBytesPerSplit", opts.get("maxbytespersplit", str(DEFAULT_SPLIT_BYTES)))
     if split_bytes < 1:
         raise ConfigError(f"option maxBytesPerSplit must be >= 1, got {split_bytes}")
@@ -183,12 +227,37 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         topic_id=opts.get("topicid"),
         starting=starting,
         ending=ending,
-        starting_timestamp=_int("startingTimestamp", starting_ts) if starting_ts is not None else None,
-        starting_by_timestamp=_per_partition("startingOffsetsByTimestamp", by_ts_raw, topic)
-        if by_ts_raw is not None
-        else None,
+        starting_timestamp=_optional_int(opts, "startingTimestamp"),
+        starting_by_timestamp=_optional_per_partition(opts, "startingOffsetsByTimestamp", topic),
+        ending_timestamp=_optional_int(opts, "endingTimestamp"),
+        ending_by_timestamp=_optional_per_partition(opts, "endingOffsetsByTimestamp", topic),
+        no_match_starts_at_latest=strategy == "latest",
         isolation=isolation,
         include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         max_split_bytes=split_bytes,
+        min_partitions=_optional_int(opts, "minPartitions", minimum=1),
+        max_records_per_partition=_optional_int(opts, "maxRecordsPerPartition", minimum=1),
     )
+
+
+_ENDINGS = {
+    "endingoffsets": "endingOffsets",
+    "endingtimestamp": "endingTimestamp",
+    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
+}
+
+
+def _optional_int(opts: Mapping[str, str], name: str, *, minimum: int | None = None) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    value = _int(name, raw.strip())
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"option {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _optional_per_partition(opts: Mapping[str, str], name: str, topic: str) -> dict[int, int] | None:
+    raw = opts.get(name.lower())
+    return None if raw is None else _per_partition(name, raw, topic)

@@ -71,7 +71,9 @@ class _BatchReader(DataSourceReader):  # type: ignore[misc]
             return [SplitPartition(s) for s in plan_batch(reader, self.opts, self.pruning)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SplitPartition)
+        if not isinstance(partition, SplitPartition):
+            # Nothing to read (partitions() planned no split): Spark still runs one task, without a split.
+            return iter(())
         return _read(self.opts, partition)
 
 

@@ -4,8 +4,11 @@ Offsets mean what they mean in the Kafka source: ``earliest`` / -2 is the first 
 holds, ``latest`` / -1 the offset after the last one it holds; an ending offset is exclusive. A
 starting offset below the remote tier's start (deleted by remote retention) fails the query unless
 ``failOnDataLoss=false``; offsets past its end are clamped to it, because those records are not tiered
-yet (read them from the broker). By-timestamp starts take the first offset whose record timestamp is
->= the given one, as ListOffsets does; with no such record the partition reads nothing.
+yet (read them from the broker). By-timestamp bounds take the first offset whose record timestamp is
+>= the given one, as ListOffsets does; the precedence is the Kafka source's (a global timestamp, then
+per-partition timestamps, which must name every tiered partition, then offsets). With no such record an
+end is the remote end, and a start fails the query unless startingOffsetsByTimestampStrategy=latest
+(then it is the remote end too).
 """
 
 from __future__ import annotations
@@ -50,15 +53,43 @@ def _resolve(value: int, first: int, after_last: int) -> int:
     return value
 
 
+def _timestamp(
+    tp: TopicPartitionId, global_ts: int | None, per_partition: dict[int, int] | None, name: str
+) -> int | None:
+    if global_ts is not None:
+        return global_ts
+    if per_partition is None:
+        return None
+    if tp.partition not in per_partition:
+        raise ConfigError(
+            f"option {name} must name every partition of the topic that has tiered data; "
+            f"partition {tp.partition} is missing"
+        )
+    return per_partition[tp.partition]
+
+
+def _offset_at(reader: RemoteReader, tp: TopicPartitionId, timestamp: int) -> int | None:
+    """The first offset whose record timestamp is >= ``timestamp`` (ListOffsets), or None."""
+    try:
+        return next(iter(reader.read_from_timestamp(tp, timestamp))).offset
+    except (OffsetOutOfRangeError, StopIteration):
+        return None
+
+
 def _start(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first: int, after_last: int) -> int:
-    timestamp = opts.starting_timestamp
-    if timestamp is None and opts.starting_by_timestamp is not None:
-        timestamp = opts.starting_by_timestamp.get(tp.partition)
+    timestamp = _timestamp(
+        tp, opts.starting_timestamp, opts.starting_by_timestamp, "startingOffsetsByTimestamp"
+    )
     if timestamp is not None:
-        try:
-            return next(iter(reader.read_from_timestamp(tp, timestamp))).offset
-        except (OffsetOutOfRangeError, StopIteration):
+        found = _offset_at(reader, tp, timestamp)
+        if found is not None:
+            return found
+        if opts.no_match_starts_at_latest:
             return after_last
+        raise ConfigError(
+            f"{tp}: no tiered record has a timestamp >= {timestamp}; set "
+            "startingOffsetsByTimestampStrategy=latest to start at the remote tier's end instead"
+        )
     start = _resolve(_offset_for(opts.starting, tp.partition, EARLIEST), first, after_last)
     if start < first:
         if opts.fail_on_data_loss:
@@ -68,6 +99,14 @@ def _start(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first:
             )
         start = first
     return min(start, after_last)
+
+
+def _end(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first: int, after_last: int) -> int:
+    timestamp = _timestamp(tp, opts.ending_timestamp, opts.ending_by_timestamp, "endingOffsetsByTimestamp")
+    if timestamp is not None:
+        found = _offset_at(reader, tp, timestamp)
+        return after_last if found is None else found
+    return _resolve(_offset_for(opts.ending, tp.partition, LATEST), first, after_last)
 
 
 def partition_window(
@@ -80,7 +119,7 @@ def partition_window(
         return None
     first, after_last = manifest.start_offset, manifest.end_offset + 1
     start = _start(reader, opts, tp, first, after_last)
-    end = min(_resolve(_offset_for(opts.ending, tp.partition, LATEST), first, after_last), after_last)
+    end = min(_end(reader, opts, tp, first, after_last), after_last)
     if pruning.min_offset is not None:
         start = max(start, pruning.min_offset)
     if pruning.end_offset is not None:
@@ -92,15 +131,47 @@ def partition_window(
 
 def plan_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning) -> list[ScanSplit]:
     """Every split of a batch scan, partition by partition in offset order."""
-    splits: list[ScanSplit] = []
+    windows: list[tuple[Manifest, PartitionWindow]] = []
     for tp in topic_partitions(reader, opts):
         if pruning.partitions is not None and tp.partition not in pruning.partitions:
             continue  # not even its manifest is read
         manifest = reader.manifest(tp, refresh=True)
         window = partition_window(reader, opts, tp, manifest, pruning)
         if window is not None:
-            splits.extend(plan_partition(reader, manifest, window, max_split_bytes=opts.max_split_bytes))
+            windows.append((manifest, window))
+    splits = _plan(reader, windows, opts.max_records_per_partition, opts.max_split_bytes)
+    if opts.min_partitions is not None and 0 < len(splits) < opts.min_partitions:
+        # minPartitions, as the Kafka source does it: cut the offset ranges into about that many pieces
+        # (a piece inside one remote index entry reads that entry's bytes; the decoder trims the rows).
+        offsets = sum(w.end - w.start for _, w in windows)
+        step = max(1, -(-offsets // opts.min_partitions))
+        if opts.max_records_per_partition is not None:
+            step = min(step, opts.max_records_per_partition)
+        splits = _plan(reader, windows, step, opts.max_split_bytes)
     return splits
+
+
+def _plan(
+    reader: RemoteReader,
+    windows: list[tuple[Manifest, PartitionWindow]],
+    step: int | None,
+    split_bytes: int,
+) -> list[ScanSplit]:
+    """Splits of every window; with ``step``, each window is first cut into runs of at most that many
+    offsets (so at most that many records per split)."""
+    out: list[ScanSplit] = []
+    for manifest, window in windows:
+        pieces = (
+            [window]
+            if step is None
+            else [
+                PartitionWindow(window.tp, lo, min(lo + step, window.end), window.min_timestamp)
+                for lo in range(window.start, window.end, step)
+            ]
+        )
+        for piece in pieces:
+            out.extend(plan_partition(reader, manifest, piece, max_split_bytes=split_bytes))
+    return out
 
 
 def tiered_end_offsets(reader: RemoteReader, opts: ScanOptions) -> dict[int, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from formats_builders import ALL_CODECS, NONE, Rec, build_batch, compressible_value, control_batch
 from hypothesis import given, settings
@@ -192,3 +193,50 @@ def test_damaged_payloads_fail_exactly_when_the_record_decoder_fails(codec: int,
         assert got_err.value.offset == err.offset == 300
     else:
         assert _rows(decode_arrow(batches, "t", 0, include_headers=True)) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(records_strategy, st.sampled_from(ALL_CODECS)), min_size=1, max_size=5),
+    st.data(),
+)
+def test_zero_copy_views_hold_the_same_bytes_as_the_copied_columns(
+    specs: list[tuple[list[tuple[Any, Any, Any, int]], int]], data: st.DataObject
+) -> None:
+    parts = []
+    offset = 0
+    for contents, codec in specs:
+        written = [Rec(i, 1_600_000_000_000 + ts, k, v, tuple(h)) for i, (k, v, h, ts) in enumerate(contents)]
+        try:
+            parts.append(build_batch(written, codec=codec, base_offset=offset))
+        except AssertionError:  # too small to compress
+            parts.append(build_batch(written, codec=NONE, base_offset=offset))
+        offset += len(written)
+    batches = _batches(b"".join(parts))
+    lo = data.draw(st.one_of(st.none(), st.integers(0, offset)))
+    copied = decode_arrow(batches, "t", 1, include_headers=True, min_offset=lo)
+    viewed = decode_arrow(batches, "t", 1, include_headers=True, min_offset=lo, zero_copy=True)
+    assert viewed.schema == kafka_schema(True, zero_copy=True)
+    assert viewed.schema.field("value").type == pa.binary_view()
+    viewed.validate(full=True)
+    for name in copied.schema.names:
+        column = viewed.column(name)
+        if name in ("key", "value"):
+            column = column.cast(pa.binary())
+        assert column.equals(copied.column(name)), name
+
+
+def test_zero_copy_views_point_into_a_mapped_object(tmp_path: Any) -> None:
+    """Values longer than 12 bytes are not copied: the view column's data buffer is the mapping."""
+    from storage_core.formats.mapped import MappedFile
+
+    recs = [Rec(i, 1_700_000_000_000 + i, f"k{i}".encode(), compressible_value(i, 40 + i)) for i in range(50)]
+    path = tmp_path / "segment.log"
+    path.write_bytes(build_batch(recs[:20], base_offset=0) + build_batch(recs[20:], base_offset=20))
+    with path.open("rb") as f:
+        mapped = MappedFile(f)
+    batches = list(iter_batches(mapped))
+    viewed = decode_arrow(batches, "t", 0, zero_copy=True)
+    values = viewed.column("value")
+    assert values.cast(pa.binary()).to_pylist() == [r.value for r in recs]
+    assert values.buffers()[2].size == mapped.size, "the data buffer is the mapped object, not a copy"

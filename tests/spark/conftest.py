@@ -36,6 +36,10 @@ class Tier:
     def store(self) -> RemoteStore:
         return RemoteStore(self.url, self.storage_options)
 
+    def fs(self) -> Any:
+        """The tier's fsspec filesystem (for tests that look at or plant objects directly)."""
+        return self.store().fs
+
     def remote_end(self, topic: str, partition: int) -> int:
         """The last tiered offset of a partition."""
         with RemoteReader(self.store()) as reader:
@@ -99,7 +103,8 @@ def s3_tier(spark_dataset: Dataset, kafka_broker: KafkaCluster, moto_server: Mot
     }
     env = {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": SECRET}
     flags = ["--remote", url, "--endpoint-url", moto_server.endpoint_url, "--path-style"]
-    tier = Tier(url, options, df_options, flags, env)
+    # In-process reads list after the CLI's child processes wrote: no listings cached by s3fs.
+    tier = Tier(url, {**options, "use_listings_cache": False}, df_options, flags, env)
     copy_to(tier, spark_dataset, kafka_broker, [spark_dataset.txn_topic, spark_dataset.codec_topics[1]])
     return tier
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +36,39 @@ def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def _exported(target: Path) -> list[tuple[int, str, int, bytes]]:
+@dataclass
+class Target:
+    """Where an export goes: its URL, and the same place as a path of the tier's filesystem."""
+
+    url: str
+    root: str
+    fs: Any
+
+    def glob(self, pattern: str) -> list[str]:
+        return sorted(self.fs.glob(f"{self.root}/{pattern}"))
+
+
+def _exported(target: Target) -> list[tuple[int, str, int, bytes]]:
     rows = []
-    for f in sorted(target.glob("partition=*/date=*/*.parquet")):
-        partition = int(f.parent.parent.name.split("=", 1)[1])
-        date = f.parent.name.split("=", 1)[1]
-        table = pq.read_table(f)
+    for f in target.glob("partition=*/date=*/*.parquet"):
+        parts = f.split("/")
+        partition = int(parts[-3].split("=", 1)[1])
+        date = parts[-2].split("=", 1)[1]
+        with target.fs.open(f, "rb") as handle:
+            table = pq.read_table(handle)
         rows += [
             (partition, date, o, v) for o, v in zip(table["offset"].to_pylist(), table["value"].to_pylist())
         ]
     return rows
 
 
-def _export_args(tier: Tier, topic: str, target: Path) -> list[str]:
+def _export_args(tier: Tier, topic: str, target: Target) -> list[str]:
     return [
         "export",
         "--topic",
         topic,
         "--to",
-        f"file://{target}",
+        target.url,
         "--spark-master",
         "local[2]",
         "--splits-per-commit",
@@ -62,18 +78,29 @@ def _export_args(tier: Tier, topic: str, target: Path) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("tier_name", ["file", "s3"])
 def test_export_stopped_resumed_and_incremental_holds_every_record_once(
-    tk_spark: Any, spark_dataset: Dataset, file_tier: Tier, kafka_broker: KafkaCluster, tmp_path: Path
+    tk_spark: Any,
+    spark_dataset: Dataset,
+    kafka_broker: KafkaCluster,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    tier_name: str,
 ) -> None:
-    topic = "spark-export"
+    tier: Tier = request.getfixturevalue(f"{tier_name}_tier")
+    topic = f"spark-export-{tier_name}"
     admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
     config = {"internal.segment.bytes": "65536", "retention.ms": "-1"}
     for fut in admin.create_topics([NewTopic(topic, 2, 1, config=config)]).values():
         fut.result(60)
     _produce(spark_dataset.bootstrap, topic, 0, 6000)
-    copy_to(file_tier, spark_dataset, kafka_broker, [topic])
-    target = tmp_path / "export"
-    state = target / "_tierkeeper" / "export-state.json"
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    if tier_name == "file":
+        target = Target(f"file://{tmp_path / 'export'}", str(tmp_path / "export"), tier.fs())
+    else:  # beside the tier in the same bucket, reached with the same credentials
+        bucket_path = f"{tier.store().root.split('/', 1)[0]}/export-{uuid.uuid4().hex[:8]}"
+        target = Target(f"s3://{bucket_path}", bucket_path, tier.fs())
+    state = f"{target.root}/_tierkeeper/export-state.json"
 
     # The first run dies at a known point: the task of partition 1's second split fails after writing
     # its files, so the target holds committed waves, files of the failed wave, and a half-done state.
@@ -87,28 +114,28 @@ def test_export_stopped_resumed_and_incremental_holds_every_record_once(
             raise RuntimeError("export task killed here by the test")
         return result
 
-    source = StorageSpec(file_tier.url, {})
+    source = StorageSpec(tier.url, tier.storage_options)
     with pytest.raises(Exception, match="killed here by the test"):
         run_export(
             tk_spark,
             source,
-            StorageSpec(f"file://{target}", {}),
+            StorageSpec(target.url, tier.storage_options),
             ScanOptions(storage=source, topic=topic),
             splits_per_commit=3,
             task=dies_midway,
         )
-    partial = json.loads(state.read_text())["next_offsets"] if state.exists() else {}
-    segments = len(list(file_tier.store().fs.glob(f"{file_tier.store().root}/{topic}-*/1/*.log")))
+    partial = json.loads(target.fs.cat(state))["next_offsets"] if target.fs.exists(state) else {}
+    segments = len(list(tier.fs().glob(f"{tier.store().root}/{topic}-*/1/*.log")))
     assert segments >= 3, f"partition 1 has {segments} tiered segments; the test needs several"
-    ends = {p: file_tier.remote_end(topic, p) + 1 for p in range(2)}
+    ends = {p: tier.remote_end(topic, p) + 1 for p in range(2)}
     assert partial.get("1", 0) < ends[1], "nothing was left to resume"
-    assert list(target.glob("partition=1/date=*/*.parquet")), "the failed wave left files behind"
+    assert target.glob("partition=1/date=*/*.parquet"), "the failed wave left files behind"
 
-    first = run_cli(*_export_args(file_tier, topic, target), env=file_tier.env, timeout=900)
+    first = run_cli(*_export_args(tier, topic, target), env=tier.env, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     _produce(spark_dataset.bootstrap, topic, 6000, 4000)
-    copy_to(file_tier, spark_dataset, kafka_broker, [topic])
-    second = run_cli(*_export_args(file_tier, topic, target), env=file_tier.env, timeout=900)
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    second = run_cli(*_export_args(tier, topic, target), env=tier.env, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads(second.stdout)
     assert summary["files_removed"] == 0
@@ -119,7 +146,7 @@ def test_export_stopped_resumed_and_incremental_holds_every_record_once(
     assert len(keys) == len(set(keys)), "a record was exported twice"
     want = []
     for p in range(2):
-        until = file_tier.remote_end(topic, p)
+        until = tier.remote_end(topic, p)
         want += [
             (p, e.offset, e.value)
             for e in consume(spark_dataset.bootstrap, topic, p, "read_committed", until)

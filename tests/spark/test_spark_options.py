@@ -47,7 +47,7 @@ def test_kafka_source_options_parse_case_insensitively() -> None:
         ({"remote": "memory://x", "topic": "t", "startingOffsets": '{"other": {"0": 1}}'}, "other"),
         ({"remote": "memory://x", "topic": "t", "startingOffsets": "{nope"}, "startingOffsets"),
         ({"remote": "memory://x", "topic": "t", "includeHeaders": "yes"}, "includeHeaders"),
-        ({"remote": "memory://x", "topic": "t", "subscribe": "t"}, "unknown option"),
+        ({"remote": "memory://x", "topic": "t", "fetch.size": "1"}, "unknown option"),
         ({"remote": "memory://x", "topic": "t", "maxBytesPerSplit": "0"}, "maxBytesPerSplit"),
     ],
 )

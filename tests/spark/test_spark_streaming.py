@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from storage.dataset import Dataset
@@ -28,20 +29,23 @@ def _tiered_offsets(tier: Tier, topic: str) -> set[tuple[int, int]]:
     return {(p, o) for p in range(2) for o in range(0, tier.remote_end(topic, p) + 1)}
 
 
+@pytest.mark.parametrize("tier_name", ["file", "s3"])
 def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     tk_spark: Any,
     spark_dataset: Dataset,
-    file_tier: Tier,
     kafka_broker: KafkaCluster,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
+    tier_name: str,
 ) -> None:
-    topic = "spark-stream"
+    tier: Tier = request.getfixturevalue(f"{tier_name}_tier")
+    topic = f"spark-stream-{tier_name}"
     admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
     config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
     for fut in admin.create_topics([NewTopic(topic, 2, 1, config=config)]).values():
         fut.result(60)
     _produce(spark_dataset.bootstrap, topic, 0, 3000)
-    copy_to(file_tier, spark_dataset, kafka_broker, [topic])
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
     def start() -> Any:
@@ -50,7 +54,7 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
             .option("topic", topic)
             .option("startingOffsets", "earliest")
         )
-        for key, value in file_tier.df_options.items():
+        for key, value in tier.df_options.items():
             stream = stream.option(key, value)
         return (
             stream.load()
@@ -69,18 +73,18 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     try:
         query.processAllAvailable()
         first = written()
-        assert set(first) == _tiered_offsets(file_tier, topic)
+        assert set(first) == _tiered_offsets(tier, topic)
         _produce(spark_dataset.bootstrap, topic, 3000, 3000)  # more segments roll and get tiered
-        copy_to(file_tier, spark_dataset, kafka_broker, [topic])
+        copy_to(tier, spark_dataset, kafka_broker, [topic])
         query.processAllAvailable()
     finally:
         query.stop()
     second = written()
-    assert len(second) == len(set(second)) and set(second) == _tiered_offsets(file_tier, topic)
+    assert len(second) == len(set(second)) and set(second) == _tiered_offsets(tier, topic)
     assert len(second) > len(first)
     # Stopped; more data is tiered; the restarted query resumes from its checkpoint.
     _produce(spark_dataset.bootstrap, topic, 6000, 2000)
-    copy_to(file_tier, spark_dataset, kafka_broker, [topic])
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
     query = start()
     try:
         query.processAllAvailable()
@@ -88,5 +92,5 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
         query.stop()
     third = written()
     assert len(third) == len(set(third)), "a record was written twice"
-    assert set(third) == _tiered_offsets(file_tier, topic)
+    assert set(third) == _tiered_offsets(tier, topic)
     assert len(third) > len(second)

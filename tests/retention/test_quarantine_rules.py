@@ -1,0 +1,63 @@
+"""The retention rules around a quarantined segment (pure): the local trim never passes a hole in the
+readable segments, and the remote cleanup neither sweeps nor deletes a QUARANTINED segment."""
+
+from __future__ import annotations
+
+import uuid
+
+from storage_core.remote.layout import SegmentState, TopicPartitionId
+from storage_core.remote.metadata import Manifest, SegmentMetadata
+from storage_core.retention.local_trim import plan_local_trim
+from storage_core.retention.policy import RetentionPolicy
+from storage_core.retention.remote_plan import ListedSegment, plan_remote_cleanup
+
+TP = TopicPartitionId("t", "AAAAAAAAAAAAAAAAAAAAAA", 0)
+NOW = 10_000_000
+
+
+def _seg(base: int, nxt: int, ts: int = 1000) -> SegmentMetadata:
+    return SegmentMetadata(
+        topic=TP.topic, topic_id=TP.topic_id, partition=0, segment_id=uuid.uuid4(), base_offset=base,
+        end_offset=nxt - 1, next_offset=nxt, max_timestamp=ts, size_bytes=100,
+        state=SegmentState.COPY_FINISHED,
+    )  # fmt: skip
+
+
+EVERYTHING_OLD = RetentionPolicy(retention_ms=1, retention_bytes=-1)
+
+
+def test_local_trim_stops_at_a_hole_in_the_readable_segments() -> None:
+    s0, s2, s3 = _seg(0, 100), _seg(200, 300), _seg(300, 400)  # 100..199 quarantined: not readable
+    assert plan_local_trim([s0, s2, s3], 0, EVERYTHING_OLD, NOW) == 100
+    # The log start inside the hole: nothing may go.
+    assert plan_local_trim([s0, s2, s3], 150, EVERYTHING_OLD, NOW) is None
+    # Past the hole the rule is as before (capped at the tiered end).
+    assert plan_local_trim([s0, s2, s3], 250, EVERYTHING_OLD, NOW) == 400
+
+
+def test_local_trim_without_a_hole_is_unchanged() -> None:
+    segments = [_seg(0, 100), _seg(100, 200), _seg(200, 300)]
+    assert plan_local_trim(segments, 0, EVERYTHING_OLD, NOW) == 300
+    # Offsets between a segment's last offset and the next base never existed: no hole.
+    gapless = [_seg(0, 100), _seg(100, 205)]
+    gapless[0] = gapless[0].model_copy(update={"end_offset": 90})
+    assert plan_local_trim(gapless, 0, EVERYTHING_OLD, NOW) == 205
+
+
+def test_remote_cleanup_keeps_a_quarantined_segment_whatever_its_age() -> None:
+    s0, s1, s2 = _seg(0, 100), _seg(100, 200), _seg(200, 300)
+    manifest = Manifest.of(TP, [s0, s2])  # s1 is QUARANTINED: not in the manifest
+    listed = [
+        ListedSegment(s.base_offset, s.segment_id, state, modified_ms=0)
+        for s, state in (
+            (s0, SegmentState.COPY_FINISHED),
+            (s1, SegmentState.QUARANTINED),
+            (s2, SegmentState.COPY_FINISHED),
+        )
+    ]
+    plan = plan_remote_cleanup(manifest.cover(), listed, EVERYTHING_OLD, NOW, orphan_grace_ms=1)
+    touched = [d.segment.segment_id for d in plan.expire] + [
+        s.segment_id for s in (*plan.orphans, *plan.resume, *plan.duplicates)
+    ]
+    assert s1.segment_id not in touched
+    assert {d.segment.segment_id for d in plan.expire} == {s0.segment_id, s2.segment_id}
