@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser(
         "operator",
         help="run the Kubernetes operator for TieredTopic and TieredBroker resources",
-        description="Watch TieredTopic and TieredBroker resources and report whether their specs are valid.",
+        description="Watch TieredTopic and TieredBroker resources and tier their topics with copy and "
+        "cleanup Jobs (replicas elect the active one with kopf peering).",
     )
     add_arguments(parser)
     parser.set_defaults(handler=_handle)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from storage_core.reconcile.observed import (
     KafkaTopic,
     RunningWork,
     TopicInput,
-    observe_topic,
+    observe_topics,
 )
 from storage_core.reconcile.planner import Plan, plan
 from storage_core.reconcile.results import decode_cleanup, decode_copy
@@ -59,6 +60,7 @@ from tierkeeper_operator.rebuild_rounds import RebuildRounds
 
 log = logging.getLogger("tierkeeper.operator")
 COMPONENT = "tierkeeper-operator"
+PATCH_WORKERS = 8  # concurrent status writes; the API server is shared, so a few, not hundreds
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -106,12 +108,21 @@ class Reconciler:
             self._admins[cluster] = self._admin_factory(self.clusters[cluster])
         return self._admins[cluster]
 
-    def _kafka(self, spec: TieredTopicSpec) -> tuple[KafkaTopic | None, str | None]:
-        try:
-            admin = self._admin(spec.cluster_ref.name)
-        except TierkeeperError as exc:
-            return None, str(exc)
-        return observe_topic(admin, spec.topic)
+    def _observe(
+        self, specs: list[TieredTopicSpec]
+    ) -> dict[tuple[str, str], tuple[KafkaTopic | None, str | None]]:
+        """Kafka's view of every topic named, by (cluster, topic): a few batched requests per cluster."""
+        by_cluster: dict[str, set[str]] = {}
+        for spec in specs:
+            by_cluster.setdefault(spec.cluster_ref.name, set()).add(spec.topic)
+        out: dict[tuple[str, str], tuple[KafkaTopic | None, str | None]] = {}
+        for cluster, names in by_cluster.items():
+            try:
+                answers = observe_topics(self._admin(cluster), names)
+            except TierkeeperError as exc:
+                answers = {name: (None, str(exc)) for name in names}
+            out.update({(cluster, name): answer for name, answer in answers.items()})
+        return out
 
     # ---- results of finished Jobs -------------------------------------------------------------------
     def _record(
@@ -171,17 +182,25 @@ class Reconciler:
                 )
         self.kube.annotate_job(meta["namespace"], name, {ANNOTATION_RECORDED: "true"})
 
-    def _finalize(self, obj: Mapping[str, Any], jobs: list[dict[str, Any]]) -> bool:
-        """Keep the finalizer on a live TieredTopic; carry out its deletionPolicy once it is deleted.
-        True when the object is live (to be reconciled), False while it is being deleted."""
+    def _set_finalizers(self, obj: Mapping[str, Any], finalizers: list[str]) -> bool:
+        """False when the object changed since it was listed (409: kopf or a user wrote it meanwhile) or
+        is gone (404): the next round, with the object as it is then, tries again. Nothing else of this
+        round depends on it, so the round goes on for every other object."""
+        try:
+            self.kube.set_finalizers("tieredtopics", obj, finalizers)
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+            log.debug("finalizers of %s not written this round: HTTP %s", _key(obj), exc.status)
+            return False
+        return True
+
+    def _finalize(self, obj: Mapping[str, Any], jobs: list[dict[str, Any]]) -> None:
+        """Carry out a deleted TieredTopic's deletionPolicy (live ones get the finalizer in run_round)."""
         meta = obj["metadata"]
         finalizers = list(meta.get("finalizers") or [])
-        if not meta.get("deletionTimestamp"):
-            if FINALIZER not in finalizers:
-                self.kube.set_finalizers("tieredtopics", obj, [*finalizers, FINALIZER])
-            return True
         if FINALIZER not in finalizers:
-            return False
+            return
         spec = parse_spec(TieredTopicSpec, obj.get("spec") or {}).value
         status = _status(TieredTopicStatus, obj)
         mine = [
@@ -201,15 +220,15 @@ class Reconciler:
             last,  # type: ignore[arg-type]
         )
         if decision.step == "release":
-            self.kube.set_finalizers("tieredtopics", obj, [f for f in finalizers if f != FINALIZER])
-            self._event(obj, "TieredTopic", "Normal", "Released", decision.reason)
+            if self._set_finalizers(obj, [f for f in finalizers if f != FINALIZER]):
+                self._event(obj, "TieredTopic", "Normal", "Released", decision.reason)
         elif decision.step == "start-delete" and spec is not None and status.topic_id is not None:
             cluster = self.clusters.get(spec.cluster_ref.name)
             if cluster is None:
                 self._event(
                     obj, "TieredTopic", "Warning", "ClusterNotFound", f"cannot delete: {decision.reason}"
                 )
-                return False
+                return
             owner = Owner("TieredTopic", meta["name"], meta["namespace"], meta["uid"])
             job = delete_job(
                 spec.topic,
@@ -227,7 +246,7 @@ class Reconciler:
                 # the round goes on for everything else.
                 log.warning("cannot start the delete Job of %s: %s", _key(obj), exc)
                 self._event(obj, "TieredTopic", "Warning", "DeleteNotStarted", f"{exc}"[:300])
-                return False
+                return
             if created:
                 self._event(
                     obj,
@@ -236,7 +255,6 @@ class Reconciler:
                     "DeleteStarted",
                     f"Job {job['metadata']['name']}: {decision.reason}",
                 )
-        return False
 
     def _create(self, job: dict[str, Any]) -> bool:
         """Create ``job`` stamped with this replica's id; False when it exists already."""
@@ -246,6 +264,25 @@ class Reconciler:
         if created:
             self.metrics.jobs_started.labels(kind=job["metadata"]["labels"][LABEL_KIND]).inc()
         return created
+
+    def _parallel(self, action: Callable[[Any], Any], items: list[Any]) -> None:
+        """Run ``action`` on every item, a few at a time: after 10,000 TieredTopics are created, the first
+        round has 10,000 finalizers and statuses to write, and one at a time each waits a full API round
+        trip. The first failure fails the round, as a sequential loop would."""
+        if len(items) <= 1:
+            for item in items:
+                action(item)
+            return
+        with ThreadPoolExecutor(max_workers=PATCH_WORKERS, thread_name_prefix="tierkeeper-write") as pool:
+            for future in [pool.submit(action, item) for item in items]:
+                future.result()
+
+    def _patch_status(self, item: tuple[str, str, str, dict[str, Any]]) -> None:
+        try:
+            self.kube.patch_status(*item)
+        except KubeError as exc:
+            if exc.status != 404:  # deleted during the round
+                raise
 
     def _event(self, obj: Mapping[str, Any], kind: str, type_: str, reason: str, message: str) -> None:
         try:
@@ -258,9 +295,20 @@ class Reconciler:
         started = self.clock()
         jobs = self.kube.list_jobs(f"{LABEL_MANAGED_BY}={MANAGED_BY}")
         topic_objs = {}
+        missing_finalizer = []
         for obj in self.kube.list_resources("tieredtopics"):
-            if self._finalize(obj, jobs):  # being deleted: no new copies or cleanups for it
+            meta = obj["metadata"]
+            if not meta.get("deletionTimestamp"):
                 topic_objs[_key(obj)] = obj
+                if FINALIZER not in (meta.get("finalizers") or []):
+                    missing_finalizer.append(obj)
+            else:
+                self._finalize(obj, jobs)  # being deleted: no new copies or cleanups for it
+        # Live objects get the finalizer, a few writes at a time (10,000 new TieredTopics: 10,000 writes).
+        self._parallel(
+            lambda obj: self._set_finalizers(obj, [*(obj["metadata"].get("finalizers") or []), FINALIZER]),
+            missing_finalizer,
+        )
         broker_objs = {_key(o): o for o in self.kube.list_resources("tieredbrokers")}
         topic_specs = {k: parse_spec(TieredTopicSpec, o.get("spec") or {}) for k, o in topic_objs.items()}
         broker_specs = {k: parse_spec(TieredBrokerSpec, o.get("spec") or {}) for k, o in broker_objs.items()}
@@ -288,12 +336,19 @@ class Reconciler:
                 self._record(job, topic_status, broker_status, broker_keys, topic_objs)
                 recorded.append(meta["name"])
 
+        observed = self._observe(
+            [
+                p.value
+                for p in topic_specs.values()
+                if p.value is not None and p.value.cluster_ref.name in self.clusters
+            ]
+        )
         topics = []
         for key, obj in topic_objs.items():
             parsed = topic_specs[key]
             kafka, error = None, None
             if parsed.value is not None and parsed.value.cluster_ref.name in self.clusters:
-                kafka, error = self._kafka(parsed.value)
+                kafka, error = observed[(parsed.value.cluster_ref.name, parsed.value.topic)]
             generation = obj["metadata"].get("generation")
             topics.append(
                 TopicInput(key, generation, parsed.value, parsed.problem, topic_status[key], kafka, error)
@@ -359,19 +414,17 @@ class Reconciler:
                 self._event(involved, kind, event.type, event.reason, event.message)
         rebuilds = RebuildRounds(self.kube, self.clusters, self._event)
         result.created += rebuilds.run(broker_objs, broker_specs, planned, self.clock())
+        changed = []
         for plural, objs, statuses in (
             ("tieredtopics", topic_objs, planned.topic_status),
             ("tieredbrokers", broker_objs, planned.broker_status),
         ):
             for key, status in statuses.items():
                 new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-                if new != (objs[key].get("status") or {}):
+                if new != (objs[key].get("status") or {}):  # only what changed is written
                     meta = objs[key]["metadata"]
-                    try:
-                        self.kube.patch_status(plural, meta["namespace"], meta["name"], new)
-                    except KubeError as exc:
-                        if exc.status != 404:  # deleted during the round
-                            raise
+                    changed.append((plural, meta["namespace"], meta["name"], new))
+        self._parallel(self._patch_status, changed)
         self.metrics.observe_round(planned, (self.clock() - started).total_seconds())
         return result
 

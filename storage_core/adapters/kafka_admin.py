@@ -170,6 +170,72 @@ class KafkaAdmin:
             for p in desc.partitions
         }
 
+    def describe_many(
+        self, topics: Iterable[str]
+    ) -> tuple[dict[str, dict[tuple[str, int], PartitionInfo]], dict[str, str]]:
+        """Describe many topics with one request: (existing topics' partitions by topic, error line by
+        topic for those that could not be described). Missing topics are in neither."""
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+        names = sorted(set(topics))
+        if not names:
+            return {}, {}
+        try:
+            futures = self._admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - reported for every topic asked
+            return {}, {name: f"describe topic {name} on {self.bootstrap_servers}: {exc}" for name in names}
+        found: dict[str, dict[tuple[str, int], PartitionInfo]] = {}
+        errors: dict[str, str] = {}
+        for name, future in futures.items():
+            try:
+                desc = future.result(TIMEOUT_S)
+            except KafkaException as exc:
+                code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    errors[name] = f"describe topic {name} on {self.bootstrap_servers}: {exc}"
+                continue
+            except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
+                errors[name] = f"describe topic {name} on {self.bootstrap_servers}: {exc}"
+                continue
+            topic_id = _uuid_to_kafka(desc.topic_id)
+            found[name] = {
+                (name, p.id): PartitionInfo(
+                    name,
+                    p.id,
+                    topic_id,
+                    p.leader.id if p.leader is not None else None,
+                    tuple(r.id for r in p.replicas),
+                    tuple(r.id for r in p.isr),
+                )
+                for p in desc.partitions
+            }
+        return found, errors
+
+    def topic_configs_many(self, topics: Iterable[str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+        """Effective configurations of many topics with one request: (configs by topic, error by topic)."""
+        from confluent_kafka.admin._config import ConfigResource  # not re-exported for type checkers
+
+        names = sorted(set(topics))
+        if not names:
+            return {}, {}
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+        try:
+            futures = self._admin.describe_configs(resources, request_timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - reported for every topic asked
+            where = self.bootstrap_servers
+            return {}, {name: f"describe configs {name} on {where}: {exc}" for name in names}
+        configs: dict[str, dict[str, str]] = {}
+        errors: dict[str, str] = {}
+        for resource, future in futures.items():
+            try:
+                entries = future.result(TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
+                where = self.bootstrap_servers
+                errors[resource.name] = f"describe configs {resource.name} on {where}: {exc}"
+                continue
+            configs[resource.name] = {n: e.value for n, e in entries.items() if e.value is not None}
+        return configs, errors
+
     def create_topic(
         self, topic: str, partitions: int, replication_factor: int, config: dict[str, str] | None = None
     ) -> dict[tuple[str, int], PartitionInfo]:

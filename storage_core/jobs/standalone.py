@@ -43,7 +43,7 @@ from storage_core.reconcile.observed import (
     KafkaTopic,
     RunningWork,
     TopicInput,
-    observe_topic,
+    observe_topics,
 )
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan, plan
 from storage_core.reconcile.rebuild import RebuildResult, replaces, status_from_result, with_rebuild
@@ -146,7 +146,7 @@ class Standalone:
             admin = self._admin(spec.cluster_ref.name)
         except TierkeeperError as exc:
             return None, str(exc)
-        return observe_topic(admin, spec.topic)
+        return observe_topics(admin, [spec.topic])[spec.topic]
 
     def _inputs(self, observe: bool) -> tuple[list[TopicInput], list[BrokerInput]]:
         topics = []

@@ -5,7 +5,7 @@ Plain frozen data, built by the callers' adapters (Kafka Admin, the Kubernetes A
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,8 @@ class KafkaTopic:
     configs: Mapping[str, str]
     """Effective topic configuration (explicit and inherited values)."""
     partitions: tuple[PartitionLeader, ...]
+    empty: bool = False
+    """Every partition holds no record (log end = log start): nothing to copy yet. False when unknown."""
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,43 @@ class RunningWork:
     """Keys of TieredTopics with a cleanup run in progress."""
 
 
-def observe_topic(admin: Any, topic: str) -> tuple[KafkaTopic | None, str | None]:
-    """What Kafka says of ``topic`` through ``admin`` (the Kafka Admin adapter, passed in): the topic, or
-    None when it does not exist; or the reason Kafka could not be asked. Shared by the operator's rounds
-    and standalone mode so both observe alike."""
+def observe_topics(admin: Any, topics: Iterable[str]) -> dict[str, tuple[KafkaTopic | None, str | None]]:
+    """What Kafka says of ``topics`` of one cluster through ``admin`` (the Kafka Admin adapter, passed
+    in), by topic: the topic, or None when it does not exist; or the reason Kafka could not be asked.
+    Shared by the operator's rounds and standalone mode so both observe alike. A few batched Admin
+    requests (describe, configs, log start and end offsets) whatever the number of topics: what makes
+    10,000 TieredTopics one round's work rather than 40,000 round trips. Also says which topics hold no
+    record at all (their first copy has nothing to do); offsets that cannot be read leave a topic "not
+    known empty"."""
+    names = sorted(set(topics))
+    described, errors = admin.describe_many(names)
+    configs, config_errors = admin.topic_configs_many(list(described))
+    errors = {**errors, **config_errors}
+    partitions = [tp for name in described if name not in errors for tp in described[name]]
     try:
-        described = admin.describe_if_exists(topic)
-        if not described:
-            return None, None
-        configs = admin.topic_configs(topic)
-    except TierkeeperError as exc:
-        return None, str(exc)
-    infos = sorted(described.values(), key=lambda i: i.partition)
-    leaders = tuple(PartitionLeader(i.partition, i.leader) for i in infos)
-    return KafkaTopic(name=topic, topic_id=infos[0].topic_id, configs=configs, partitions=leaders), None
+        starts = admin.log_start_offsets(partitions)
+        ends = admin.high_watermarks(partitions)
+    except TierkeeperError:
+        starts, ends = {}, {}
+    out: dict[str, tuple[KafkaTopic | None, str | None]] = {}
+    for name in names:
+        if name in errors:
+            out[name] = (None, errors[name])
+            continue
+        if name not in described or not described[name]:
+            out[name] = (None, None)
+            continue
+        infos = sorted(described[name].values(), key=lambda i: i.partition)
+        keys = [(name, i.partition) for i in infos]
+        empty = all(k in starts and k in ends and starts[k] >= ends[k] for k in keys)
+        out[name] = (
+            KafkaTopic(
+                name=name,
+                topic_id=infos[0].topic_id,
+                configs=configs[name],
+                partitions=tuple(PartitionLeader(i.partition, i.leader) for i in infos),
+                empty=empty,
+            ),
+            None,
+        )
+    return out

@@ -168,6 +168,10 @@ def _topic_verdict(
             reason = "CopyFailed" if what == "copy" else "CleanupFailed"
             return Health(False, reason, f"last {what} failed: {last.message}", stalled=True), leaders
     if last_copy is None:
+        if topic.kafka.empty:
+            # Checked and tierable, and no record to copy: Ready now rather than after a Job that would
+            # copy nothing (10,000 new topics must not mean 10,000 partitions of empty copy work).
+            return Health(True, "Empty", "the topic holds no record yet: nothing to tier"), leaders
         return PENDING, leaders
     lag = topic.status.copy_lag
     lag_text = f"{lag.segments} segments ({lag.bytes} bytes) not yet tiered" if lag else "no lag known"
@@ -232,7 +236,8 @@ def plan(
         if leaders is None or spec is None or spec.paused:
             continue
         cluster = spec.cluster_ref.name
-        if copy_due(spec.copy_policy, topic.status.last_copy, now):
+        empty = topic.kafka is not None and topic.kafka.empty  # nothing to copy yet
+        if not empty and copy_due(spec.copy_policy, topic.status.last_copy, now):
             for broker_id, partitions in sorted(leaders.by_broker.items()):
                 if (cluster, broker_id) not in running.copy_brokers:
                     copy_work[(cluster, broker_id)].append(TopicPartitions(topic.key, spec.topic, partitions))

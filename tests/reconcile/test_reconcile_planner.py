@@ -256,3 +256,16 @@ def test_cleanup_outcome_moves_the_remote_start() -> None:
     assert after.remote is not None and after.remote.partitions[0].start_offset == 50
     assert after.remote.segments == 1 and after.remote.bytes == 100
     assert after.last_cleanup is not None and after.last_cleanup.result == "Succeeded"
+
+
+def test_an_empty_topic_is_ready_with_no_copy_until_it_holds_records() -> None:
+    """No record on any partition: checked, tierable, nothing to copy, so Ready at once and no copy work
+    (10,000 new topics are not 10,000 partitions of empty copy Jobs); with records, the first copy runs."""
+    empty = replace(topic(), kafka=replace(topic().kafka, empty=True))  # type: ignore[arg-type]
+    result = plan(CLUSTERS, [empty], BROKERS, RunningWork(), T0)
+    status = result.topic_status["ns/orders"]
+    assert conditions(status) == {"Ready": ("True", "Empty")}
+    assert "nothing to tier" in status.message
+    assert result.copies == [] and result.cleanups == []
+    filled = plan(CLUSTERS, [topic()], BROKERS, RunningWork(), T0)
+    assert len(filled.copies) == 3 and "Reconciling" in conditions(filled.topic_status["ns/orders"])
