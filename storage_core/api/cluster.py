@@ -17,15 +17,22 @@ from storage_core.api.rules import ApiModel
 
 DEFAULT_IMAGE = "tierkeeper:0.1.0"
 
-_CREDENTIAL_WORDS = ("password", "secret", "token", "credential", "jaas", "private")
+_CREDENTIAL_WORDS = ("password", "secret", "token", "credential", "jaas", "private", "signature")
+_CREDENTIAL_PARTS = {"key", "keys", "sas"}
 
 
-def credential_like(name: str) -> bool:
+def credential_like(name: str, *, strict: bool = False) -> bool:
     """Whether an option or property name looks like it holds a credential. Such values go to Jobs
-    through Secrets only: a cluster configuration refuses them inline, the CLI refuses them as flags."""
+    through Secrets only: a cluster configuration refuses them inline, the CLI refuses them as flags.
+
+    ``strict``: also any name merely containing ``key`` or ``sas`` (``ssl.keystore.location``,
+    ``sasl.mechanism``), for deciding what a command never echoes, where a false alarm only hides a harmless
+    option; refusing those inline would refuse settings that are not secrets."""
     lowered = name.lower()
-    parts = set(lowered.replace("_", ".").split("."))
-    return any(word in lowered for word in _CREDENTIAL_WORDS) or bool({"key", "keys"} & parts)
+    parts = set(lowered.replace("_", ".").replace("-", ".").split("."))
+    if strict and ("key" in lowered or "sas" in lowered):
+        return True
+    return any(word in lowered for word in _CREDENTIAL_WORDS) or bool(_CREDENTIAL_PARTS & parts)
 
 
 def _credential_keys(values: dict[str, Any], prefix: str = "") -> list[str]:

@@ -98,13 +98,11 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
     return options
 
 
-_CREDENTIAL_WORDS = ("key", "secret", "token", "password", "credential", "sas", "signature")
-
-
 def is_credential_option(name: str) -> bool:
     """Whether a storage option's name looks like it holds a credential (never echoed by a command)."""
-    lowered = name.lower()
-    return any(word in lowered for word in _CREDENTIAL_WORDS)
+    from storage_core.api.cluster import credential_like
+
+    return credential_like(name, strict=True)
 
 
 def _value(raw: str) -> Any:

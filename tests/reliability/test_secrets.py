@@ -182,6 +182,25 @@ def test_reprs_and_urls_hide_credentials(tmp_path: Path) -> None:
     assert not any(is_credential_option(n) for n in ("endpoint_url", "region_name", "anon"))
 
 
+def test_one_rule_says_which_names_hold_credentials() -> None:
+    from storage_core.api.cluster import credential_like
+
+    secret = (
+        "sasl.jaas.config",
+        "ssl.key.password",
+        "account_key",
+        "sas_token",
+        "sasl.password",
+        "private_key",
+    )
+    assert all(credential_like(n) and is_credential_option(n) for n in secret)
+    # Settings that only name a file or a mechanism may be given inline, but a command still never echoes
+    # a storage option whose name merely contains "key" (a false alarm there only hides a harmless option).
+    for name in ("ssl.keystore.location", "sasl.mechanism", "ssl.truststore.type"):
+        assert not credential_like(name), name
+    assert is_credential_option("ssl.keystore.location") and not is_credential_option("endpoint_url")
+
+
 def test_the_read_command_recover_prints_leaves_credentials_out() -> None:
     from storage_core.cli.main import build_parser
     from storage_core.cli.recover import read_command
