@@ -81,12 +81,12 @@ def wait_until_stalled(plane: ControlPlane, namespace: str, name: str) -> dict[s
 def values_file(tmp_path: Path, **extra: Any) -> tuple[Path, str]:
     """Values with one cluster whose Kafka port nothing listens on, and free probe/metrics ports (pods
     share the host's network here). Returns the file and the cluster's remote URL."""
-    port, metrics_port, kafka_port = free_ports(3)
+    port, readiness_port, metrics_port, kafka_port = free_ports(4)
     remote = f"file://{tmp_path / 'remote'}"
     cluster = {"name": "my-cluster", "bootstrapServers": f"127.0.0.1:{kafka_port}", "remote": {"url": remote}}
     values = {
         "clusters": [cluster],
-        "probes": {"port": port},
+        "probes": {"port": port, "readiness": {"port": readiness_port}},
         "metrics": {"port": metrics_port},
         **extra,
     }
