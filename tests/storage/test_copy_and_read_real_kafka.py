@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import s3fs
 from confluent_kafka import Consumer, TopicPartition
 
 from harness.kafka import KafkaCluster
@@ -197,7 +198,11 @@ def test_a_damaged_remote_object_is_refused_where_it_is_damaged(
         shutil.copytree(source.root, tmp_path / "damaged")
     else:
         damaged = Remote(remote.url.rstrip("/") + "-" + damage.replace(" ", "-"), remote.options, [], {})
-        source.fs.cp(source.root, damaged.store().root, recursive=True)
+        # Test setup, so through an s3fs with botocore's own retries: the store's filesystem makes one
+        # attempt per request (RetryPolicy retries above it), and a busy moto can miss one connect.
+        s3fs.S3FileSystem(**remote.options, skip_instance_cache=True).cp(
+            source.root, damaged.store().root, recursive=True
+        )
     topic = dataset.codec_topics[0]
     with damaged.reader(Isolation.READ_UNCOMMITTED) as reader:
         tp = reader.resolve(topic, 0)
