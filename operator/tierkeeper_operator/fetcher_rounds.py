@@ -17,13 +17,14 @@ from typing import Any
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import Parsed
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.api.status import Condition, FetcherStatus
+from storage_core.api.status import FetcherStatus
 from storage_core.jobs.fetcher_changes import (
     BrokerFetchers,
     FetcherChanges,
     default_fetcher_admin,
     fetcher_admins,
 )
+from storage_core.reconcile.conditions import recorded_conditions
 from storage_core.reconcile.fetchers import ANNOTATION, broker_conditions, health_of, parse_command
 from storage_core.reconcile.planner import Event, Plan
 from tierkeeper_operator.kube import Kube, KubeError
@@ -40,16 +41,6 @@ def _previous(obj: Mapping[str, Any]) -> FetcherStatus | None:
         return FetcherStatus.model_validate(raw)
     except ValueError:
         return None  # a status another writer broke is planned afresh
-
-
-def _conditions_before(obj: Mapping[str, Any]) -> list[Condition]:
-    out = []
-    for raw in (obj.get("status") or {}).get("conditions") or []:
-        try:
-            out.append(Condition.model_validate(raw))
-        except ValueError:
-            continue  # a malformed foreign condition must not wedge the round
-    return out
 
 
 class FetcherRounds:
@@ -109,7 +100,9 @@ class FetcherRounds:
             base = planned.broker_status[item.key]
             health = health_of(base)
             generation = obj["metadata"].get("generation")
-            conditions = broker_conditions(health, outcome.status, generation, _conditions_before(obj), now)
+            conditions = broker_conditions(
+                health, outcome.status, generation, recorded_conditions(obj.get("status")), now
+            )
             ready = next(c for c in conditions if c.type == "Ready")
             planned.broker_status[item.key] = base.model_copy(
                 update={"fetchers": outcome.status, "conditions": conditions, "message": ready.message}

@@ -18,14 +18,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import kopf
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from storage_core.api import GROUP, VERSION
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
-from storage_core.api.status import Condition, ResourceStatus
-from storage_core.reconcile.conditions import Health, conditions_for
+from storage_core.api.status import ResourceStatus
+from storage_core.reconcile.conditions import Health, conditions_for, recorded_conditions
 from storage_core.reconcile.planner import PENDING, admission
 from tierkeeper_operator.settings import apply_operator_settings
 
@@ -37,16 +37,6 @@ BROKER_USABLE = Health(True, "Ready", "spec accepted")
 
 def configure(settings: kopf.OperatorSettings, *, namespaced: bool = False, **_: Any) -> None:
     apply_operator_settings(settings, namespaced=namespaced)
-
-
-def _previous_conditions(status: Mapping[str, Any]) -> list[Condition]:
-    out = []
-    for raw in status.get("conditions") or []:
-        try:
-            out.append(Condition.model_validate(raw))
-        except ValidationError:
-            continue  # a malformed foreign condition must not wedge this handler
-    return out
 
 
 def status_patch(
@@ -61,7 +51,7 @@ def status_patch(
     """The ``status`` fields to patch for the object as it is now, and the health they say."""
     parsed = parse_spec(model, spec)
     health = admission(parsed.value, parsed.problem, clusters)  # type: ignore[arg-type]
-    previous = _previous_conditions(status)
+    previous = recorded_conditions(status)
     if health is None:
         if any(c.type == "Ready" for c in previous) and not any(c.type == "Stalled" for c in previous):
             # Usable, and the reconcile round already judged it: leave the conditions and

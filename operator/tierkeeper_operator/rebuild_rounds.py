@@ -24,7 +24,8 @@ from storage_core.api.rebuild_settings import (
     settings_config_map_name,
 )
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.api.status import Condition, TieredBrokerStatus
+from storage_core.api.status import TieredBrokerStatus
+from storage_core.reconcile.conditions import recorded_conditions
 from storage_core.reconcile.planner import Plan
 from storage_core.reconcile.rebuild import (
     REQUEST_ANNOTATION,
@@ -204,12 +205,7 @@ class RebuildRounds:
                 self.kube.remove_annotation("tieredbrokers", obj, REQUEST_ANNOTATION)
             for event in step.events:
                 self.event(obj, "TieredBroker", event.type, event.reason, event.message)
-            previous = []
-            for raw in (obj.get("status") or {}).get("conditions") or []:
-                try:
-                    previous.append(Condition.model_validate(raw))
-                except ValueError:
-                    continue  # a malformed foreign condition must not wedge the round
+            previous = recorded_conditions(obj.get("status"))
             generation = meta.get("generation")
             planned.broker_status[key] = with_rebuild(status, step.status, previous, generation, now)
         return created

@@ -157,18 +157,7 @@ class KafkaAdmin:
             raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
         except Exception as exc:
             raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
-        topic_id = _uuid_to_kafka(desc.topic_id)
-        return {
-            (topic, p.id): PartitionInfo(
-                topic,
-                p.id,
-                topic_id,
-                p.leader.id if p.leader is not None else None,
-                tuple(r.id for r in p.replicas),
-                tuple(r.id for r in p.isr),
-            )
-            for p in desc.partitions
-        }
+        return _partitions(topic, desc)
 
     def describe_many(
         self, topics: Iterable[str]
@@ -197,18 +186,7 @@ class KafkaAdmin:
             except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
                 errors[name] = f"describe topic {name} on {self.bootstrap_servers}: {exc}"
                 continue
-            topic_id = _uuid_to_kafka(desc.topic_id)
-            found[name] = {
-                (name, p.id): PartitionInfo(
-                    name,
-                    p.id,
-                    topic_id,
-                    p.leader.id if p.leader is not None else None,
-                    tuple(r.id for r in p.replicas),
-                    tuple(r.id for r in p.isr),
-                )
-                for p in desc.partitions
-            }
+            found[name] = _partitions(name, desc)
         return found, errors
 
     def topic_configs_many(self, topics: Iterable[str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
@@ -281,3 +259,19 @@ class KafkaAdmin:
         )
         entries = next(iter(done.values()))
         return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+
+def _partitions(topic: str, desc: Any) -> dict[tuple[str, int], PartitionInfo]:
+    """The partitions of one confluent-kafka ``TopicDescription``."""
+    topic_id = _uuid_to_kafka(desc.topic_id)
+    return {
+        (topic, p.id): PartitionInfo(
+            topic,
+            p.id,
+            topic_id,
+            p.leader.id if p.leader is not None else None,
+            tuple(r.id for r in p.replicas),
+            tuple(r.id for r in p.isr),
+        )
+        for p in desc.partitions
+    }

@@ -150,16 +150,7 @@ def run(args: argparse.Namespace) -> int:
 def _write_result(args: argparse.Namespace, outcome: Any = None, failure: str | None = None) -> None:
     from storage_core.reconcile.rebuild import RebuildResult, encode_result
 
-    if outcome is None:
-        result = RebuildResult(failure=failure or "failed")
-    else:
-        result = RebuildResult(
-            action=outcome.action,
-            reason=outcome.reason,
-            partitions_restored=len([p for p in outcome.partitions if p.segments]),
-            bytes_restored=outcome.planned_bytes,
-            expected_tail=sum(p.expected_tail for p in outcome.partitions),
-        )
+    result = RebuildResult(failure=failure or "failed") if outcome is None else outcome.result()
     write_result_file(args.result_file, encode_result(result))
 
 

@@ -31,6 +31,7 @@ from storage_core.rebuild.state import (
     classify,
     now_ms,
 )
+from storage_core.reconcile.rebuild import RebuildResult
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.layout import RemoteLayout, TopicPartitionId
 from storage_core.remote.store_api import ObjectStore
@@ -62,6 +63,16 @@ class RebuildOutcome:
     @property
     def planned_bytes(self) -> int:
         return sum(p.bytes for p in self.partitions)
+
+    def result(self) -> RebuildResult:
+        """The run as ``status.rebuild`` records it (init container, rebuild Job, standalone mode)."""
+        return RebuildResult(
+            action=self.action,
+            reason=self.reason,
+            partitions_restored=len([p for p in self.partitions if p.segments]),
+            bytes_restored=self.planned_bytes,
+            expected_tail=sum(p.expected_tail for p in self.partitions),
+        )
 
 
 ClusterView = Callable[[], Sequence[AssignedPartition]]

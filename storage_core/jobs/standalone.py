@@ -285,13 +285,7 @@ class Standalone:
                     ),
                     options,
                 )
-                result = RebuildResult(
-                    action=outcome.action,
-                    reason=outcome.reason,
-                    partitions_restored=len([p for p in outcome.partitions if p.segments]),
-                    bytes_restored=outcome.planned_bytes,
-                    expected_tail=sum(p.expected_tail for p in outcome.partitions),
-                )
+                result = outcome.result()
             except (TierkeeperError, OSError) as exc:
                 result = RebuildResult(failure=str(exc))
             new = status_from_result(result, "Standalone", start=start, end=rfc3339(self.clock()))

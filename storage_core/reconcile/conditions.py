@@ -6,9 +6,9 @@ current observedGeneration as Current). Transition times move only when a condit
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from storage_core.api.status import READY, RECONCILING, STALLED, Condition
 
@@ -63,4 +63,16 @@ def conditions_for(
         out.append(_condition(RECONCILING, "True", health, generation, previous, now))
     if health.stalled:
         out.append(_condition(STALLED, "True", health, generation, previous, now))
+    return out
+
+
+def recorded_conditions(status: Mapping[str, Any] | None) -> list[Condition]:
+    """The conditions an object's ``status`` holds now, skipping any that do not parse: a malformed
+    condition written by someone else must not wedge the handler or the round that rewrites them."""
+    out = []
+    for raw in (status or {}).get("conditions") or []:
+        try:
+            out.append(Condition.model_validate(raw))
+        except ValueError:  # pydantic's ValidationError is one
+            continue
     return out
