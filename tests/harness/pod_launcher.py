@@ -114,6 +114,20 @@ def _mount_point(target: Path, is_file: bool) -> None:
         target.mkdir()
 
 
+def _keep_image_visible(image: dict[str, int], targets: list[Path], read_only_root: bool) -> None:
+    """Bind the image's files back where a volume covered them. A real container's image is its own root
+    filesystem, so an emptyDir on /tmp cannot hide it; here the "image" is host paths (the checkout and
+    its venv), which an emptyDir on /tmp would hide when the checkout lives under /tmp."""
+    for path, fd in image.items():
+        covered = any(Path(path).is_relative_to(t) and Path(path) != t for t in targets)
+        if covered:
+            os.makedirs(path, exist_ok=True)  # inside the covering volume, in this namespace's view
+            _mount(f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
+            if read_only_root:  # image files stay as read-only as the root they belong to
+                _mount(None, path, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+
+
 def launch(spec: dict[str, Any]) -> None:
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS | CLONE_NEWUTS)")
     hostname = spec["hostname"].encode()
@@ -122,6 +136,7 @@ def launch(spec: dict[str, Any]) -> None:
     # Held open before any mount: a later one (an emptyDir on /tmp, say) may cover a source's path. Opened
     # after unshare, because a bind mount's source must belong to this mount namespace.
     sources = [os.open(mount["source"], os.O_PATH) for mount in spec["mounts"]]
+    image = {path: os.open(path, os.O_PATH) for path in spec.get("image_paths", []) if os.path.exists(path)}
     for directory in spec.get("open_up", []):
         _open_up(directory)
     read_only_root = bool(spec.get("read_only_root"))
@@ -138,6 +153,7 @@ def launch(spec: dict[str, Any]) -> None:
         elif read_only_root:  # a bind mount inherits the read-only flag of the mount it comes from
             _mount(None, str(target), MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
         os.close(fd)
+    _keep_image_visible(image, [Path(m["target"]) for m in spec["mounts"]], read_only_root)
     gid, uid = spec.get("gid"), spec.get("uid")
     if uid is not None:
         os.setgroups(list(spec.get("groups", [])))

@@ -287,6 +287,7 @@ class PodWorker(threading.Thread):
             "groups": groups,
             "start_error_file": str(start_error),
             "open_up": closed_ancestors(image.needs) if uid else [],
+            "image_paths": list(image.needs),
             "hostname": self.pod["spec"].get("hostname") or self.pod["metadata"]["name"],
             "read_only_root": bool(record.spec.get("securityContext", {}).get("readOnlyRootFilesystem")),
         }

@@ -586,3 +586,27 @@ def test_a_stateful_set_pod_gets_its_claim_bound_to_a_static_volume(
     plane.request("DELETE", f"/apis/apps/v1/namespaces/{ns}/statefulsets/broker")
     wait_for(lambda: get_pod(plane, ns, "broker-0") is None, "broker-0 to be removed with its StatefulSet")
     plane.request("DELETE", f"/api/v1/persistentvolumes/{pv_name}")
+
+
+def test_a_volume_over_the_checkout_does_not_hide_the_image(
+    k8s_control_plane: ControlPlane, k8s_namespace: str
+) -> None:
+    """The process kubelet's "image" is the checkout and its venv; an emptyDir mounted over a directory that
+    holds them (a Job's emptyDir on /tmp while the checkout lives under /tmp) must not hide them, as a real
+    container's own root filesystem would not be hidden."""
+    from harness.paths import REPO_ROOT
+
+    plane, ns = k8s_control_plane, k8s_namespace
+    parent = str(REPO_ROOT.parent)
+    script = f"""
+        import os
+        open(os.path.join({parent!r}, "scratch"), "w").write("ok")
+        print(open(os.path.join({str(REPO_ROOT)!r}, "pyproject.toml")).read().split()[0])
+    """
+    container = python_container("main", script, volumeMounts=[{"name": "cover", "mountPath": parent}])
+    manifest = pod_manifest("covered", [container], volumes=[{"name": "cover", "emptyDir": {}}])
+    create(plane, f"/api/v1/namespaces/{ns}/pods", manifest)
+    pod = finished_pod(plane, ns, "covered")
+    assert pod["status"]["phase"] == "Succeeded", plane.kubelet.logs(ns, "covered", "main")
+    assert plane.kubelet.logs(ns, "covered", "main").split() == ["[build-system]"]
+    assert not (REPO_ROOT.parent / "scratch").exists()  # the write went to the emptyDir, not the host
