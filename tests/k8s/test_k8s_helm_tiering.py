@@ -23,7 +23,7 @@ from test_k8s_helm import (
     requests_of,
     running_pod,
 )
-from test_k8s_operator_real import log_dir_claims, produce, resource
+from test_k8s_operator_real import produce, resource, tier_storage
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
@@ -56,18 +56,7 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
     admin.create_topics([NewTopic("orders", 2, 1, config=config)])["orders"].result(60)
     kafka.wait_topic("orders", 2)
     produce(kafka, "orders", 2000)
-    bucket = f"tk-{ns}"
-    options = moto_server.storage_options()
-    s3fs.S3FileSystem(**options).mkdir(bucket)
-    log_dir_claims(plane, ns, kafka)
-    plane.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/secrets",
-        {
-            "metadata": {"name": "s3"},
-            "stringData": {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]},
-        },
-    )
+    bucket, options = tier_storage(plane, ns, kafka, moto_server)
     cluster = {
         "name": "local",
         "bootstrapServers": kafka.bootstrap_servers,

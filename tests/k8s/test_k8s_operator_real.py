@@ -74,6 +74,31 @@ def chart_rbac(plane: ControlPlane, namespace: str) -> str:
     return plane.token_for(namespace, "operator")
 
 
+def tier_storage(
+    plane: ControlPlane,
+    namespace: str,
+    kafka: KafkaCluster,
+    moto_server: MotoServer,
+    job_env: dict[str, str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """What the operator's Jobs need in ``namespace``: a bucket on moto, the brokers' log dirs as claims,
+    and the ``s3`` Secret the Jobs take their environment from (the AWS keys, plus ``job_env``). Returns
+    the bucket and moto's storage options."""
+    bucket = f"tk-{namespace}"
+    options = moto_server.storage_options()
+    s3fs.S3FileSystem(**options).mkdir(bucket)
+    log_dir_claims(plane, namespace, kafka)
+    secret = {
+        "AWS_ACCESS_KEY_ID": options["key"],
+        "AWS_SECRET_ACCESS_KEY": options["secret"],
+        **(job_env or {}),
+    }
+    plane.request(
+        "POST", f"/api/v1/namespaces/{namespace}/secrets", {"metadata": {"name": "s3"}, "stringData": secret}
+    )
+    return bucket, options
+
+
 def log_dir_claims(plane: ControlPlane, namespace: str, kafka: KafkaCluster) -> None:
     for node in kafka.node_ids:
         pv = f"{namespace}-data-{node}"
@@ -133,19 +158,7 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     admin.create_topics([NewTopic("orders", 3, 3, config=config)])["orders"].result(60)
     kafka.wait_topic("orders", 3)
     produce(kafka, "orders", 3000)
-    bucket = f"tk-{ns}"
-    options = moto_server.storage_options()
-    s3fs.S3FileSystem(**options).mkdir(bucket)
-
-    log_dir_claims(plane, ns, kafka)
-    plane.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/secrets",
-        {
-            "metadata": {"name": "s3"},
-            "stringData": {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]},
-        },
-    )
+    bucket, options = tier_storage(plane, ns, kafka, moto_server)
     cluster = KafkaClusterConfig.model_validate(
         {
             "name": "local",

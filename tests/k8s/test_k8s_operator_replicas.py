@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import s3fs
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from k8s_helpers import wait_for
 from prometheus_client.parser import text_string_to_metric_families
-from test_k8s_operator_real import log_dir_claims, produce, resource
+from test_k8s_operator_real import produce, resource, tier_storage
 
 from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster
@@ -174,23 +173,10 @@ def test_two_replicas_one_active_takeover_after_kill_mid_job_and_metrics(
     kafka.wait_topic(topic, 1)
     produce(kafka, topic, 2000)
 
-    bucket = f"tk-{ns}"
-    options = moto_server.storage_options()
-    s3fs.S3FileSystem(**options).mkdir(bucket)
-    log_dir_claims(plane, ns, kafka)
     # The Jobs' environment comes from this Secret; the fault hook stops `tierkeeper copy` at its first
     # segment, so the copy Job is running for as long as the test wants.
-    plane.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/secrets",
-        {
-            "metadata": {"name": "s3"},
-            "stringData": {
-                "AWS_ACCESS_KEY_ID": options["key"],
-                "AWS_SECRET_ACCESS_KEY": options["secret"],
-                "TIERKEEPER_FAULT": "copy.segment.started:1:stop",
-            },
-        },
+    bucket, options = tier_storage(
+        plane, ns, kafka, moto_server, job_env={"TIERKEEPER_FAULT": "copy.segment.started:1:stop"}
     )
     cluster = {
         "name": "local",
