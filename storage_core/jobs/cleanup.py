@@ -15,7 +15,7 @@ from typing import Any
 from storage_core.errors import TierkeeperError
 from storage_core.faults import fault_point
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
-from storage_core.remote.layout import RemoteLayout, TopicPartitionId
+from storage_core.remote.layout import RemoteLayout, SegmentState, TopicPartitionId
 from storage_core.remote.store_api import ObjectStore
 from storage_core.retention.local_trim import plan_local_trim
 from storage_core.retention.policy import UNLIMITED, RetentionPolicy
@@ -238,12 +238,23 @@ def _trim(
     policy: RetentionPolicy,
     options: CleanupOptions,
 ) -> dict[str, int] | None:
-    manifest = catalog.rebuild_manifest(write=False) if options.dry_run else catalog.rebuild_manifest()
+    listing = catalog.listing()
+    manifest = catalog.rebuild_manifest(listing, write=not options.dry_run)
     if manifest.next_offset is None or manifest.end_offset is None:
         return None
     untiered = _untiered_local_bytes(options.log_dir, tp, manifest.next_offset)
+    quarantined = [
+        catalog.read_marker(e.base_offset, e.segment_id, SegmentState.QUARANTINED)
+        for e in listing.segments.values()
+        if e.state is SegmentState.QUARANTINED
+    ]
     target = plan_local_trim(
-        manifest.segments, log_start, policy, options.now_ms, untiered_local_bytes=untiered
+        manifest.segments,
+        log_start,
+        policy,
+        options.now_ms,
+        untiered_local_bytes=untiered,
+        quarantined=quarantined,
     )
     if target is None:
         return None

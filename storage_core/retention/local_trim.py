@@ -5,7 +5,9 @@ The target is the start of the local window computed over the tiered segments (t
 size: the local bytes from the oldest tiered segment on), capped at the highest COPY_FINISHED offset + 1,
 and at the first offset from the log start on that no readable segment holds (a hole, e.g. a segment in
 quarantine, retention/quarantine.py): the broker's copy of those offsets may be the only good one.
-Local deletion therefore can never run ahead of tiering.
+Local deletion therefore can never run ahead of tiering. Offsets below the first readable segment are no
+hole below any quarantined segment: remote retention expired them, they are past the topic's
+total retention (KIP-405 moves the log start up to the remote start for the same reason).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ def plan_local_trim(
     now_ms: int,
     *,
     untiered_local_bytes: int = 0,
+    quarantined: Sequence[SegmentMetadata] = (),
 ) -> int | None:
     """Offset to DeleteRecords to, or None when nothing should be trimmed.
 
     ``finished`` are the readable remote segments in offset order; ``log_start_offset`` is the
     partition's current log start; ``untiered_local_bytes`` counts local data above the tiered range
-    toward the size limit (0 when unknown, which only ever trims less).
+    toward the size limit (0 when unknown, which only ever trims less); ``quarantined`` are the
+    partition's segments in quarantine, whose offsets the trim never passes.
     """
     local = [m for m in finished if m.end_offset >= log_start_offset]
     if not local:
@@ -48,19 +52,27 @@ def plan_local_trim(
     if n == 0:
         return None
     target = min(
-        local[n - 1].end_offset + 1, finished[-1].end_offset + 1, _held_until(finished, log_start_offset)
+        local[n - 1].end_offset + 1, finished[-1].end_offset + 1, _held_until(finished, log_start_offset, quarantined)
     )
     return target if target > log_start_offset else None
 
 
-def _held_until(finished: Sequence[SegmentMetadata], log_start_offset: int) -> int:
+def _held_until(
+    finished: Sequence[SegmentMetadata], log_start_offset: int, quarantined: Sequence[SegmentMetadata]
+) -> int:
     """The first offset >= ``log_start_offset`` in no readable segment (offsets between a segment's last
-    offset and the next segment's base never existed on the broker, so they are no hole)."""
+    offset and the next segment's base never existed on the broker, so they are no hole; nor are offsets
+    below the first readable segment and below every quarantined one)."""
     held = log_start_offset
+    holding = [q for q in quarantined if q.next_offset > log_start_offset]
+    if finished and finished[0].base_offset > held:
+        held = max(held, min([finished[0].base_offset, *(q.base_offset for q in holding)]))
     for m in finished:
         if m.next_offset <= held:
             continue
         if m.base_offset > held:
-            return held
+            break
         held = m.next_offset
+    for q in holding:
+        held = min(held, max(q.base_offset, log_start_offset))
     return held

@@ -61,3 +61,18 @@ def test_remote_cleanup_keeps_a_quarantined_segment_whatever_its_age() -> None:
     ]
     assert s1.segment_id not in touched
     assert {d.segment.segment_id for d in plan.expire} == {s0.segment_id, s2.segment_id}
+
+
+def test_offsets_below_the_first_readable_segment_are_no_hole_unless_quarantined() -> None:
+    # Remote retention expired 0..199: the broker's copy of them is past the total retention.
+    s2, s3 = _seg(200, 300), _seg(300, 400)
+    assert plan_local_trim([s2, s3], 0, EVERYTHING_OLD, NOW) == 400
+    # The same gap held by a quarantined segment: the broker's copy may be the only good one.
+    q1 = _seg(100, 200)
+    assert plan_local_trim([s2, s3], 0, EVERYTHING_OLD, NOW, quarantined=[q1]) == 100
+    assert plan_local_trim([s2, s3], 120, EVERYTHING_OLD, NOW, quarantined=[q1]) is None
+    # A quarantined segment above the log start caps the trim at its base wherever it lies.
+    s0, s1 = _seg(0, 100), _seg(100, 200)
+    assert plan_local_trim([s0, s2, s3], 0, EVERYTHING_OLD, NOW, quarantined=[s1]) == 100
+    # One wholly below the log start holds nothing any more.
+    assert plan_local_trim([s2, s3], 250, EVERYTHING_OLD, NOW, quarantined=[s1]) == 400
