@@ -135,6 +135,18 @@ def test_own_clients_read_the_mounted_secret_and_stall_clearly_without_it(
     clients.refresh()
     clients("secure")
     assert len(made) == 1  # same files: the client is kept
+    # The kubelet updates a mounted Secret by swapping ..data: the next round's client uses the new files.
+    rotated = secret_volume(
+        tmp_path / "rotated", {"sasl.username": USER, "sasl.password": PASSWORD, "client.id": "rotated"}
+    )
+    (mounted / "..data").unlink()
+    (mounted / "..data").symlink_to(rotated / "..data")
+    (mounted / "client.id").symlink_to("..data/client.id")
+    clients("secure")
+    assert len(made) == 1  # not before the next round
+    clients.refresh()
+    assert topic in clients("secure").topic_names()
+    assert len(made) == 2 and made[-1]["client.id"] == "rotated"
 
     problems = {
         "unmounted": ClusterClients(clusters, {}, admin),
@@ -151,7 +163,7 @@ def test_own_clients_read_the_mounted_secret_and_stall_clearly_without_it(
     assert "no --kafka-config-dir secure=DIR" in messages["unmounted"]
     assert "not a directory" in messages["missing"]
     assert "holds no properties" in messages["empty"]
-    assert len(made) == 1  # no client was made without its credentials
+    assert len(made) == 2  # no client was made without its credentials
     assert leaks(repr(messages), [PASSWORD]) == []
 
     for flags, says in (
@@ -219,3 +231,29 @@ def test_standalone_tiers_a_topic_on_the_sasl_broker(sasl_broker: KafkaCluster, 
     )
     assert starts[(topic, 0)] > 0, starts  # trimmed behind the tier, through an authenticated DeleteRecords
     assert leaks(ran.stdout + ran.stderr + refused.stderr, [PASSWORD]) == []
+
+
+def test_the_operator_refuses_a_config_dir_that_names_no_secret_at_start(tmp_path: Path) -> None:
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(
+        yaml.safe_dump_all(
+            [
+                {"name": "plain", "bootstrapServers": "127.0.0.1:1", "remote": {"url": "memory://a"}},
+                {
+                    "name": "secure",
+                    "bootstrapServers": "127.0.0.1:1",
+                    "clientConfigSecretRef": {"name": "kafka-client"},
+                    "remote": {"url": "memory://b"},
+                },
+            ]
+        )
+    )
+    for flag, says in (
+        ("plain=/etc/tierkeeper/kafka-client/plain", "cluster 'plain' has no clientConfigSecretRef"),
+        ("other=/x", "no cluster 'other' is configured"),
+    ):
+        refused = run_cli("operator", "-n", "ns", "--cluster", str(clusters), "--kafka-config-dir", flag)
+        assert refused.returncode != 0
+        assert refused.stderr.strip().splitlines() == [
+            f"tierkeeper operator: error: --kafka-config-dir {flag}: {says}"
+        ], refused.stderr
