@@ -49,6 +49,7 @@ from tierkeeper_operator.jobs import (
     _container,
     _job,
     _remote_args,
+    _with_kafka_client,
     job_name,
     job_state,
     termination_message,
@@ -80,18 +81,21 @@ def rebuild_job(
         *_remote_args(cluster),
     ]
     container = _container(cluster, args)
+    volumes: list[dict[str, Any]] = [
+        {"name": "log-dir", "persistentVolumeClaim": {"claimName": spec.log_dir.claim_name}}
+    ]
+    _with_kafka_client(cluster, args, container, volumes)
     mount: dict[str, Any] = {"name": "log-dir", "mountPath": spec.log_dir.mount_path}
     if spec.log_dir.sub_path:
         mount["subPath"] = spec.log_dir.sub_path
     container["volumeMounts"].append(mount)
-    volume = {"name": "log-dir", "persistentVolumeClaim": {"claimName": spec.log_dir.claim_name}}
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: KIND,
         LABEL_CLUSTER: spec.cluster_ref.name,
         LABEL_BROKER: str(spec.broker_id),
     }
-    job = _job(job_name(KIND, owner.name, round_key), owner, labels, {}, cluster, container, [volume], node)
+    job = _job(job_name(KIND, owner.name, round_key), owner, labels, {}, cluster, container, volumes, node)
     pod = job["spec"]["template"]["spec"]
     # It writes the broker's files, so it runs as the broker does when the spec says how.
     if spec.rebuild.run_as_user is not None:

@@ -20,6 +20,7 @@ from storage_core.cli.common import (
     storage_options,
     write_result_file,
 )
+from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 from storage_core.errors import ConfigError, TierkeeperError
 
 
@@ -82,6 +83,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     add_result_file_arg(p)
     add_remote_args(p, required=False)
+    add_kafka_client_args(p)
     p.set_defaults(handler=run)
 
 
@@ -111,7 +113,9 @@ class _Target:
             settings.bootstrap_servers if settings else None
         )
         self.remote: str | None = args.remote or (settings.remote.url if settings else None)
-        self.client_config = dict(settings.client_config) if settings else {}
+        # The settings hold only non-secret properties; credentials come from --kafka-config-dir (the
+        # cluster's clientConfigSecretRef mounted as files). Flags win over the settings file.
+        self.client_config = {**(settings.client_config if settings else {}), **kafka_client_config(args)}
         self.base_options = dict(settings.remote.storage_options) if settings else {}
         self.parallelism: int = args.parallelism or (self.entry.parallelism if self.entry else 4)
 

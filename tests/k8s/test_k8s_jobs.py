@@ -25,6 +25,7 @@ from tierkeeper_operator.jobs import (
     termination_message,
     work_of,
 )
+from tierkeeper_operator.rebuild_rounds import rebuild_job
 
 CLUSTER = KafkaClusterConfig.model_validate(
     {
@@ -159,6 +160,7 @@ def test_kafka_jobs_get_client_properties_and_secrets_only_by_reference() -> Non
     jobs = [
         copy_job(ACTION, SECURE, BROKER, OWNER, None, "r"),
         cleanup_job(CleanupAction("c", "kafka/orders", "orders", spec), SECURE, OWNER, "r"),
+        rebuild_job(BROKER, SECURE, OWNER, None, "r"),
     ]
     for job in jobs:
         pod = job["spec"]["template"]["spec"]
