@@ -14,11 +14,10 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-
-from harness.control_plane import ControlPlane
 from confluent_kafka.admin import AdminClient, NewTopic
 from k8s_helpers import unique
 
+from harness.control_plane import ControlPlane
 from harness.k8s import running_operator, wait_until
 from harness.kafka import KafkaCluster
 from harness.kafka_dist import HarnessError
