@@ -83,3 +83,20 @@ def test_configs_are_read_once_stale_or_recreated(kafka_broker: KafkaCluster) ->
     # A topic no longer asked about is forgotten.
     observe_topics(admin, [first], cache, now=1000.0 + 302)
     assert cache.stale(second, renewed[second][0].topic_id, 1000.0 + 302)  # type: ignore[union-attr]
+
+
+def test_configs_are_asked_in_batches(kafka_broker: KafkaCluster, monkeypatch: Any) -> None:
+    # Every config of every topic asked comes back at once; batches bound how many are alive together.
+    from storage_core.reconcile import observed
+
+    monkeypatch.setattr(observed, "CONFIG_BATCH", 2)
+    raw = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    names = sorted(f"cfg-batch-{i}-{uuid.uuid4().hex[:6]}" for i in range(5))
+    for name in names:
+        create(raw, kafka_broker, name)
+    admin = CountingAdmin(KafkaAdmin(kafka_broker.bootstrap_servers))
+    seen = observe_topics(admin, names, TopicConfigs(), now=0.0)
+    assert admin.asked == [names[0:2], names[2:4], names[4:5]]
+    assert all(
+        seen[name][0] is not None and seen[name][0].configs["cleanup.policy"] == "delete" for name in names
+    )  # type: ignore[union-attr]
