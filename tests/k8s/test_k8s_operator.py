@@ -253,3 +253,21 @@ def test_operator_without_an_api_fails_loudly(k8s_control_plane: ControlPlane, t
         with running_operator(UnreachableApi(kubeconfig), start_timeout=3):
             pass
     assert "its log:" in str(failure.value)
+
+
+def test_rounds_list_in_pages_without_managed_fields(
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
+) -> None:
+    ns = k8s_namespace
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    names = [f"paged-{i}" for i in range(5)]
+    for name in names:
+        api.create_namespaced_custom_object(
+            GROUP, VERSION, ns, "tieredtopics", example("tieredtopic.yaml", name, ns)
+        )
+    raw = api.list_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics")["items"]
+    assert all(o["metadata"].get("managedFields") for o in raw)  # what the server sends, and slim drops
+    listed = Kube(k8s_crds.api_client(), (ns,)).list_resources("tieredtopics", page_size=2)
+    assert sorted(o["metadata"]["name"] for o in listed) == names  # three pages, each object once
+    assert not any("managedFields" in o["metadata"] for o in listed)
+    assert all(o["metadata"]["resourceVersion"] and o["spec"]["topic"] == "orders" for o in listed)
