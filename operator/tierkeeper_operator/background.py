@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from storage_core.api.cluster import KafkaClusterConfig
 from tierkeeper_operator.loop import Reconciler
@@ -90,6 +91,8 @@ class RoundsOptions:
     """This replica's id (the peer id with peering), written on the Jobs it creates."""
     topic_labels: bool = False
     """Per-topic labels on the tiered-bytes and lag metrics (opt-in: one series per topic)."""
+    kafka_config_dirs: Mapping[str, Path] = field(default_factory=dict)
+    """Cluster name -> where its clientConfigSecretRef Secret is mounted (the operator's own clients)."""
 
 
 def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOptions) -> Rounds:
@@ -118,5 +121,11 @@ def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOpti
     ready = ReadyState()
     if options.readiness_endpoint:
         serve_readiness(options.readiness_endpoint, ready)
-    reconciler = Reconciler(kube, clusters, metrics=metrics, identity=options.identity)
+    reconciler = Reconciler(
+        kube,
+        clusters,
+        metrics=metrics,
+        identity=options.identity,
+        kafka_config_dirs=options.kafka_config_dirs,
+    )
     return Rounds(reconciler, options.interval, gate, ready).start()

@@ -12,8 +12,10 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+from storage_core.adapters.kafka_client_config import ClusterClients
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import Parsed
 from storage_core.api.resources import TieredBrokerSpec
@@ -21,8 +23,7 @@ from storage_core.api.status import FetcherStatus
 from storage_core.jobs.fetcher_changes import (
     BrokerFetchers,
     FetcherChanges,
-    default_fetcher_admin,
-    fetcher_admins,
+    fetcher_admin,
 )
 from storage_core.reconcile.conditions import recorded_conditions
 from storage_core.reconcile.fetchers import ANNOTATION, broker_conditions, health_of, parse_command
@@ -51,13 +52,14 @@ class FetcherRounds:
         clock: Callable[[], datetime.datetime],
         metrics: Metrics,
         *,
-        admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
+        admin_factory: Callable[[str, dict[str, str]], Any] | None = None,
+        kafka_config_dirs: Mapping[str, Path] | None = None,
     ) -> None:
         self.kube = kube
         self.clusters = clusters
         self.clock = clock
         self.metrics = metrics
-        self._admin_for = fetcher_admins(clusters, admin_factory or default_fetcher_admin)
+        self._admin_for = ClusterClients(clusters, kafka_config_dirs or {}, admin_factory or fetcher_admin)
 
     def run(
         self,
@@ -66,6 +68,7 @@ class FetcherRounds:
         planned: Plan,
     ) -> None:
         """Decide and step every managed broker; update ``planned`` (statuses, events) in place."""
+        self._admin_for.refresh()
         items = []
         for key, obj in broker_objs.items():
             spec = broker_specs[key].value

@@ -18,8 +18,10 @@ import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from storage_core.adapters.kafka_client_config import ClusterClients
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
@@ -88,7 +90,8 @@ class Reconciler:
         kube: Kube,
         clusters: Mapping[str, KafkaClusterConfig],
         *,
-        admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
+        admin_factory: Callable[[str, dict[str, str]], Any] | None = None,
+        kafka_config_dirs: Mapping[str, Path] | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
         identity: str = "",
@@ -99,17 +102,17 @@ class Reconciler:
         self.clusters = dict(clusters)
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self._admin_factory = admin_factory or _kafka_admin
-        self._admins: dict[str, Any] = {}
+        # Where each cluster's clientConfigSecretRef Secret is mounted in this pod: the operator reads
+        # its own Kafka credentials as files, never through the Secrets API (its RBAC has no secrets).
+        dirs = dict(kafka_config_dirs or {})
+        self._admins = ClusterClients(self.clusters, dirs, admin_factory or _kafka_admin)
         self._configs: dict[str, TopicConfigs] = {}
         """Per cluster: its topics' configs, re-read only once stale (they are the costliest observation)."""
-        self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics)
+        self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics, kafka_config_dirs=dirs)
 
     # ---- observe ---------------------------------------------------------------------------------
     def _admin(self, cluster: str) -> Any:
-        if cluster not in self._admins:
-            self._admins[cluster] = self._admin_factory(self.clusters[cluster])
-        return self._admins[cluster]
+        return self._admins(cluster)
 
     def _observe(
         self, specs: list[TieredTopicSpec]
@@ -297,6 +300,7 @@ class Reconciler:
     # ---- one round ---------------------------------------------------------------------------------
     def run_round(self) -> RoundResult:
         started = self.clock()
+        self._admins.refresh()  # a rotated or newly created Secret is read again each round
         jobs = self.kube.list_jobs(f"{LABEL_MANAGED_BY}={MANAGED_BY}")
         topic_objs = {}
         for obj in self.kube.list_resources("tieredtopics"):
@@ -436,7 +440,7 @@ class Reconciler:
         return result
 
 
-def _kafka_admin(cluster: KafkaClusterConfig) -> Any:
+def _kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
     from storage_core.adapters.kafka_admin import KafkaAdmin
 
-    return KafkaAdmin(cluster.bootstrap_servers, dict(cluster.client_config))
+    return KafkaAdmin(bootstrap_servers, config)

@@ -35,6 +35,8 @@ class OperatorOptions:
     """Log at DEBUG level."""
     cluster_files: tuple[Path, ...] = ()
     """Cluster configuration files (the chart mounts its ConfigMap of values ``clusters:``)."""
+    kafka_config_dirs: tuple[str, ...] = ()
+    """``CLUSTER=DIR``: where a cluster's clientConfigSecretRef Secret is mounted in this pod."""
     reconcile_interval: float = 30.0
     """Seconds between reconcile rounds (Kafka observed, Jobs run, status written)."""
     metrics_port: int | None = None
@@ -79,6 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="cluster_files",
         metavar="CLUSTER.yaml",
         help="cluster configuration file that clusterRef names resolve against (repeatable)",
+    )
+    parser.add_argument(
+        "--kafka-config-dir",
+        action="append",
+        default=[],
+        dest="kafka_config_dirs",
+        metavar="CLUSTER=DIR",
+        help="where the clientConfigSecretRef Secret of CLUSTER is mounted (one file per client property): "
+        "the operator's own Kafka clients read it there (repeatable; the chart sets one per cluster)",
     )
     parser.add_argument(
         "--reconcile-interval",
@@ -138,6 +149,7 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         liveness_endpoint=args.liveness_endpoint,
         verbose=bool(args.verbose),
         cluster_files=tuple(args.cluster_files),
+        kafka_config_dirs=tuple(args.kafka_config_dirs),
         reconcile_interval=float(args.reconcile_interval),
         metrics_port=args.metrics_port,
         metrics_topic_labels=bool(args.metrics_topic_labels),
@@ -153,6 +165,7 @@ def run(options: OperatorOptions) -> int:
     """Block until the operator is stopped (SIGTERM/SIGINT); returns the exit code."""
     import kopf  # heavy; imported here so `tierkeeper --help` stays fast
 
+    from storage_core.adapters.kafka_client_config import parse_config_dirs
     from storage_core.errors import ConfigError
     from storage_core.jobs.standalone import load_clusters
     from tierkeeper_operator.background import RoundsOptions
@@ -163,6 +176,7 @@ def run(options: OperatorOptions) -> int:
     if options.peering_lifetime < 5:
         raise ConfigError(f"--peering-lifetime must be >= 5 seconds, got {options.peering_lifetime}")
     clusters = load_clusters(options.cluster_files, secrets_allowed=True)
+    config_dirs = parse_config_dirs(list(options.kafka_config_dirs), clusters)
     identity = own_identity()
     peering = None
     if not options.standalone:
@@ -180,6 +194,7 @@ def run(options: OperatorOptions) -> int:
         peering=peering,
         identity=identity,
         topic_labels=options.metrics_topic_labels,
+        kafka_config_dirs=config_dirs,
     )
     kopf.configure(verbose=options.verbose)
     kopf.run(

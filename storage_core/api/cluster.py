@@ -194,7 +194,8 @@ class KafkaClusterConfig(ApiModel):
     client_config_secret_ref: SecretRef | None = Field(
         default=None,
         description="Secret whose keys are extra Kafka client properties (sasl.username, sasl.password), "
-        "mounted read-only into the Jobs that talk to Kafka (copy, cleanup) and read as files.",
+        "mounted read-only and read as files by the Jobs that talk to Kafka (copy, cleanup; the Secret "
+        "in their namespace) and by the operator's own clients (the Secret in the operator's namespace).",
     )
     remote: RemoteStorage = Field(description="Where the cluster's remote tier lives.")
 

@@ -10,6 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
+from storage_core.adapters.kafka_client_config import merged_client_config, read_config_dir
 from storage_core.api.cluster import credential_like
 from storage_core.errors import ConfigError
 
@@ -37,10 +38,8 @@ def add_kafka_client_args(parser: argparse.ArgumentParser) -> None:
 def kafka_client_config(args: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The client properties: the directory's, then ``--kafka-property`` (which wins)."""
     env = dict(os.environ) if environ is None else environ
-    config: dict[str, str] = {}
+    properties: dict[str, str] = {}
     directory = getattr(args, "kafka_config_dir", None) or env.get(CONFIG_DIR_ENV)
-    if directory:
-        config.update(read_config_dir(Path(directory)))
     for n, item in enumerate(getattr(args, "kafka_property", None) or [], 1):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -49,23 +48,8 @@ def kafka_client_config(args: argparse.Namespace, environ: dict[str, str] | None
             raise ConfigError(
                 f"--kafka-property {key.strip()}: looks like a secret; put it in a file of --kafka-config-dir"
             )
-        config[key.strip()] = value
-    return config
+        properties[key.strip()] = value
+    return merged_client_config(properties, Path(directory) if directory else None)
 
 
-def read_config_dir(directory: Path) -> dict[str, str]:
-    """Every regular file of ``directory`` is a property (its name) and its value (the text, without a
-    final newline). Names starting with a dot are skipped: a mounted Secret keeps its ``..data``
-    bookkeeping there."""
-    if not directory.is_dir():
-        raise ConfigError(f"--kafka-config-dir {directory}: not a directory")
-    config = {}
-    for path in sorted(directory.iterdir()):
-        if path.name.startswith(".") or not path.is_file():
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--kafka-config-dir: cannot read {path.name}: {type(exc).__name__}") from None
-        config[path.name] = text.removesuffix("\n").removesuffix("\r")
-    return config
+__all__ = ["CONFIG_DIR_ENV", "add_kafka_client_args", "kafka_client_config", "read_config_dir"]

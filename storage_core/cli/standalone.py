@@ -54,6 +54,14 @@ def register(subparsers: Any) -> None:
         help="apply every TieredBroker's num.replica.fetchers proposal (as spec.replicaFetchers.autoApprove "
         "does per broker); without it proposals are only shown",
     )
+    p.add_argument(
+        "--kafka-config-dir",
+        action="append",
+        default=[],
+        metavar="CLUSTER=DIR",
+        help="a cluster's secret client properties (its clientConfigSecretRef): a directory with one file "
+        "per property (sasl.username, sasl.password, ...), as Kubernetes mounts a Secret; repeatable",
+    )
     p.add_argument("--json", action="store_true", help="print the statuses as JSON instead of a table")
     p.set_defaults(handler=run)
 
@@ -137,14 +145,20 @@ def _show(runner: Any, report: Any, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from storage_core.adapters.kafka_client_config import parse_config_dirs
     from storage_core.jobs.standalone import Standalone, load_clusters, load_manifests
 
     if args.poll_seconds <= 0:
         from storage_core.errors import ConfigError
 
         raise ConfigError(f"--poll-seconds must be > 0, got {args.poll_seconds}")
+    mounted = {item.partition("=")[0] for item in args.kafka_config_dir}
+    clusters = load_clusters(args.cluster, mounted=mounted)
     runner = Standalone(
-        load_clusters(args.cluster), load_manifests(args.manifests), approve_fetchers=args.approve_fetchers
+        clusters,
+        load_manifests(args.manifests),
+        approve_fetchers=args.approve_fetchers,
+        kafka_config_dirs=parse_config_dirs(args.kafka_config_dir, clusters),
     )
     if not runner.topics and not runner.brokers:
         from storage_core.errors import ConfigError

@@ -10,7 +10,7 @@ override (IncrementalAlterConfigs), and DescribeConfigs is polled until the brok
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -153,19 +153,9 @@ class FetcherChanges:
             observed = replace(observed, current=value)
 
 
-def fetcher_admins(clusters: Mapping[str, Any], factory: Callable[[Any], Any]) -> Callable[[str], Any]:
-    """One admin per cluster, made on first use (``factory(cluster_config)``)."""
-    made: dict[str, Any] = {}
-
-    def admin_for(name: str) -> Any:
-        if name not in made:
-            made[name] = factory(clusters[name])
-        return made[name]
-
-    return admin_for
-
-
-def default_fetcher_admin(cluster: Any) -> Any:
+def fetcher_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
+    """The default client factory of :class:`storage_core.adapters.kafka_client_config.ClusterClients`
+    for fetcher changes."""
     from storage_core.adapters.kafka_fetchers import FetcherAdmin
 
-    return FetcherAdmin(cluster.bootstrap_servers, config=dict(cluster.client_config))
+    return FetcherAdmin(bootstrap_servers, config=config)

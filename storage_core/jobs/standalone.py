@@ -18,23 +18,19 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from storage_core.adapters.kafka_client_config import ClusterClients
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import ManifestSet, parse_cluster_config, parse_manifests, parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import ConfigError, TierkeeperError
-from storage_core.jobs.fetcher_changes import (
-    BrokerFetchers,
-    FetcherChanges,
-    default_fetcher_admin,
-    fetcher_admins,
-)
+from storage_core.jobs.fetcher_changes import BrokerFetchers, FetcherChanges, fetcher_admin
 from storage_core.reconcile import outcomes
 from storage_core.reconcile.conditions import rfc3339
 from storage_core.reconcile.fetchers import broker_conditions, health_of
@@ -55,9 +51,14 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def load_clusters(paths: Sequence[Path], *, secrets_allowed: bool = False) -> dict[str, KafkaClusterConfig]:
+def load_clusters(
+    paths: Sequence[Path], *, secrets_allowed: bool = False, mounted: Collection[str] = ()
+) -> dict[str, KafkaClusterConfig]:
     """Cluster configurations by name from YAML files. ``secrets_allowed``: the operator resolves Secret
-    references in Jobs; standalone mode cannot, and refuses them rather than run without credentials."""
+    references (Jobs mount them; its own clients read them as mounted files). Standalone mode has no
+    Secrets: it refuses a ``storageOptionsSecretRef`` rather than run without credentials, and a
+    ``clientConfigSecretRef`` unless ``mounted`` names the cluster (``--kafka-config-dir CLUSTER=DIR``,
+    a directory laid out as the Secret would be mounted)."""
     clusters: dict[str, KafkaClusterConfig] = {}
     for path in paths:
         try:
@@ -67,13 +68,17 @@ def load_clusters(paths: Sequence[Path], *, secrets_allowed: bool = False) -> di
         for cluster in parse_cluster_config(text, str(path)):
             if cluster.name in clusters:
                 raise ConfigError(f"{path}: cluster {cluster.name!r} is defined twice")
-            if not secrets_allowed and (
-                cluster.client_config_secret_ref or cluster.remote.storage_options_secret_ref
-            ):
+            if not secrets_allowed and cluster.remote.storage_options_secret_ref:
                 raise ConfigError(
                     f"{path}: cluster {cluster.name!r} references a Secret; standalone mode reads no "
-                    "Secrets (put the values in clientConfig / remote.storageOptions, or use the "
+                    "Secrets (put non-secret values in remote.storageOptions and credentials in the "
                     "storage provider's environment)"
+                )
+            if not secrets_allowed and cluster.client_config_secret_ref and cluster.name not in mounted:
+                raise ConfigError(
+                    f"{path}: cluster {cluster.name!r} has a clientConfigSecretRef; standalone mode reads "
+                    f"no Secrets: give --kafka-config-dir {cluster.name}=DIR, a directory with one file "
+                    "per client property"
                 )
             clusters[cluster.name] = cluster
     return clusters
@@ -109,23 +114,25 @@ class Standalone:
         manifests: ManifestSet,
         *,
         clock: Clock = _utc_now,
-        admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
+        admin_factory: Callable[[str, dict[str, str]], Any] | None = None,
         store_factory: Callable[[KafkaClusterConfig], Any] | None = None,
-        fetcher_admin_factory: Callable[[KafkaClusterConfig], Any] | None = None,
+        fetcher_admin_factory: Callable[[str, dict[str, str]], Any] | None = None,
         approve_fetchers: bool = False,
+        kafka_config_dirs: Mapping[str, Path] | None = None,
     ) -> None:
         self.clusters = dict(clusters)
+        dirs = dict(kafka_config_dirs or {})
+        self._fetcher_admins = ClusterClients(self.clusters, dirs, fetcher_admin_factory or fetcher_admin)
         self._fetchers = FetcherChanges(
-            fetcher_admins(self.clusters, fetcher_admin_factory or default_fetcher_admin),
+            self._fetcher_admins,
             clock,
             steps_per_round=None,
             approve=approve_fetchers,
             how_to_approve="--approve-fetchers or spec.replicaFetchers.autoApprove",
         )
         self.clock = clock
-        self._admin_factory = admin_factory or _kafka_admin
+        self._admins = ClusterClients(self.clusters, dirs, admin_factory or _kafka_admin)
         self._store_factory = store_factory or _remote_store
-        self._admins: dict[str, Any] = {}
         self.topics = [o for o in manifests.objects if o.kind == "TieredTopic"]
         self.brokers = [o for o in manifests.objects if o.kind == "TieredBroker"]
         self.topic_specs = {o.key: parse_spec(TieredTopicSpec, o.spec) for o in self.topics}
@@ -137,9 +144,7 @@ class Standalone:
 
     # ---- observe ---------------------------------------------------------------------------------
     def _admin(self, cluster: str) -> Any:
-        if cluster not in self._admins:
-            self._admins[cluster] = self._admin_factory(self.clusters[cluster])
-        return self._admins[cluster]
+        return self._admins(cluster)
 
     def _observe_topic(self, spec: TieredTopicSpec) -> tuple[KafkaTopic | None, str | None]:
         try:
@@ -189,6 +194,8 @@ class Standalone:
         """Rebuild empty log dirs, observe, plan, run every planned action to its end, fold the results in,
         plan the status."""
         before = dict(self.broker_status)
+        self._admins.refresh()  # client properties read again from their directories each round
+        self._fetcher_admins.refresh()
         self._run_rebuilds()
         topics, brokers = self._inputs(observe=True)
         first = plan(self.clusters, topics, brokers, RunningWork(), self.clock())
@@ -348,6 +355,8 @@ class Standalone:
                 CleanupOptions(
                     topics={action.topic},
                     bootstrap_servers=cluster.bootstrap_servers,
+                    # The same properties as the observing client (a Job gets them as flags and files).
+                    kafka_config=self._admins.config(action.cluster),
                     remote_retention_ms=spec.remote_retention_ms,
                     remote_retention_bytes=spec.remote_retention_bytes,
                     local_retention_ms=spec.local_retention_ms,
@@ -368,10 +377,10 @@ class Standalone:
         )
 
 
-def _kafka_admin(cluster: KafkaClusterConfig) -> Any:
+def _kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
     from storage_core.adapters.kafka_admin import KafkaAdmin
 
-    return KafkaAdmin(cluster.bootstrap_servers, dict(cluster.client_config))
+    return KafkaAdmin(bootstrap_servers, config)
 
 
 def _remote_store(cluster: KafkaClusterConfig) -> Any:

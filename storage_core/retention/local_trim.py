@@ -52,7 +52,9 @@ def plan_local_trim(
     if n == 0:
         return None
     target = min(
-        local[n - 1].end_offset + 1, finished[-1].end_offset + 1, _held_until(finished, log_start_offset, quarantined)
+        local[n - 1].end_offset + 1,
+        finished[-1].end_offset + 1,
+        _held_until(finished, log_start_offset, quarantined),
     )
     return target if target > log_start_offset else None
 

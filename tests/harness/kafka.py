@@ -9,6 +9,7 @@ a test stops any single node.
 from __future__ import annotations
 
 import base64
+import gc
 import os
 import shutil
 import subprocess
@@ -38,6 +39,23 @@ logger.zk.level = WARN
 """
 
 MAX_BROKERS = 6
+
+
+@dataclass(frozen=True)
+class SaslPlain:
+    """A SASL/PLAIN user: the client listener becomes SASL_PLAINTEXT and accepts only this user (the
+    brokers talk to each other as the same user); the controller listener stays PLAINTEXT."""
+
+    username: str
+    password: str
+
+    def client_config(self) -> dict[str, str]:
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+        }
 
 
 def _cluster_id() -> str:
@@ -77,6 +95,8 @@ class KafkaCluster:
     cpus: dict[int, str] = field(default_factory=dict)
     """Node id -> CPU list (``taskset -c`` syntax) its JVM is confined to; benchmarks use it to give one
     broker cores of its own, as on its own machine. Nodes not listed run anywhere."""
+    sasl: SaslPlain | None = None
+    """Clients must authenticate with SASL/PLAIN as this user (``client_config`` holds the properties)."""
     _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
     _cluster_id: str = field(default_factory=_cluster_id, init=False)
 
@@ -109,6 +129,34 @@ class KafkaCluster:
     def broker_address(self, node_id: int) -> str:
         return f"127.0.0.1:{self._nodes[node_id].port}"
 
+    @property
+    def client_config(self) -> dict[str, str]:
+        """What a client needs besides bootstrap.servers: the SASL properties, or nothing."""
+        return {} if self.sasl is None else self.sasl.client_config()
+
+    def _listener_properties(self, node: _Node, is_voter: bool) -> dict[str, str]:
+        name = "PLAINTEXT" if self.sasl is None else "SASL_PLAINTEXT"
+        props = {
+            "listeners": f"{name}://127.0.0.1:{node.port}"
+            + (f",CONTROLLER://127.0.0.1:{node.controller_port}" if is_voter else ""),
+            "advertised.listeners": f"{name}://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": f"{name}:{name},CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": name,
+        }
+        if self.sasl is not None:
+            user, password = self.sasl.username, self.sasl.password
+            props |= {
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                # The broker's own login (inter-broker) and the one user it accepts (user_<name>).
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f'username="{user}" password="{password}" user_{user}="{password}";'
+                ),
+            }
+        return props
+
     def _properties(self, node: _Node) -> dict[str, str]:
         rf = str(min(self.brokers, 3))
         is_voter = node.node_id in self.voters
@@ -118,12 +166,7 @@ class KafkaCluster:
             "controller.quorum.voters": ",".join(
                 f"{v}@127.0.0.1:{self._nodes[v].controller_port}" for v in self.voters
             ),
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port}"
-            + (f",CONTROLLER://127.0.0.1:{node.controller_port}" if is_voter else ""),
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
+            **self._listener_properties(node, is_voter),
             "log.dirs": str(node.data_dir),
             "num.partitions": "1",
             "offsets.topic.replication.factor": rf,
@@ -218,7 +261,7 @@ class KafkaCluster:
                         f"Kafka node {node_id} did not listen in {self.start_timeout}s:\n"
                         + self.server_log(node_id)[-4000:]
                     )
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.client_config})
         wanted = set(node_ids)
         while True:
             try:
@@ -244,7 +287,10 @@ class KafkaCluster:
 
         deadline = time.monotonic() + timeout
         running = [n for n in self.node_ids if self.is_running(n)]
-        clients = {n: AdminClient({"bootstrap.servers": self.broker_address(n)}) for n in running}
+        clients = {
+            n: AdminClient({"bootstrap.servers": self.broker_address(n), **self.client_config})
+            for n in running
+        }
         pending = set(running)
         last = ""
         while pending:
@@ -314,6 +360,10 @@ class KafkaCluster:
     def stop(self, graceful: bool = False) -> None:
         """Stop every node. Teardown kills by default: the data is scratch and a graceful stop of the
         last controllers would wait for a quorum that is already gone."""
+        # Clients in unreachable reference cycles (a reconciler and its adapters) live until the cycle
+        # collector runs; collected now they close while the brokers still answer, instead of logging
+        # failed reconnects into every later test's output.
+        gc.collect()
         for node_id in reversed(self.node_ids):
             self.stop_broker(node_id, kill=not graceful)
 

@@ -367,6 +367,47 @@ def test_clusters_get_job_defaults_and_parse_as_the_operator_parses(tmp_path: Pa
     assert mount["mountPath"] == "/etc/tierkeeper/clusters" and mount["readOnly"] is True
 
 
+def test_a_clusters_client_secret_is_mounted_into_the_operator_as_files(tmp_path: Path) -> None:
+    """The operator's own Kafka clients read a cluster's clientConfigSecretRef from files: the chart mounts
+    that Secret (release namespace, read-only, optional) per cluster and passes where, and the operator's
+    own parsers accept what the chart rendered. The operator's RBAC still has no access to Secrets."""
+    import argparse
+
+    from storage_core.adapters.kafka_client_config import parse_config_dirs
+    from storage_core.api.parse import parse_cluster_config
+    from tierkeeper_operator.run import add_arguments, options_from_args
+
+    base = yaml.safe_load((REPO_ROOT / "examples" / "cluster.yaml").read_text())
+    secure = {
+        **base,
+        "name": "secure",
+        "clientConfig": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+        "clientConfigSecretRef": {"name": "kafka-sasl"},
+    }
+    docs = render("--values", write_values(tmp_path, {"clusters": [base, secure]}))
+    container = container_of(docs)
+    pod = only(docs, "Deployment")["spec"]["template"]["spec"]
+    path = "/etc/tierkeeper/kafka-client/secure"
+    flags = [a for a in container["args"] if a.startswith("--kafka-config-dir")]
+    assert flags == [f"--kafka-config-dir=secure={path}"]  # my-cluster names no Secret: nothing for it
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"].startswith("/etc/tierkeeper/kafka")]
+    assert mount == {"name": mount["name"], "mountPath": path, "readOnly": True}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"] == {"secretName": "kafka-sasl", "optional": True, "defaultMode": 0o440}
+    assert "env" not in json.dumps(volume)  # files, never environment variables
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = options_from_args(parser.parse_args(container["args"][1:]))
+    configmap = only(docs, "ConfigMap")["data"]
+    clusters = {
+        c.name: c for f in options.cluster_files for c in parse_cluster_config(configmap[f.name], f.name)
+    }
+    assert parse_config_dirs(list(options.kafka_config_dirs), clusters) == {"secure": Path(path)}
+    for role in [d for d in docs if d["kind"] in ("ClusterRole", "Role")]:
+        assert not any("secrets" in rule.get("resources", []) for rule in role["rules"]), role
+
+
 def test_a_cluster_or_crd_change_rolls_the_operator(tmp_path: Path) -> None:
     def annotations(*extra: str) -> dict[str, str]:
         pod = only(render(*extra), "Deployment")["spec"]["template"]

@@ -279,11 +279,18 @@ def test_rendered_objects_pass_the_api_servers_validation(
     ns = unique("tierkeeper-system")
     plane.create_namespace(ns, labels=RESTRICTED)
     cluster = yaml.safe_load((REPO_ROOT / "examples" / "cluster.yaml").read_text())
+    # A second cluster whose credentials the operator pod mounts (clientConfigSecretRef).
+    secure = {
+        **cluster,
+        "name": "secure",
+        "clientConfig": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+        "clientConfigSecretRef": {"name": "kafka-client"},
+    }
     values = tmp_path / "values.yaml"
     values.write_text(
         yaml.safe_dump(
             {
-                "clusters": [cluster],
+                "clusters": [cluster, secure],
                 "watchNamespaces": [k8s_namespace],
                 "replicaCount": 2,
                 "metrics": {
@@ -314,6 +321,10 @@ def test_rendered_objects_pass_the_api_servers_validation(
             plane.request("POST", f"{base}{scope}/{plural}?dryRun=All&fieldValidation=Strict", doc)
         # The operator's pod template as a Pod: Pod Security admission judges it like the Deployment's pods.
         deployment = next(d for d in served if d["kind"] == "Deployment")
+        volumes = deployment["spec"]["template"]["spec"]["volumes"]
+        assert {"secretName": "kafka-client", "optional": True, "defaultMode": 0o440} in [
+            v.get("secret") for v in volumes
+        ], volumes
         # A dry run creates no ServiceAccount; the namespace's default one stands in for the chart's.
         spec = {**deployment["spec"]["template"]["spec"], "serviceAccountName": "default"}
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "template-check"}, "spec": spec}

@@ -28,7 +28,7 @@ from harness.paths import REPO_ROOT
 from harness.tools import run_tool
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.api.cluster import KafkaClusterConfig
-from tierkeeper_operator.jobs import LABEL_KIND
+from tierkeeper_operator.jobs import ANNOTATION_RECORDED, LABEL_KIND
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.loop import Reconciler
 
@@ -217,7 +217,10 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
         obj = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
         status = obj.get("status") or {}
         if status.get("lastCopy") and status.get("lastCleanup") and kstatus(obj) == "Current":
-            break
+            # lastCopy comes from the first copy Job recorded; the other brokers' may still run.
+            listed = plane.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+            if all(j["metadata"].get("annotations", {}).get(ANNOTATION_RECORDED) == "true" for j in listed):
+                break
         time.sleep(1)
     status = obj.get("status") or {}
     jobs = plane.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
@@ -236,7 +239,7 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     kinds = sorted(j["metadata"]["labels"][LABEL_KIND] for j in jobs)
     assert kinds == ["cleanup", "copy", "copy", "copy"], kinds  # one copy per broker, no duplicates
     assert sorted(created) == sorted(j["metadata"]["name"] for j in jobs)
-    assert all(j["metadata"]["annotations"].get("tierkeeper.io/recorded") == "true" for j in jobs)
+    assert all(j["metadata"]["annotations"].get(ANNOTATION_RECORDED) == "true" for j in jobs)
     copy_pod = plane.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={LABEL_KIND}%3Dcopy")[
         "items"
     ][0]

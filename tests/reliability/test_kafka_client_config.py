@@ -15,19 +15,9 @@ from harness.tierkeeper_cli import run_cli
 from storage_core.cli.kafka_client import CONFIG_DIR_ENV, kafka_client_config, read_config_dir
 from storage_core.errors import ConfigError
 
+from .secret_scan import secret_volume
+
 PASSWORD = "s3cr3t-Pa55word-value"
-
-
-def secret_volume(root: Path, values: dict[str, str]) -> Path:
-    """A directory as the kubelet mounts a Secret: files are symlinks into a ``..data`` directory."""
-    data = root / "..2026_11_23_00_00_00.000000001"
-    data.mkdir(parents=True)
-    for key, value in values.items():
-        (data / key).write_text(value)
-    (root / "..data").symlink_to(data.name)
-    for key in values:
-        (root / key).symlink_to(f"..data/{key}")
-    return root
 
 
 def args(**values: object) -> argparse.Namespace:
