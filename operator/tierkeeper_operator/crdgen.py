@@ -193,6 +193,14 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return structural(raw, raw.get("$defs", {}))
 
 
+UNOBSERVED_STATUS = {"observedGeneration": 0}
+"""What an object's status reads as until the operator first writes it. The API server drops the status of
+a create request and applies schema defaults whenever it reads an object, so a new object comes back with
+this status: generation 1 not yet observed, which kstatus (Flux, ``kubectl wait``-style checks) reads as
+InProgress. With no status at all kstatus would read Current, and TieredTopics wait for the next reconcile
+round (they have no kopf handler) before the operator says anything."""
+
+
 def build_crd(kind: ResourceKind) -> dict[str, Any]:
     open_api = {
         "description": f"{kind.kind} ({GROUP}/{VERSION}). {kind.spec_model.__doc__}",
@@ -203,7 +211,7 @@ def build_crd(kind: ResourceKind) -> dict[str, Any]:
             "kind": {"description": "Kind of this object.", "type": "string"},
             "metadata": {"type": "object"},
             "spec": model_schema(kind.spec_model),
-            "status": model_schema(kind.status_model),
+            "status": {**model_schema(kind.status_model), "default": UNOBSERVED_STATUS},
         },
     }
     columns = []

@@ -1,9 +1,15 @@
-"""kopf handlers for TieredTopic and TieredBroker.
+"""kopf handlers for TieredBroker, and the operator's kopf registry.
 
 Handlers stay thin: parse ``spec`` with the API models, ask the shared planner what can be said from the
 object alone (:func:`storage_core.reconcile.planner.admission`), write ``observedGeneration``, the
 message and the kstatus conditions once through kopf's patch, and post a Warning event when the object
-is unusable. Other status fields (remote summary, last runs) are left as they are.
+is unusable. Other status fields are left as they are.
+
+TieredTopics have no kopf handler: the reconcile rounds (:mod:`tierkeeper_operator.loop`) judge them,
+admission included. A per-object kopf handler cost every new TieredTopic two more writes (kopf's
+annotations and its status patch) and kopf's in-memory state per object, and only said early what the
+next round says anyway; with 10,000 TieredTopics that was most of the API server's and the operator's
+work (docs/benchmarks.md, issue 15). TieredBrokers are few, and the fetcher and rebuild parts read them.
 
 Nothing is registered on import: :func:`build_registry` puts the handlers into a fresh kopf registry that
 the caller hands to ``kopf.run`` or ``kopf.testing.KopfRunner``, so two operators in one process (tests)
@@ -23,10 +29,10 @@ from pydantic import BaseModel
 from storage_core.api import GROUP, VERSION
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import parse_spec
-from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api.resources import TieredBrokerSpec
 from storage_core.api.status import ResourceStatus
 from storage_core.reconcile.conditions import Health, conditions_for, recorded_conditions
-from storage_core.reconcile.planner import PENDING, admission
+from storage_core.reconcile.planner import admission
 from tierkeeper_operator.settings import apply_operator_settings
 
 if TYPE_CHECKING:
@@ -109,8 +115,9 @@ def build_registry(
     else kubeconfig). Tests pass ``kopf.login_with_kubeconfig``, which reads ``$KUBECONFIG`` when it
     runs rather than when the kubernetes package was first imported.
 
-    Each resource handler runs on create, on update (spec or metadata changed; status changes do
-    not trigger it), and on resume (operator restart), so every object gets a current status.
+    The TieredBroker handler runs on create, on update (spec or metadata changed; status changes do
+    not trigger it), and on resume (operator restart), so every broker gets a current status at once.
+    TieredTopics are left to the rounds (module docstring).
 
     ``rounds``: run reconcile rounds (:mod:`tierkeeper_operator.loop`: Kafka observed, Jobs run, status
     written) on a thread started at startup and stopped at cleanup, gated by peering when
@@ -150,12 +157,8 @@ def build_registry(
     kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(cleanup)
     kopf.on.probe(registry=registry, id="rounds")(rounds_probe)
-    for plural, model, usable in (
-        ("tieredtopics", TieredTopicSpec, PENDING),
-        ("tieredbrokers", TieredBrokerSpec, BROKER_USABLE),
-    ):
-        handler = partial(_changed, model, usable)
-        handler.__name__ = f"{plural}_changed"  # type: ignore[attr-defined]
-        for decorator in (kopf.on.resume, kopf.on.create, kopf.on.update):
-            decorator(GROUP, VERSION, plural, registry=registry, id=f"{plural}-status")(handler)
+    handler = partial(_changed, TieredBrokerSpec, BROKER_USABLE)
+    handler.__name__ = "tieredbrokers_changed"  # type: ignore[attr-defined]
+    for decorator in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        decorator(GROUP, VERSION, "tieredbrokers", registry=registry, id="tieredbrokers-status")(handler)
     return registry

@@ -14,6 +14,23 @@ from typing import Any
 
 from storage_core.api import GROUP, VERSION
 
+LIST_PAGE = 500
+"""Objects per list request."""
+_BULKY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without what no round reads and what makes up most of a listed object's size: the
+    server's ``managedFields`` (field ownership, often larger than spec and status together) and
+    kubectl's copy of the last applied manifest. Changes and returns ``obj``."""
+    meta = obj.get("metadata") or {}
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations")
+    if annotations:
+        for key in _BULKY_ANNOTATIONS:
+            annotations.pop(key, None)
+    return obj
+
 
 class KubeError(RuntimeError):
     def __init__(self, method: str, path: str, status: int, body: str) -> None:
@@ -51,10 +68,24 @@ class Kube:
     def _scopes(self) -> list[str]:
         return [f"/namespaces/{ns}" for ns in self.namespaces] or [""]
 
-    def list_resources(self, plural: str) -> list[dict[str, Any]]:
+    def list_resources(self, plural: str, page_size: int = LIST_PAGE) -> list[dict[str, Any]]:
+        """Every object of ``plural`` in the watched namespaces, slimmed (:func:`slim`).
+
+        Read ``page_size`` objects a request (``limit``/``continue``): a page's JSON text and its parsed
+        form are dropped as soon as its objects are slimmed, so 10,000 TieredTopics never sit in memory
+        as one 16 MB answer plus its parse (the API server, too, builds one page at a time).
+        """
         out: list[dict[str, Any]] = []
         for scope in self._scopes():
-            out += self._call("GET", f"/apis/{GROUP}/{VERSION}{scope}/{plural}")["items"]
+            token = ""
+            while True:
+                query = {"limit": str(page_size), **({"continue": token} if token else {})}
+                path = f"/apis/{GROUP}/{VERSION}{scope}/{plural}?{urllib.parse.urlencode(query)}"
+                page = self._call("GET", path)
+                out += [slim(item) for item in page["items"]]
+                token = (page.get("metadata") or {}).get("continue") or ""
+                if not token:
+                    break
         return out
 
     def patch_status(self, plural: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:

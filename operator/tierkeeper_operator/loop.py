@@ -28,11 +28,12 @@ from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import TierkeeperError
 from storage_core.reconcile import outcomes
-from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION, decide_deletion
+from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION, decide_deletion, needs_finalizer
 from storage_core.reconcile.observed import (
     BrokerInput,
     KafkaTopic,
     RunningWork,
+    TopicConfigs,
     TopicInput,
     observe_topics,
 )
@@ -105,6 +106,8 @@ class Reconciler:
         # its own Kafka credentials as files, never through the Secrets API (its RBAC has no secrets).
         dirs = dict(kafka_config_dirs or {})
         self._admins = ClusterClients(self.clusters, dirs, admin_factory or _kafka_admin)
+        self._configs: dict[str, TopicConfigs] = {}
+        """Per cluster: its topics' configs, re-read only once stale (they are the costliest observation)."""
         self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics, kafka_config_dirs=dirs)
 
     # ---- observe ---------------------------------------------------------------------------------
@@ -121,7 +124,8 @@ class Reconciler:
         out: dict[tuple[str, str], tuple[KafkaTopic | None, str | None]] = {}
         for cluster, names in by_cluster.items():
             try:
-                answers = observe_topics(self._admin(cluster), names)
+                configs = self._configs.setdefault(cluster, TopicConfigs())
+                answers = observe_topics(self._admin(cluster), names, configs, self.clock().timestamp())
             except TierkeeperError as exc:
                 answers = {name: (None, str(exc)) for name in names}
             out.update({(cluster, name): answer for name, answer in answers.items()})
@@ -299,22 +303,25 @@ class Reconciler:
         self._admins.refresh()  # a rotated or newly created Secret is read again each round
         jobs = self.kube.list_jobs(f"{LABEL_MANAGED_BY}={MANAGED_BY}")
         topic_objs = {}
-        missing_finalizer = []
         for obj in self.kube.list_resources("tieredtopics"):
-            meta = obj["metadata"]
-            if not meta.get("deletionTimestamp"):
+            if not obj["metadata"].get("deletionTimestamp"):
                 topic_objs[_key(obj)] = obj
-                if FINALIZER not in (meta.get("finalizers") or []):
-                    missing_finalizer.append(obj)
             else:
                 self._finalize(obj, jobs)  # being deleted: no new copies or cleanups for it
-        # Live objects get the finalizer, a few writes at a time (10,000 new TieredTopics: 10,000 writes).
+        topic_specs = {k: parse_spec(TieredTopicSpec, o.get("spec") or {}) for k, o in topic_objs.items()}
+        # The finalizer goes on the live objects whose deletion has work to do (deletionPolicy Delete), a few
+        # writes at a time; a Retain object needs none, so 10,000 new ones cost no finalizer write.
+        missing_finalizer = []
+        for key, obj in topic_objs.items():
+            live_spec = topic_specs[key].value
+            policy = live_spec.deletion_policy if live_spec is not None else None
+            if needs_finalizer(policy) and FINALIZER not in (obj["metadata"].get("finalizers") or []):
+                missing_finalizer.append(obj)
         self._parallel(
             lambda obj: self._set_finalizers(obj, [*(obj["metadata"].get("finalizers") or []), FINALIZER]),
             missing_finalizer,
         )
         broker_objs = {_key(o): o for o in self.kube.list_resources("tieredbrokers")}
-        topic_specs = {k: parse_spec(TieredTopicSpec, o.get("spec") or {}) for k, o in topic_objs.items()}
         broker_specs = {k: parse_spec(TieredBrokerSpec, o.get("spec") or {}) for k, o in broker_objs.items()}
         topic_status = {k: _status(TieredTopicStatus, o) for k, o in topic_objs.items()}
         broker_status = {k: _status(TieredBrokerStatus, o) for k, o in broker_objs.items()}

@@ -81,9 +81,8 @@ KUBE_GRANTS: tuple[Grant, ...] = (
 )
 
 KOPF_GRANTS: tuple[Grant, ...] = (
-    Grant(GROUP, "tieredtopics", ("list", "watch", "patch"), "kopf watches them; finalizers, annotations"),
+    # TieredTopics have no kopf handler (the rounds read them): kopf neither watches nor patches them.
     Grant(GROUP, "tieredbrokers", ("list", "watch", "patch"), "kopf watches them; finalizers, annotations"),
-    Grant(GROUP, "tieredtopics/status", ("patch",), "kopf's handlers write status through the subresource"),
     Grant(GROUP, "tieredbrokers/status", ("patch",), "kopf's handlers write status through the subresource"),
     Grant("", "events", ("create",), "kopf posts events for handler results (kopf.warn)"),
     Grant(

@@ -1,7 +1,11 @@
 """What deleting a TieredTopic does to its remote tier: a pure decision per round.
 
-The operator holds the finalizer ``tierkeeper.io/remote-tier`` on every TieredTopic. When one is deleted:
-- ``deletionPolicy: Retain`` (default): the remote tier stays; the finalizer goes at once.
+The operator holds the finalizer ``tierkeeper.io/remote-tier`` on every live TieredTopic whose
+``deletionPolicy`` is ``Delete`` (:func:`needs_finalizer`): only there has a deletion work to do. A Retain
+TieredTopic carries none, so creating one costs no finalizer write (10,000 of them: 10,000 writes fewer,
+issue 15) and deleting one never waits for the operator. When one is deleted:
+- ``deletionPolicy: Retain`` (default): the remote tier stays; a finalizer left from earlier (the policy
+  was Delete, or an older operator put it on every object) goes at once.
 - ``deletionPolicy: Delete``: a delete Job removes the topic's tier (this incarnation, through the storage
   core's crash-safe delete); the finalizer goes when it succeeded, and a failed Job is retried by a new
   one in a later round.
@@ -26,6 +30,13 @@ Step = Literal["release", "start-delete", "wait"]
 class DeletionDecision:
     step: Step
     reason: str
+
+
+def needs_finalizer(policy: str | None) -> bool:
+    """Whether a live TieredTopic with this ``deletionPolicy`` must carry :data:`FINALIZER`. A Delete set
+    moments before the object is deleted takes effect only once a round has put the finalizer on; until
+    then the remote tier is kept (never the other way round: nothing is deleted without it)."""
+    return policy == "Delete"
 
 
 def decide_deletion(

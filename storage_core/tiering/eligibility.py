@@ -91,6 +91,13 @@ class TrimTiming:
     safety_margin_ms: int = SAFETY_MARGIN_MS
 
 
+TIERING_CONFIG_KEYS = frozenset(
+    {"cleanup.policy", "remote.storage.enable", "retention.ms", "retention.bytes", "segment.bytes"}
+)
+"""Every topic config :func:`copy_refusal` and :func:`local_trim_refusal` read: a caller that keeps
+configs of many topics (the operator, 10,000 topics) keeps these and drops the ~30 others."""
+
+
 def _int(configs: Mapping[str, str], key: str) -> int | None:
     value = configs.get(key)
     try:

@@ -236,6 +236,14 @@ class ControlPlane:
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
         self._procs[name] = spawn(argv, log_path=self.workdir / f"{name}.log")
 
+    def pids(self) -> dict[str, int]:
+        """Process ids of the running parts by name (etcd, kube-apiserver, kube-controller-manager), e.g.
+        for a benchmark that reports the CPU time each one used."""
+        out = {name: proc.pid for name, proc in self._procs.items() if proc.poll() is None}
+        if self._etcd is not None and self._etcd.pid is not None:
+            out["etcd"] = self._etcd.pid
+        return out
+
     def log_tail(self, name: str, size: int = 4000) -> str:
         path = self.workdir / f"{name}.log"
         return path.read_text(errors="replace")[-size:] if path.exists() else ""

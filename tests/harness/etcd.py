@@ -39,6 +39,10 @@ class Etcd:
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def log(self) -> Path:
         return self.workdir / "etcd.log"
 

@@ -38,7 +38,8 @@ from harness.paths import REPO_ROOT
 
 CRD_DIR = REPO_ROOT / "crds"
 CRD_RESOURCE = "apiextensions.k8s.io/v1/customresourcedefinitions"
-OPERATOR_PLURALS = ("tieredtopics", "tieredbrokers")
+# What kopf watches (TieredTopics are read by the reconcile rounds only, tierkeeper_operator.handlers).
+OPERATOR_PLURALS = ("tieredbrokers",)
 
 
 @attrs.define(kw_only=True)
@@ -289,7 +290,7 @@ def running_operator(
             args, registry=registry, env={"KUBECONFIG": str(api.kubeconfig)}, timeout=timeout, reraise=False
         ) as runner,
     ):
-        # Ready means kopf has opened its watches on both resources.
+        # Ready means kopf has opened its watches (OPERATOR_PLURALS).
         if wait_until(lambda: wanted <= api.watched(), start_timeout):
             yield runner
             return

@@ -13,6 +13,7 @@ from k8s_helpers import DEADLINE, create, unique
 
 from harness.control_plane import ControlPlane
 from harness.k8s import wait_until
+from harness.kstatus import kstatus_live
 from harness.kube_rest import ApiError
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool
@@ -108,6 +109,25 @@ def test_status_goes_through_the_status_subresource_without_bumping_generation(
     )
     current = api.get_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", "payments")
     assert current["metadata"]["generation"] == 2
+
+
+def test_a_new_object_reads_as_not_yet_observed_until_the_operator_writes(
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
+) -> None:
+    """The CRDs default ``status`` to ``observedGeneration: 0``: before any operator wrote a status, kstatus
+    (the real library) says InProgress, not Current as it would for an object with no status at all."""
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    ns = k8s_namespace
+    created = api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", example_topic("fresh"))
+    assert created["status"] == {"observedGeneration": 0}
+    listed = api.list_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics")["items"]
+    assert [o["status"] for o in listed if o["metadata"]["name"] == "fresh"] == [{"observedGeneration": 0}]
+    (verdict,) = kstatus_live(k8s_crds.kubeconfig, f"{GROUP}/{VERSION}/tieredtopics", ns, "fresh")
+    assert verdict.status == "InProgress", verdict
+    broker: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "tieredbroker.yaml").read_text())
+    broker["metadata"] = {"name": "fresh-broker"}
+    made = api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredbrokers", broker)
+    assert made["status"] == {"observedGeneration": 0}
 
 
 def test_the_projects_cel_rules_reject_objects_at_the_api(k8s_crds: ControlPlane, k8s_namespace: str) -> None:

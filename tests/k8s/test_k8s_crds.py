@@ -91,7 +91,12 @@ def test_schema_is_structural(name: str, schema: dict[str, Any]) -> None:
     for path, node in walk(schema):
         where = f"{name}{path or '<root>'}"
         assert not FORBIDDEN_KEYWORDS & node.keys(), f"{where}: {FORBIDDEN_KEYWORDS & node.keys()}"
-        assert node.keys() <= ALLOWED_KEYWORDS, f"{where}: unexpected {node.keys() - ALLOWED_KEYWORDS}"
+        # Model defaults go into descriptions; the one schema default is the unobserved status, which
+        # makes a new object read as InProgress to kstatus until the operator writes (crdgen).
+        allowed = ALLOWED_KEYWORDS | ({"default"} if path == ".status" else set())
+        assert node.keys() <= allowed, f"{where}: unexpected {node.keys() - allowed}"
+        if path == ".status":
+            assert node["default"] == crdgen.UNOBSERVED_STATUS, where
         assert node.get("type") or node.get("x-kubernetes-preserve-unknown-fields"), f"{where}: untyped"
         if "properties" in node:
             assert node["type"] == "object", where

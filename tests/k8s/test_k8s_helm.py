@@ -132,7 +132,12 @@ def requests_of(plane: ControlPlane, namespace: str, account: str) -> dict[tuple
             continue  # discovery (/apis, /version): open to every authenticated user
         resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         key = (event["verb"], ref.get("apiGroup", ""), resource)
-        out.setdefault(key, set()).add(int(event.get("responseStatus", {}).get("code", 0)))
+        answer = event.get("responseStatus", {})
+        if answer.get("code") == 403 and "is being terminated" in str(answer.get("message", "")):
+            # Another test's namespace being deleted (deleted without waiting, on this shared API server)
+            # refuses new content, events about its leftover TieredTopics included: no missing permission.
+            continue
+        out.setdefault(key, set()).add(int(answer.get("code", 0)))
     return out
 
 

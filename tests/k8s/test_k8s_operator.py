@@ -1,7 +1,8 @@
-"""The operator, run by kopf's KopfRunner against the real API server, writes kstatus conditions (Ready
-always; Reconciling / Stalled only while true). Whatever the CRD schema and its CEL rules can say is refused
-by the API server at admission, so the operator never sees it; what only the operator knows (the cluster a
-clusterRef names) it reports as Stalled."""
+"""The operator writes kstatus conditions (Ready always; Reconciling / Stalled only while true) on the real
+API server: TieredTopics through its reconcile rounds, TieredBrokers through its kopf handler (run by kopf's
+KopfRunner). Whatever the CRD schema and its CEL rules can say is refused by the API server at admission, so
+the operator never sees it; what only the operator knows (the cluster a clusterRef names) it reports as
+Stalled."""
 
 from __future__ import annotations
 
@@ -13,16 +14,22 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient, NewTopic
+from k8s_helpers import unique
 
 from harness.control_plane import ControlPlane
 from harness.k8s import running_operator, wait_until
+from harness.kafka import KafkaCluster
 from harness.kafka_dist import HarnessError
 from harness.kubeconfig import write_kubeconfig
 from harness.paths import REPO_ROOT
 from harness.ports import free_ports
 from storage_core.api.cluster import KafkaClusterConfig
 from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator.kube import Kube
+from tierkeeper_operator.loop import Reconciler
 
+DEADLINE = 120.0
 CLUSTERS = {
     "my-cluster": KafkaClusterConfig.model_validate(
         yaml.safe_load((REPO_ROOT / "examples" / "cluster.yaml").read_text())
@@ -80,15 +87,66 @@ def warning_events(kube_client: Any, namespace: str, name: str) -> list[dict[str
     ]
 
 
-def test_admission_refuses_what_the_schema_says_and_the_operator_reports_the_rest(
-    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
+def local_setup(plane: ControlPlane, ns: str, kafka: KafkaCluster) -> tuple[Reconciler, str]:
+    """A cluster configuration ``local`` for the harness broker, a usable TieredBroker for it, an empty
+    Kafka topic, and the operator's rounds for ``ns``; returns the rounds and the topic's name."""
+    cluster = KafkaClusterConfig.model_validate(
+        {
+            "name": "local",
+            "bootstrapServers": kafka.bootstrap_servers,
+            "remote": {"url": "memory://unused"},
+            "jobs": {"image": "tierkeeper"},
+        }
+    )
+    topic = unique("admission")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "-1"})])[topic].result(60)
+    kafka.wait_topic(topic, 1)
+    (broker_id,) = kafka.node_ids
+    broker = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TieredBroker",
+        "metadata": {"name": f"broker-{broker_id}"},
+        "spec": {
+            "clusterRef": {"name": "local"},
+            "brokerId": broker_id,
+            "logDir": {"claimName": "data", "mountPath": "/data", "path": "/data"},
+            "placement": {"nodeName": plane.kubelet.node_names[0]},
+        },
+    }
+    plane.request("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/tieredbrokers", broker)
+    return Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster}), topic
+
+
+def status_after_rounds(
+    rounds: Reconciler, api: Any, namespace: str, name: str, wanted: str, generation: int
+) -> dict[str, Any]:
+    """The TieredTopic's status once a round left its health ``wanted`` for ``generation``; whatever it
+    has after DEADLINE."""
+
+    def probe() -> dict[str, Any] | None:
+        rounds.run_round()
+        obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "tieredtopics", name)
+        status: dict[str, Any] = obj.get("status") or {}
+        done = health(status) == wanted and status.get("observedGeneration") == generation
+        return status if done else None
+
+    found = wait_until(probe, DEADLINE)
+    if found:
+        return dict(found)
+    obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "tieredtopics", name)
+    return dict(obj.get("status") or {})
+
+
+def test_admission_refuses_what_the_schema_says_and_the_rounds_report_the_rest(
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str, kafka_broker: KafkaCluster
 ) -> None:
     ns = k8s_namespace
     api = kubernetes.client.CustomObjectsApi(kube_client)
-    # Created before the operator starts: handled on resume. Created while it runs: handled on create.
-    api.create_namespaced_custom_object(
-        GROUP, VERSION, ns, "tieredtopics", example("tieredtopic.yaml", "good", ns)
-    )
+    rounds, topic = local_setup(k8s_crds, ns, kafka_broker)
+    good = example("tieredtopic.yaml", "good", ns)
+    good["spec"].update(clusterRef={"name": "local"}, topic=topic)
+    api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", good)
     # The schema (types, bounds) and the CEL rules generated from storage_core/api/rules.py are the API
     # server's to enforce.
     negative = example("tieredtopic.yaml", "negative-interval", ns)
@@ -108,48 +166,46 @@ def test_admission_refuses_what_the_schema_says_and_the_operator_reports_the_res
     # What only the operator knows: which clusters its configuration defines.
     elsewhere = example("tieredtopic.yaml", "elsewhere", ns)
     elsewhere["spec"]["clusterRef"]["name"] = "no-such-cluster"
+    api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", elsewhere)
 
-    with running_operator(k8s_crds, clusters=CLUSTERS) as runner:
-        api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", elsewhere)
-        good = status_when(api, ns, "tieredtopics", "good", "Reconciling", 1)
-        bad = status_when(api, ns, "tieredtopics", "elsewhere", "Stalled", 1)
-        events = wait_until(lambda: warning_events(kube_client, ns, "elsewhere"), 30)
+    checked = status_after_rounds(rounds, api, ns, "good", "Ready=True", 1)
+    bad = status_after_rounds(rounds, api, ns, "elsewhere", "Stalled", 1)
+    events = wait_until(lambda: warning_events(kube_client, ns, "elsewhere"), 30)
 
-    assert runner.exception is None, runner.output
-    # A valid topic waits for its first copy round: Reconciling, Ready False, never Stalled.
-    assert health(good) == "Reconciling", runner.output
-    assert condition(good, "Ready")["status"] == "False"  # type: ignore[index]
-    assert condition(good, "Stalled") is None
+    # A valid, empty topic is checked and has nothing to copy: Ready at once, never Stalled.
+    assert health(checked) == "Ready=True", checked
+    assert condition(checked, "Ready")["reason"] == "Empty"  # type: ignore[index]
+    assert condition(checked, "Stalled") is None and condition(checked, "Reconciling") is None
 
-    assert health(bad) == "Stalled", runner.output
+    assert health(bad) == "Stalled", bad
     assert condition(bad, "Stalled")["reason"] == "ClusterNotFound"  # type: ignore[index]
     assert condition(bad, "Ready")["status"] == "False"  # type: ignore[index]
     assert condition(bad, "Reconciling") is None
     assert "'no-such-cluster'" in bad["message"]
 
-    assert events, runner.output
+    assert events
     assert events[0]["reason"] == "ClusterNotFound"
 
 
 def test_fixing_a_stalled_topic_clears_stalled(
-    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str, kafka_broker: KafkaCluster
 ) -> None:
     ns = k8s_namespace
     api = kubernetes.client.CustomObjectsApi(kube_client)
+    rounds, topic = local_setup(k8s_crds, ns, kafka_broker)
     broken = example("tieredtopic.yaml", "fix-me", ns)
-    broken["spec"]["clusterRef"]["name"] = "not-yet"
+    broken["spec"].update(clusterRef={"name": "not-yet"}, topic=topic)
     api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", broken)
 
-    with running_operator(k8s_crds, clusters=CLUSTERS) as runner:
-        before = status_when(api, ns, "tieredtopics", "fix-me", "Stalled", 1)
-        api.patch_namespaced_custom_object(
-            GROUP, VERSION, ns, "tieredtopics", "fix-me", {"spec": {"clusterRef": {"name": "my-cluster"}}}
-        )
-        after = status_when(api, ns, "tieredtopics", "fix-me", "Reconciling", 2)
+    before = status_after_rounds(rounds, api, ns, "fix-me", "Stalled", 1)
+    api.patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "tieredtopics", "fix-me", {"spec": {"clusterRef": {"name": "local"}}}
+    )
+    after = status_after_rounds(rounds, api, ns, "fix-me", "Ready=True", 2)
 
-    assert health(before) == "Stalled", runner.output
+    assert health(before) == "Stalled", before
     assert "'not-yet'" in before["message"]
-    assert health(after) == "Reconciling", runner.output
+    assert health(after) == "Ready=True", after
     assert condition(after, "Stalled") is None  # gone once it is no longer true (kstatus)
     assert condition(after, "Ready")["observedGeneration"] == 2  # type: ignore[index]
 
@@ -197,3 +253,21 @@ def test_operator_without_an_api_fails_loudly(k8s_control_plane: ControlPlane, t
         with running_operator(UnreachableApi(kubeconfig), start_timeout=3):
             pass
     assert "its log:" in str(failure.value)
+
+
+def test_rounds_list_in_pages_without_managed_fields(
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str
+) -> None:
+    ns = k8s_namespace
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    names = [f"paged-{i}" for i in range(5)]
+    for name in names:
+        api.create_namespaced_custom_object(
+            GROUP, VERSION, ns, "tieredtopics", example("tieredtopic.yaml", name, ns)
+        )
+    raw = api.list_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics")["items"]
+    assert all(o["metadata"].get("managedFields") for o in raw)  # what the server sends, and slim drops
+    listed = Kube(k8s_crds.api_client(), (ns,)).list_resources("tieredtopics", page_size=2)
+    assert sorted(o["metadata"]["name"] for o in listed) == names  # three pages, each object once
+    assert not any("managedFields" in o["metadata"] for o in listed)
+    assert all(o["metadata"]["resourceVersion"] and o["spec"]["topic"] == "orders" for o in listed)

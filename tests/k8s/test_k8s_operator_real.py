@@ -264,14 +264,20 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     assert after["status"]["conditions"] == obj["status"]["conditions"]
     assert json.loads(json.dumps(after["status"]["remote"])) == obj["status"]["remote"]
 
-    # deletionPolicy Delete: deleting the TieredTopic removes the topic's remote tier, then the object.
+    # deletionPolicy Retain (the default) needs no finalizer: deleting such an object keeps the tier and
+    # never waits for the operator.
+    assert "tierkeeper.io/remote-tier" not in (after["metadata"].get("finalizers") or [])
+    # deletionPolicy Delete: the next round puts the finalizer on; deleting the TieredTopic then removes
+    # the topic's remote tier, then the object.
     plane.rest().call(
         "PATCH",
         f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders",
         {"spec": {"deletionPolicy": "Delete"}},
         content_type="application/merge-patch+json",
     )
-    assert "tierkeeper.io/remote-tier" in after["metadata"]["finalizers"]
+    reconciler.run_round()
+    held = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
+    assert "tierkeeper.io/remote-tier" in held["metadata"]["finalizers"]
     plane.request("DELETE", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
     gone = False
     deadline = time.monotonic() + DEADLINE

@@ -143,10 +143,13 @@ def test_calls_and_declared_grants_match_both_ways(namespaces: tuple[str, ...]) 
 
 def test_kopf_grants_cover_what_kopf_does_with_our_resources() -> None:
     kopf = rbac.merged(rbac.KOPF_GRANTS, clusterwide=True)
-    for plural in ("tieredtopics", "tieredbrokers"):
-        # kopf lists then watches each resource, patches annotations/finalizers and the status subresource.
-        assert set(kopf[("tierkeeper.io", plural)]) == {"list", "watch", "patch"}
-        assert kopf[("tierkeeper.io", f"{plural}/status")] == ("patch",)
+    # kopf lists then watches TieredBrokers, patches annotations/finalizers and the status subresource.
+    assert set(kopf[("tierkeeper.io", "tieredbrokers")]) == {"list", "watch", "patch"}
+    assert kopf[("tierkeeper.io", "tieredbrokers/status")] == ("patch",)
+    # TieredTopics have no kopf handler: only the rounds' own calls (KUBE_GRANTS) touch them, and no watch.
+    assert ("tierkeeper.io", "tieredtopics") not in kopf
+    everything = rbac.merged(rbac.KUBE_GRANTS + rbac.KOPF_GRANTS, clusterwide=True)
+    assert "watch" not in everything[("tierkeeper.io", "tieredtopics")]
     assert kopf[("", "events")] == ("create",)
     namespaced = rbac.merged(rbac.KOPF_GRANTS, clusterwide=False)
     assert ("apiextensions.k8s.io", "customresourcedefinitions") not in namespaced

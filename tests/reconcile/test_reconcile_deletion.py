@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage_core.reconcile.deletion import decide_deletion
+from storage_core.reconcile.deletion import decide_deletion, needs_finalizer
 
 
 @pytest.mark.parametrize(
@@ -24,3 +24,10 @@ from storage_core.reconcile.deletion import decide_deletion
 )
 def test_decisions(policy: str | None, skip: bool, topic_id: str | None, job: str, step: str) -> None:
     assert decide_deletion(policy, skip, topic_id, job).step == step  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("policy", "needed"), [("Delete", True), ("Retain", False), (None, False)])
+def test_only_delete_needs_the_finalizer(policy: str | None, needed: bool) -> None:
+    # Retain (the default) and an unparsable spec have nothing to do at deletion: no finalizer, so
+    # creating them costs no write and deleting them never waits for the operator.
+    assert needs_finalizer(policy) is needed
