@@ -159,7 +159,9 @@ def _entry_splits(
 
 def read_split(reader: RemoteReader, split: ScanSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The records of one split as Arrow batches with the Kafka source's columns."""
-    batches = reader.read_segment_batches(split.served(), split.start_position, split.end_position)
+    batches = reader.read_segment_batches(
+        split.served(), split.start_position, split.end_position, inline_checks=True
+    )
     return arrow_batches(
         batches,
         split.topic,
