@@ -193,7 +193,7 @@ def scan_child(ns: argparse.Namespace) -> int:
         SparkSession.builder.master(ns.master)
         .config("spark.ui.enabled", "false")
         .config("spark.jars", jars)
-        .config("spark.driver.memory", "1g")
+        .config("spark.driver.memory", ns.driver_memory)
         .getOrCreate()
     )
     source = ns.source
@@ -211,6 +211,7 @@ def scan_child(ns: argparse.Namespace) -> int:
                 .option("subscribe", ns.topic)
                 .option("startingOffsets", "earliest")
                 .option("endingOffsets", json.dumps({ns.topic: {"0": ns.end_offset}}))
+                .options(**({"minPartitions": str(ns.min_partitions)} if ns.min_partitions else {}))
                 .load()
             )
         return df
@@ -239,6 +240,8 @@ def scan_child(ns: argparse.Namespace) -> int:
             {
                 "source": ns.source,
                 "master": ns.master,
+                "min_partitions": ns.min_partitions,
+                "driver_memory": ns.driver_memory,
                 "seconds": round(seconds, 2),
                 "records": row["n"],
                 "value_bytes": row["bytes"],
@@ -258,6 +261,9 @@ def run_scan(
     bootstrap: str,
     end_offset: int,
     profile_dir: str | None = None,
+    *,
+    min_partitions: int | None = None,
+    driver_memory: str = "1g",
 ) -> dict[str, Any]:
     args = [
         sys.executable,
@@ -276,6 +282,9 @@ def run_scan(
         "--end-offset",
         str(end_offset),
         *(["--profile-dir", profile_dir] if profile_dir else []),
+        *(["--min-partitions", str(min_partitions)] if min_partitions else []),
+        "--driver-memory",
+        driver_memory,
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
@@ -324,6 +333,8 @@ def main() -> int:
         child.add_argument(name, required=True)
     child.add_argument("--end-offset", type=int, required=True)
     child.add_argument("--profile-dir")
+    child.add_argument("--min-partitions", type=int)
+    child.add_argument("--driver-memory", default="1g")
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--small-size-mib", type=int, default=64)
     parser.add_argument("--segment-mib", type=int, default=32)
@@ -332,6 +343,7 @@ def main() -> int:
     parser.add_argument("--scan-topic-mib", type=int, help="scan a topic of this size instead")
     parser.add_argument("--scan-segment-mib", type=int, default=128)
     parser.add_argument("--profile-dir", help="profile the tierkeeper tasks' read() into this directory")
+    parser.add_argument("--driver-memory", default="1g", help="spark.driver.memory of every scan")
     parser.add_argument("--json", help="write the results here")
     ns = parser.parse_args()
     if ns.mode == "scan-child":
@@ -372,15 +384,28 @@ def main() -> int:
                 "stored_bytes": stored_bytes(remote, topic),
             }
             bootstrap = cluster.bootstrap_servers
-            scans = [
-                run_scan("tierkeeper", "local[2]", remote, topic, bootstrap, end, ns.profile_dir),
-                run_scan("kafka", "local[2]", remote, topic, bootstrap, end),
-                run_scan("tierkeeper", "local[1]", remote, topic, bootstrap, end),
-            ]
-            results["scans"] = scans
+            mem = ns.driver_memory
+            tk2 = run_scan(
+                "tierkeeper", "local[2]", remote, topic, bootstrap, end, ns.profile_dir, driver_memory=mem
+            )
+            kafka2 = run_scan("kafka", "local[2]", remote, topic, bootstrap, end, driver_memory=mem)
+            # The Kafka source makes one task per topic-partition unless told otherwise: also run it with
+            # as many tasks as the tierkeeper scan had, so both can use both slots.
+            kafka2_split = run_scan(
+                "kafka",
+                "local[2]",
+                remote,
+                topic,
+                bootstrap,
+                end,
+                min_partitions=tk2["tasks"],
+                driver_memory=mem,
+            )
+            tk1 = run_scan("tierkeeper", "local[1]", remote, topic, bootstrap, end, driver_memory=mem)
+            results["scans"] = [tk2, kafka2, kafka2_split, tk1]
             results["load_avg_after_scans"] = os.getloadavg()
-            tk2, kafka2, tk1 = scans
             results["tierkeeper_vs_kafka_local2"] = round(kafka2["seconds"] / tk2["seconds"], 2)
+            results["tierkeeper_vs_kafka_split_local2"] = round(kafka2_split["seconds"] / tk2["seconds"], 2)
             results["local2_vs_local1"] = round(tk1["seconds"] / tk2["seconds"], 2)
         finally:
             cluster.stop()

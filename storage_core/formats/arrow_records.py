@@ -5,9 +5,9 @@ Schema (the order and types of ``spark.read.format("kafka")``, so the two can be
     key binary, value binary, topic string, partition int32, offset int64,
     timestamp timestamp[us, UTC], timestampType int32 [, headers list<struct<key string, value binary>>]
 
-The record walk and the byte gathering run in compiled loops (arrow_kernels.py) over the decompressed
-payloads of a whole group of batches; decompression goes through codecs.py like everywhere else. No
-Python object is created per record. The result equals :func:`~storage_core.formats.records.iter_records`
+The record walk runs in one compiled loop (arrow_kernels.py) over the decompressed payloads of a whole
+group of batches and copies each key and value into the Arrow buffers as it parses the record;
+decompression goes through codecs.py like everywhere else. No Python object is created per record. The result equals :func:`~storage_core.formats.records.iter_records`
 record for record (tests/formats/test_formats_arrow_records.py checks that on generated and real data):
 offsets, timestamps (LogAppendTime batches carry ``maxTimestamp``), keys, values, nulls, headers (keys
 decoded leniently, as Java does) and the same ``CorruptDataError`` for damaged records.
