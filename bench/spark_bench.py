@@ -2,7 +2,8 @@
 vs Spark's Kafka source, local[2] vs local[1], and the peak RSS of a scan.
 
     PYTHONPATH=.:tests:bench .venv/bin/python bench/spark_bench.py [--size-mib 256] [--segment-mib 32]
-        [--small-size-mib 64] [--json results.json]
+        [--small-size-mib 64] [--scan-topic-mib 1024 --scan-segment-mib 128] [--decode-rounds 3]
+        [--driver-memory 1g] [--profile-dir DIR] [--json results.json]
 
 Produces one partition (1 KB values, and a second topic with 100-byte values) into a real Kafka 4.1
 broker (tests/harness), tiers it with the real ``tierkeeper copy`` to file:// in a temp dir, keeps the
