@@ -7,10 +7,11 @@ Schema (the order and types of ``spark.read.format("kafka")``, so the two can be
 
 The record walk runs in one compiled loop (arrow_kernels.py) over the decompressed payloads of a whole
 group of batches and copies each key and value into the Arrow buffers as it parses the record;
-decompression goes through codecs.py like everywhere else. No Python object is created per record. The result equals :func:`~storage_core.formats.records.iter_records`
-record for record (tests/formats/test_formats_arrow_records.py checks that on generated and real data):
-offsets, timestamps (LogAppendTime batches carry ``maxTimestamp``), keys, values, nulls, headers (keys
-decoded leniently, as Java does) and the same ``CorruptDataError`` for damaged records.
+decompression goes through codecs.py like everywhere else. No Python object is created per record.
+The result equals :func:`~storage_core.formats.records.iter_records` record for record
+(tests/formats/test_formats_arrow_records.py checks that on generated and real data): offsets,
+timestamps (LogAppendTime batches carry ``maxTimestamp``), keys, values, nulls, headers (keys decoded
+leniently, as Java does) and the same ``CorruptDataError`` for damaged records.
 
 What to decode (control batches, aborted transactions) is the caller's decision: the reader hands in
 only the batches its isolation level serves. A control batch handed in anyway is skipped here, since a
