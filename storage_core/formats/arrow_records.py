@@ -314,6 +314,13 @@ def decode_arrow(
 def _copied(lengths: np.ndarray, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
     """A ``binary`` column from the offsets and bytes the record walk wrote (nulls where length < 0)."""
     n = len(lengths)
+    used = int(np.frombuffer(offsets, np.int32)[n]) if n else 0
+    if used < data.size // 2:
+        # Room was made for the whole payloads; keys (or small values beside large keys) use a fraction of
+        # it. A batch the caller keeps should not hold the rest: copy the bytes to a buffer of their size.
+        fitted, view = _writable(used, np.uint8)
+        view[:] = np.frombuffer(data, np.uint8, count=used)
+        data = fitted
     valid = lengths >= 0
     null_count = n - int(valid.sum())
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
