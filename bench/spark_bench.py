@@ -2,7 +2,8 @@
 vs Spark's Kafka source, local[2] vs local[1], and the peak RSS of a scan.
 
     PYTHONPATH=.:tests:bench .venv/bin/python bench/spark_bench.py [--size-mib 256] [--segment-mib 32]
-        [--small-size-mib 64] [--json results.json]
+        [--small-size-mib 64] [--scan-topic-mib 1024 --scan-segment-mib 128] [--decode-rounds 3]
+        [--driver-memory 1g] [--profile-dir DIR] [--json results.json]
 
 Produces one partition (1 KB values, and a second topic with 100-byte values) into a real Kafka 4.1
 broker (tests/harness), tiers it with the real ``tierkeeper copy`` to file:// in a temp dir, keeps the
@@ -16,7 +17,14 @@ broker running, then:
    ``--decode-only`` stops after this.
 2. Spark scan, ``sum(length(value))`` over every record, each in a fresh child process (own JVM):
    format("tierkeeper") on local[2] and local[1], and format("kafka") from the broker on local[2]. The
-   child samples the RSS of the Spark JVM and of each Python worker while the scan runs.
+   child runs the query once to warm up, then times a second, newly built query: running the same
+   DataFrame again would reuse its shuffle output and skip the scan. It samples the RSS of the Spark JVM
+   and of each Python worker while the timed scan runs. ``--profile-dir DIR`` also profiles every
+   tierkeeper task's ``read()`` in the Python worker (cProfile, one ``.prof`` file per task, and the
+   task's wall and CPU seconds in ``tasks.jsonl``), which tells the Python side from the JVM side.
+
+``--scan-topic-mib N`` adds a topic of N MiB (1 KB values, ``--scan-segment-mib`` segments) and runs
+the scans on it instead of the decode topic, e.g. the 1 GiB partition of 128 MiB segments of the RSS goal.
 """
 
 from __future__ import annotations
@@ -129,10 +137,56 @@ def _rss_sampler(stop: threading.Event, out: dict[str, int]) -> None:
         stop.wait(0.2)
 
 
+def _profiled_source(profile_dir: str) -> type:
+    """``format("tierkeeper_profiled")``: the tierkeeper source with each task's ``read()`` profiled."""
+    from storage_core.spark.source import TierkeeperDataSource
+
+    class ProfiledSource(TierkeeperDataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "tierkeeper_profiled"
+
+        def reader(self, schema: Any) -> Any:
+            inner = super().reader(schema)
+
+            class Profiled(type(inner)):  # type: ignore[misc]
+                def read(self, partition: Any) -> Any:
+                    import cProfile
+                    import uuid
+
+                    profile = cProfile.Profile()
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    rows = 0
+                    batches = super().read(partition)
+                    while True:
+                        profile.enable()
+                        batch = next(batches, None)
+                        profile.disable()
+                        if batch is None:
+                            break
+                        rows += batch.num_rows
+                        yield batch
+                    # wall: the whole task as seen from here (the JVM consumes between our yields);
+                    # cpu: this Python worker's CPU, our decoding and pyspark's Arrow serialisation.
+                    name = uuid.uuid4().hex[:8]
+                    profile.dump_stats(f"{profile_dir}/{name}.prof")
+                    took = {
+                        "task": name, "rows": rows, "wall_s": time.perf_counter() - wall,
+                        "python_cpu_s": time.process_time() - cpu,
+                    }  # fmt: skip
+                    with open(f"{profile_dir}/tasks.jsonl", "a") as out:
+                        out.write(json.dumps(took) + "\n")
+
+            inner.__class__ = Profiled
+            return inner
+
+    return ProfiledSource
+
+
 def scan_child(ns: argparse.Namespace) -> int:
     """One scan in this process's own Spark session; prints a JSON line."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F
 
     jars = ",".join(str(j) for j in connector_jars(log=False))
@@ -140,38 +194,55 @@ def scan_child(ns: argparse.Namespace) -> int:
         SparkSession.builder.master(ns.master)
         .config("spark.ui.enabled", "false")
         .config("spark.jars", jars)
-        .config("spark.driver.memory", "1g")
+        .config("spark.driver.memory", ns.driver_memory)
         .getOrCreate()
     )
-    if ns.source == "tierkeeper":
-        df = spark.read.format("tierkeeper").options(remote=ns.remote, topic=ns.topic).load()
-    else:
-        df = (
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", ns.bootstrap)
-            .option("subscribe", ns.topic)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", json.dumps({ns.topic: {"0": ns.end_offset}}))
-            .load()
-        )
-    query = df.select(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes"))
-    query.collect()  # warm: JVM classes, Python workers, numba cache
+    source = ns.source
+    if ns.profile_dir and source == "tierkeeper":
+        spark.dataSource.register(_profiled_source(ns.profile_dir))
+        source = "tierkeeper_profiled"
+
+    def scan() -> DataFrame:
+        if ns.source == "tierkeeper":
+            df = spark.read.format(source).options(remote=ns.remote, topic=ns.topic).load()
+        else:
+            df = (
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", ns.bootstrap)
+                .option("subscribe", ns.topic)
+                .option("startingOffsets", "earliest")
+                .option("endingOffsets", json.dumps({ns.topic: {"0": ns.end_offset}}))
+                .options(**({"minPartitions": str(ns.min_partitions)} if ns.min_partitions else {}))
+                .load()
+            )
+        return df
+
+    def query() -> DataFrame:
+        # A new DataFrame each time: collecting the same one twice reuses its shuffle and skips the scan.
+        return scan().select(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes"))
+
+    query().collect()  # warm: JVM classes, Python workers, numba cache
+    if ns.profile_dir:
+        for stale in Path(ns.profile_dir).glob("*"):
+            stale.unlink()  # the warm-up's profiles
     peaks: dict[str, int] = {}
     stop = threading.Event()
     sampler = threading.Thread(target=_rss_sampler, args=(stop, peaks), daemon=True)
     sampler.start()
     started = time.perf_counter()
-    row = query.collect()[0]
+    row = query().collect()[0]
     seconds = time.perf_counter() - started
     stop.set()
     sampler.join()
-    tasks = df.rdd.getNumPartitions()
+    tasks = scan().rdd.getNumPartitions()
     spark.stop()
     print(
         json.dumps(
             {
                 "source": ns.source,
                 "master": ns.master,
+                "min_partitions": ns.min_partitions,
+                "driver_memory": ns.driver_memory,
                 "seconds": round(seconds, 2),
                 "records": row["n"],
                 "value_bytes": row["bytes"],
@@ -184,7 +255,16 @@ def scan_child(ns: argparse.Namespace) -> int:
 
 
 def run_scan(
-    source: str, master: str, remote: str, topic: str, bootstrap: str, end_offset: int
+    source: str,
+    master: str,
+    remote: str,
+    topic: str,
+    bootstrap: str,
+    end_offset: int,
+    profile_dir: str | None = None,
+    *,
+    min_partitions: int | None = None,
+    driver_memory: str = "1g",
 ) -> dict[str, Any]:
     args = [
         sys.executable,
@@ -202,6 +282,10 @@ def run_scan(
         bootstrap,
         "--end-offset",
         str(end_offset),
+        *(["--profile-dir", profile_dir] if profile_dir else []),
+        *(["--min-partitions", str(min_partitions)] if min_partitions else []),
+        "--driver-memory",
+        driver_memory,
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
@@ -210,6 +294,27 @@ def run_scan(
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     log(f"{source} {master}: {result}")
     return result
+
+
+def tiered_end(remote: str, topic: str) -> int:
+    """One past the last tiered offset of partition 0 (records are plain, from offset 0)."""
+    from storage_core.adapters.store import RemoteStore
+    from storage_core.remote.reader import RemoteReader
+
+    with RemoteReader(RemoteStore(remote)) as reader:
+        end = reader.manifest(reader.resolve(topic, 0), refresh=True).end_offset
+        assert end is not None, f"nothing of {topic} was tiered"
+        return end + 1
+
+
+def stored_bytes(remote: str, topic: str) -> int:
+    from storage_core.adapters.store import RemoteStore
+    from storage_core.remote.layout import SegmentObject
+    from storage_core.remote.reader import RemoteReader
+
+    with RemoteReader(RemoteStore(remote)) as reader:
+        manifest = reader.manifest(reader.resolve(topic, 0), refresh=True)
+        return sum(s.objects[SegmentObject.LOG].size for s in manifest.segments)
 
 
 def tier(cluster: KafkaCluster, remote: str, topic: str) -> None:
@@ -228,11 +333,18 @@ def main() -> int:
     for name in ("--source", "--master", "--remote", "--topic", "--bootstrap"):
         child.add_argument(name, required=True)
     child.add_argument("--end-offset", type=int, required=True)
+    child.add_argument("--profile-dir")
+    child.add_argument("--min-partitions", type=int)
+    child.add_argument("--driver-memory", default="1g")
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--small-size-mib", type=int, default=64)
     parser.add_argument("--segment-mib", type=int, default=32)
     parser.add_argument("--decode-rounds", type=int, default=3)
     parser.add_argument("--decode-only", action="store_true", help="skip the Spark scans")
+    parser.add_argument("--scan-topic-mib", type=int, help="scan a topic of this size instead")
+    parser.add_argument("--scan-segment-mib", type=int, default=128)
+    parser.add_argument("--profile-dir", help="profile the tierkeeper tasks' read() into this directory")
+    parser.add_argument("--driver-memory", default="1g", help="spark.driver.memory of every scan")
     parser.add_argument("--json", help="write the results here")
     ns = parser.parse_args()
     if ns.mode == "scan-child":
@@ -253,6 +365,11 @@ def main() -> int:
                     cluster.bootstrap_servers, topic, size * MiB, value_bytes=value_bytes
                 )
                 tier(cluster, remote, topic)
+            if ns.scan_topic_mib:
+                storage_data.create_topic(cluster.bootstrap_servers, "bench-scan", ns.scan_segment_mib * MiB)
+                log(f"producing {ns.scan_topic_mib} MiB of 1000-byte values into bench-scan")
+                storage_data.produce(cluster.bootstrap_servers, "bench-scan", ns.scan_topic_mib * MiB)
+                tier(cluster, remote, "bench-scan")
             for key, (topic, _, _) in topics.items():
                 log(f"decode bench on {topic}")
                 results[f"decode_{key}"] = decode_bench(remote, topic, ns.decode_rounds)
@@ -260,16 +377,36 @@ def main() -> int:
             if ns.decode_only:
                 print(json.dumps(results, indent=2))
                 return 0
-            topic = topics["kb"][0]
-            end = results["decode_kb"]["records"]  # offsets 0..end-1 are tiered (plain records from 0)
-            scans = [
-                run_scan("tierkeeper", "local[2]", remote, topic, cluster.bootstrap_servers, end),
-                run_scan("kafka", "local[2]", remote, topic, cluster.bootstrap_servers, end),
-                run_scan("tierkeeper", "local[1]", remote, topic, cluster.bootstrap_servers, end),
-            ]
-            results["scans"] = scans
-            tk2, kafka2, tk1 = scans
+            topic = "bench-scan" if ns.scan_topic_mib else topics["kb"][0]
+            end = tiered_end(remote, topic)  # the Kafka source reads exactly the tiered offsets
+            results["scan_topic"] = {
+                "topic": topic,
+                "records": end,
+                "stored_bytes": stored_bytes(remote, topic),
+            }
+            bootstrap = cluster.bootstrap_servers
+            mem = ns.driver_memory
+            tk2 = run_scan(
+                "tierkeeper", "local[2]", remote, topic, bootstrap, end, ns.profile_dir, driver_memory=mem
+            )
+            kafka2 = run_scan("kafka", "local[2]", remote, topic, bootstrap, end, driver_memory=mem)
+            # The Kafka source makes one task per topic-partition unless told otherwise: also run it with
+            # as many tasks as the tierkeeper scan had, so both can use both slots.
+            kafka2_split = run_scan(
+                "kafka",
+                "local[2]",
+                remote,
+                topic,
+                bootstrap,
+                end,
+                min_partitions=tk2["tasks"],
+                driver_memory=mem,
+            )
+            tk1 = run_scan("tierkeeper", "local[1]", remote, topic, bootstrap, end, driver_memory=mem)
+            results["scans"] = [tk2, kafka2, kafka2_split, tk1]
+            results["load_avg_after_scans"] = os.getloadavg()
             results["tierkeeper_vs_kafka_local2"] = round(kafka2["seconds"] / tk2["seconds"], 2)
+            results["tierkeeper_vs_kafka_split_local2"] = round(kafka2_split["seconds"] / tk2["seconds"], 2)
             results["local2_vs_local1"] = round(tk1["seconds"] / tk2["seconds"], 2)
         finally:
             cluster.stop()

@@ -5,12 +5,13 @@ Schema (the order and types of ``spark.read.format("kafka")``, so the two can be
     key binary, value binary, topic string, partition int32, offset int64,
     timestamp timestamp[us, UTC], timestampType int32 [, headers list<struct<key string, value binary>>]
 
-The record walk and the byte gathering run in compiled loops (arrow_kernels.py) over the decompressed
-payloads of a whole group of batches; decompression goes through codecs.py like everywhere else. No
-Python object is created per record. The result equals :func:`~storage_core.formats.records.iter_records`
-record for record (tests/formats/test_formats_arrow_records.py checks that on generated and real data):
-offsets, timestamps (LogAppendTime batches carry ``maxTimestamp``), keys, values, nulls, headers (keys
-decoded leniently, as Java does) and the same ``CorruptDataError`` for damaged records.
+The record walk runs in one compiled loop (arrow_kernels.py) over the decompressed payloads of a whole
+group of batches and copies each key and value into the Arrow buffers as it parses the record;
+decompression goes through codecs.py like everywhere else. No Python object is created per record.
+The result equals :func:`~storage_core.formats.records.iter_records` record for record
+(tests/formats/test_formats_arrow_records.py checks that on generated and real data): offsets,
+timestamps (LogAppendTime batches carry ``maxTimestamp``), keys, values, nulls, headers (keys decoded
+leniently, as Java does) and the same ``CorruptDataError`` for damaged records.
 
 What to decode (control batches, aborted transactions) is the caller's decision: the reader hands in
 only the batches its isolation level serves. A control batch handed in anyway is skipped here, since a
@@ -92,11 +93,11 @@ class _Payloads:
         if owner is None:
             return False
         base = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
-        base_address = base.ctypes.data
+        base_address = _address(base)
         for i, batch in enumerate(batches):
             view = batch.data
             assert isinstance(view, memoryview)
-            at = np.frombuffer(view, np.uint8).ctypes.data - base_address if view.nbytes else 0
+            at = _address(np.frombuffer(view, np.uint8)) - base_address if view.nbytes else 0
             self.starts[i] = at + HEADER_SIZE if self.counts[i] else at
             self.ends[i] = at + batch.header.size_in_bytes if self.counts[i] else at
         self.buf = base
@@ -123,6 +124,12 @@ class _Payloads:
         self.buf = np.frombuffer(b"".join(parts), np.uint8) if pos else np.zeros(0, np.uint8)
 
 
+def _address(array: np.ndarray) -> int:
+    # The array interface, not ``.ctypes.data``: that builds a ctypes object, ~10x slower, once per batch.
+    address: int = array.__array_interface__["data"][0]
+    return address
+
+
 def _damage(batch: RawBatch, problem: str, path: str | None) -> CorruptDataError:
     return CorruptDataError(
         f"malformed record batch at byte {batch.position}: {problem}",
@@ -131,20 +138,27 @@ def _damage(batch: RawBatch, problem: str, path: str | None) -> CorruptDataError
     )
 
 
+def _writable(nbytes: int, dtype: type[np.generic]) -> tuple[pa.Buffer, np.ndarray]:
+    """A buffer from Arrow's memory pool and a numpy view to fill it through. The pool (mimalloc or
+    jemalloc) hands the memory of batches already dropped to the next one, so the copies land in memory
+    that is mapped and still in cache; a fresh ``np.empty`` of megabytes is a new mapping whose every page
+    faults (and is zeroed) on first write, which cost more than the copy itself."""
+    buffer = pa.allocate_buffer(nbytes)
+    return buffer, np.frombuffer(buffer, dtype)
+
+
 def _binary(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
     n = len(pos)
-    offsets = np.empty(n + 1, np.int64)
     total = int(np.maximum(lengths, 0).sum())
-    data = np.empty(total, np.uint8)
-    gather(buf, pos, lengths, offsets, data)
-    if total >= 1 << 31:
+    if total >= 1 << 31:  # Arrow binary offsets are 32-bit
         raise CorruptDataError(f"{total} bytes of {kind} in one Arrow batch; decode fewer batches at once")
+    offsets_buffer, offsets = _writable(4 * (n + 1), np.int32)
+    data_buffer, data = _writable(total, np.uint8)
+    gather(buf, pos, lengths, offsets, data)
     valid = lengths >= 0
     null_count = n - int(valid.sum())
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
-    return pa.Array.from_buffers(
-        kind, n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)], null_count
-    )
+    return pa.Array.from_buffers(kind, n, [validity, offsets_buffer, data_buffer], null_count)
 
 
 def _binary_views(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -239,6 +253,16 @@ def decode_arrow(
     value_len = np.empty(n, np.int64)
     header_pos = np.empty(n, np.int64)
     header_count = np.empty(n, np.int64)
+    copy = not zero_copy
+    # Keys and values are copied during the record walk (arrow_kernels.py), each into a buffer as large
+    # as the payloads: they cannot hold more than that.
+    room = int((payloads.ends - payloads.starts).sum()) if copy else 0
+    if room >= 1 << 31:  # Arrow binary offsets are 32-bit
+        raise CorruptDataError(f"{room} bytes of records in one Arrow batch; decode fewer batches at once")
+    key_data_buffer, key_data = _writable(room, np.uint8)
+    value_data_buffer, value_data = _writable(room, np.uint8)
+    key_offsets_buffer, key_offsets = _writable(4 * (n + 1) if copy else 0, np.int32)
+    value_offsets_buffer, value_offsets = _writable(4 * (n + 1) if copy else 0, np.int32)
     problem, bad, _headers_total, non_ascii = scan_records(
         payloads.buf,
         payloads.starts,
@@ -255,25 +279,14 @@ def decode_arrow(
         value_len,
         header_pos,
         header_count,
+        copy,
+        key_data,
+        key_offsets,
+        value_data,
+        value_offsets,
     )
     if problem != OK:
         raise _damage(batches[bad], PROBLEMS[problem], path)
-    if min_offset is not None or end_offset is not None:
-        keep = np.ones(n, bool)
-        if min_offset is not None:
-            keep &= offsets >= min_offset
-        if end_offset is not None:
-            keep &= offsets < end_offset
-        if not keep.all():
-            offsets, timestamps = offsets[keep], timestamps[keep]
-            key_pos, key_len, value_pos, value_len = (
-                key_pos[keep],
-                key_len[keep],
-                value_pos[keep],
-                value_len[keep],
-            )
-            header_pos, header_count = header_pos[keep], header_count[keep]
-            n = len(offsets)
     if zero_copy:
         blobs = [
             _binary_views(payloads.buf, key_pos, key_len),
@@ -281,8 +294,8 @@ def decode_arrow(
         ]
     else:
         blobs = [
-            _binary(payloads.buf, key_pos, key_len, pa.binary()),
-            _binary(payloads.buf, value_pos, value_len, pa.binary()),
+            _copied(key_len, key_offsets_buffer, key_data_buffer),
+            _copied(value_len, value_offsets_buffer, value_data_buffer),
         ]
     columns: list[Any] = [
         *blobs,
@@ -294,7 +307,45 @@ def decode_arrow(
     ]
     if include_headers:
         columns.append(_headers(payloads, header_pos, header_count, bool(non_ascii)))
-    return pa.RecordBatch.from_arrays(columns, schema=kafka_schema(include_headers, zero_copy=zero_copy))
+    out = pa.RecordBatch.from_arrays(columns, schema=kafka_schema(include_headers, zero_copy=zero_copy))
+    return _window(out, offsets, min_offset, end_offset)
+
+
+def _copied(lengths: np.ndarray, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
+    """A ``binary`` column from the offsets and bytes the record walk wrote (nulls where length < 0)."""
+    n = len(lengths)
+    used = int(np.frombuffer(offsets, np.int32)[n]) if n else 0
+    if used < data.size // 2:
+        # Room was made for the whole payloads; keys (or small values beside large keys) use a fraction of
+        # it. A batch the caller keeps should not hold the rest: copy the bytes to a buffer of their size.
+        fitted, view = _writable(used, np.uint8)
+        view[:] = np.frombuffer(data, np.uint8, count=used)
+        data = fitted
+    valid = lengths >= 0
+    null_count = n - int(valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(pa.binary(), n, [validity, offsets, data], null_count)
+
+
+def _window(out: pa.RecordBatch, offsets: np.ndarray, lo: int | None, hi: int | None) -> pa.RecordBatch:
+    """The rows of ``out`` with ``lo <= offset < hi``. Offsets increase through a group of batches, so
+    those are one run of rows, a slice (no copy); anything else is taken row by row."""
+    if lo is None and hi is None:
+        return out
+    keep = np.ones(len(offsets), bool)
+    if lo is not None:
+        keep &= offsets >= lo
+    if hi is not None:
+        keep &= offsets < hi
+    rows = np.flatnonzero(keep)
+    if len(rows) == len(offsets):
+        return out
+    if len(rows) == 0:
+        return out.slice(0, 0)
+    first, last = int(rows[0]), int(rows[-1])
+    if last - first + 1 == len(rows):
+        return out.slice(first, len(rows))
+    return out.take(pa.array(rows))
 
 
 def _timestamp_types(batches: Sequence[RawBatch], payloads: _Payloads, offsets: np.ndarray) -> np.ndarray:

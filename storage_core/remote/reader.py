@@ -133,7 +133,9 @@ class RemoteReader:
                 if record.offset >= offset:
                     yield record
 
-    def read_batches_from_offset(self, tp: TopicPartitionId, offset: int) -> Iterator[RawBatch]:
+    def read_batches_from_offset(
+        self, tp: TopicPartitionId, offset: int, *, inline_checks: bool = False
+    ) -> Iterator[RawBatch]:
         """The batches holding ``offset`` and everything after it, CRC-checked, in offset order.
 
         What a broker's remote fetch serves: whole batches as stored (the first may start before
@@ -142,6 +144,11 @@ class RemoteReader:
         mapped object; it stays valid as long as it is held. Where stored segments overlap, each batch
         comes from the segment the cover rule chooses (storage_core/remote/cover.py), so no offset is
         served twice.
+
+        ``inline_checks``: check each batch of a local (mapped) object on this thread just before it is
+        yielded, instead of sharing the checks of 32 MiB groups with a helper thread. The helper halves the
+        wall time of a scan that only looks at batches; a caller that goes on to read every byte (the
+        Arrow decoder) wants the batch still in this core's cache, and pays less CPU in all.
         """
         manifest = self.manifest(tp)
         if manifest.end_offset is None or offset > manifest.end_offset:
@@ -159,7 +166,9 @@ class RemoteReader:
             first = max(offset, served.first_offset)
             start = self._start_position(served.segment, first, None)
             if start is not None:
-                yield from self._segment_batches(served, start, first, cover.divergences)
+                yield from self._segment_batches(
+                    served, start, first, cover.divergences, inline_checks=inline_checks
+                )
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
         """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
@@ -203,7 +212,12 @@ class RemoteReader:
         return self._cache.get(meta, obj)
 
     def read_segment_batches(
-        self, served: ServedRange, start_position: int = 0, end_position: int | None = None
+        self,
+        served: ServedRange,
+        start_position: int = 0,
+        end_position: int | None = None,
+        *,
+        inline_checks: bool = False,
     ) -> Iterator[RawBatch]:
         """The batches of one served range (cover.py) stored in ``[start_position, end_position)`` of its
         segment (both batch boundaries, e.g. from the remote log index; the end defaults to the object's
@@ -211,8 +225,11 @@ class RemoteReader:
         read_committed, aborted transactions' batches left out.
 
         What a Spark task reading one split of a segment needs: it gets the range from the planner (which
-        refuses ranges with divergent copies) and reads no manifest."""
-        yield from self._segment_batches(served, start_position, served.first_offset, end=end_position)
+        refuses ranges with divergent copies) and reads no manifest. ``inline_checks`` as in
+        :meth:`read_batches_from_offset`."""
+        yield from self._segment_batches(
+            served, start_position, served.first_offset, end=end_position, inline_checks=inline_checks
+        )
 
     def read_arrow(
         self,
@@ -229,7 +246,7 @@ class RemoteReader:
         pointing into the mapped object (file://) or the decompressed payloads, not copied."""
         from storage_core.remote.arrow_read import arrow_batches
 
-        batches = self.read_batches_from_offset(tp, offset)
+        batches = self.read_batches_from_offset(tp, offset, inline_checks=True)
         yield from arrow_batches(
             batches,
             tp.topic,
@@ -249,6 +266,7 @@ class RemoteReader:
         *,
         min_timestamp: int | None = None,
         end: int | None = None,
+        inline_checks: bool = False,
     ) -> Generator[RawBatch, None, None]:
         """The range's batches from byte ``start`` (an index entry's position), leaving out those wholly
         below offset ``first`` and, with ``min_timestamp``, those without a record that recent.
@@ -264,7 +282,9 @@ class RemoteReader:
             else None
         )
         size = meta.objects[SegmentObject.LOG].size
-        for batch in self._checked_batches(key, size if end is None else min(end, size), start):
+        for batch in self._checked_batches(
+            key, size if end is None else min(end, size), start, inline_checks
+        ):
             header = batch.header
             if header.last_offset < first:
                 continue  # below the read's start, or served by the range before (overlapping segments)
@@ -306,22 +326,27 @@ class RemoteReader:
                 continue
             yield batch
 
-    def _checked_batches(self, key: str, size: int, start: int) -> Iterator[RawBatch]:
+    def _checked_batches(self, key: str, size: int, start: int, inline_checks: bool) -> Iterator[RawBatch]:
         """Every batch of the object from ``start`` to its recorded ``size``, CRC-checked; an object that
         ends early (at a batch boundary, which the framing alone cannot notice) is damage too."""
         end = start
-        for batch in self._stored_batches(key, size, start):
+        for batch in self._stored_batches(key, size, start, inline_checks):
             end = batch.end_position
             yield batch
         if end < size:
             raise CorruptDataError(f"the object ends at byte {end}, but {size} bytes were tiered", path=key)
 
-    def _stored_batches(self, key: str, size: int, start: int) -> Iterator[RawBatch]:
+    def _stored_batches(self, key: str, size: int, start: int, inline_checks: bool) -> Iterator[RawBatch]:
         local = self.store.open_local(key)
         if local is not None:
             with local:
                 mapped = MappedFile(local, size)
-            for batch in iter_checked_batches(mapped, start, self._pool, path=key, chunk_size=size):
+            checked = (
+                iter_batches(mapped, start, path=key, chunk_size=size)
+                if inline_checks
+                else iter_checked_batches(mapped, start, self._pool, path=key, chunk_size=size)
+            )
+            for batch in checked:
                 yield batch
                 mapped.release_before(batch.position - KEEP_BEHIND)  # bounds the resident set
             return

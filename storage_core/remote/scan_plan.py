@@ -23,7 +23,6 @@ import pyarrow as pa
 from storage_core.errors import DivergentDataError
 from storage_core.formats.remote_index import iter_remote_log_index
 from storage_core.formats.source import bytes_fetcher
-from storage_core.remote.arrow_read import arrow_batches
 from storage_core.remote.cover import ServedRange
 from storage_core.remote.layout import SegmentObject, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -159,7 +158,13 @@ def _entry_splits(
 
 def read_split(reader: RemoteReader, split: ScanSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The records of one split as Arrow batches with the Kafka source's columns."""
-    batches = reader.read_segment_batches(split.served(), split.start_position, split.end_position)
+    # Imported here, not at the top: the decoder loads numba (over 100 MB and seconds of a loaded machine),
+    # which the Spark workers that only plan a scan or report its schema never need.
+    from storage_core.remote.arrow_read import arrow_batches
+
+    batches = reader.read_segment_batches(
+        split.served(), split.start_position, split.end_position, inline_checks=True
+    )
     return arrow_batches(
         batches,
         split.topic,
