@@ -128,6 +128,8 @@ class Reconciler:
                 answers = observe_topics(self._admin(cluster), names, configs, self.clock().timestamp())
             except TierkeeperError as exc:
                 answers = {name: (None, str(exc)) for name in names}
+            if any(error is not None for _, error in answers.values()):
+                self._admins.discard(cluster)  # the next round asks with a fresh client
             out.update({(cluster, name): answer for name, answer in answers.items()})
         return out
 

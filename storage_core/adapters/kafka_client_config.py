@@ -118,6 +118,13 @@ class ClusterClients(Generic[T]):
     def __call__(self, name: str) -> T:
         return self._current(name)[1]
 
+    def discard(self, name: str) -> None:
+        """Make the next use build a new client for ``name``: one whose request failed may hold stale
+        metadata (e.g. a controller or leader that has stopped) that it would keep waiting on, while a new
+        one starts again from the bootstrap servers."""
+        self._made.pop(name, None)
+        self._checked.pop(name, None)
+
     def config(self, name: str) -> dict[str, str]:
         """The properties the cluster's client was made with (for a command run in this process)."""
         return dict(self._current(name)[0])

@@ -151,7 +151,10 @@ class Standalone:
             admin = self._admin(spec.cluster_ref.name)
         except TierkeeperError as exc:
             return None, str(exc)
-        return observe_topics(admin, [spec.topic])[spec.topic]
+        observed = observe_topics(admin, [spec.topic])[spec.topic]
+        if observed[1] is not None:
+            self._admins.discard(spec.cluster_ref.name)  # the next round asks with a fresh client
+        return observed
 
     def _inputs(self, observe: bool) -> tuple[list[TopicInput], list[BrokerInput]]:
         topics = []
