@@ -7,6 +7,7 @@ Stalled."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,24 @@ def status_when(
     """The object's status once its health (see :func:`health`) is ``wanted`` for ``generation``;
     whatever it has on timeout."""
 
+    return _wait_for_health(api, namespace, plural, name, wanted, generation, timeout)
+
+
+def _wait_for_health(
+    api: Any,
+    namespace: str,
+    plural: str,
+    name: str,
+    wanted: str,
+    generation: int,
+    timeout: float,
+    before_each: Callable[[], object] = lambda: None,
+) -> dict[str, Any]:
+    """The object's status once its health is ``wanted`` for ``generation`` (``before_each`` runs before
+    every look); whatever it has on timeout."""
+
     def probe() -> dict[str, Any] | None:
+        before_each()
         obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
         status: dict[str, Any] = obj.get("status") or {}
         done = health(status) == wanted and status.get("observedGeneration") == generation
@@ -72,10 +90,8 @@ def status_when(
     found = wait_until(probe, timeout)
     if found:
         return dict(found)
-    last: dict[str, Any] = (
-        api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name).get("status") or {}
-    )
-    return last
+    obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    return dict(obj.get("status") or {})
 
 
 def warning_events(kube_client: Any, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -123,19 +139,9 @@ def status_after_rounds(
 ) -> dict[str, Any]:
     """The TieredTopic's status once a round left its health ``wanted`` for ``generation``; whatever it
     has after DEADLINE."""
-
-    def probe() -> dict[str, Any] | None:
-        rounds.run_round()
-        obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "tieredtopics", name)
-        status: dict[str, Any] = obj.get("status") or {}
-        done = health(status) == wanted and status.get("observedGeneration") == generation
-        return status if done else None
-
-    found = wait_until(probe, DEADLINE)
-    if found:
-        return dict(found)
-    obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "tieredtopics", name)
-    return dict(obj.get("status") or {})
+    return _wait_for_health(
+        api, namespace, "tieredtopics", name, wanted, generation, DEADLINE, before_each=rounds.run_round
+    )
 
 
 def test_admission_refuses_what_the_schema_says_and_the_rounds_report_the_rest(
