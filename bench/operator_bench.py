@@ -56,7 +56,7 @@ import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.control_plane import ControlPlane
-from harness.k8s import load_crds
+from harness.k8s import load_crds, tiered_broker
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
 from harness.ports import free_ports
@@ -264,21 +264,7 @@ def copy_lag(args: argparse.Namespace) -> int:
             },
         )
         api = f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}"
-        plane.request(
-            "POST",
-            f"{api}/tieredbrokers",
-            {
-                "apiVersion": "tierkeeper.io/v1alpha1",
-                "kind": "TieredBroker",
-                "metadata": {"name": f"broker-{broker}"},
-                "spec": {
-                    "clusterRef": {"name": "local"},
-                    "brokerId": broker,
-                    "logDir": {"claimName": "data", "mountPath": "/data", "path": "/data"},
-                    "placement": {"nodeName": plane.kubelet.node_names[0]},
-                },
-            },
-        )
+        plane.request("POST", f"{api}/tieredbrokers", tiered_broker(broker, plane.kubelet.node_names[0]))
         # Produce first, so the topic holds records before it is tiered (an empty one is Ready at once).
         producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 5})
         rate_bytes = args.segment_kib * 1024 / args.roll_seconds
@@ -453,21 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         create_topics(kafka, names)
         result["kafka_topics_created_s"] = round(time.monotonic() - started, 1)
         (broker,) = kafka.node_ids
-        plane.request(
-            "POST",
-            f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredbrokers",
-            {
-                "apiVersion": "tierkeeper.io/v1alpha1",
-                "kind": "TieredBroker",
-                "metadata": {"name": f"broker-{broker}"},
-                "spec": {
-                    "clusterRef": {"name": "local"},
-                    "brokerId": broker,
-                    "logDir": {"claimName": "data", "mountPath": "/data", "path": "/data"},
-                    "placement": {"nodeName": plane.kubelet.node_names[0]},
-                },
-            },
-        )
+        brokers = f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredbrokers"
+        plane.request("POST", brokers, tiered_broker(broker, plane.kubelet.node_names[0]))
         cluster_file = work / "local.yaml"
         cluster_file.write_text(
             yaml.safe_dump(

@@ -1,4 +1,5 @@
-"""Reconcile rounds on a thread beside kopf: one round every interval until stopped.
+"""Reconcile rounds on a thread beside kopf: one round every interval until stopped, and one soon after a
+wake (:mod:`tierkeeper_operator.wakeups`: a TieredTopic was created, edited or is being deleted).
 
 A failed round (API server or Kafka unreachable) is logged and counted, and the next round tries again;
 it never stops the operator. With peering (:mod:`tierkeeper_operator.peering`) a round runs only while
@@ -18,8 +19,14 @@ from tierkeeper_operator.loop import Reconciler
 from tierkeeper_operator.metrics import Metrics
 from tierkeeper_operator.peering import PeeringConfig, PeeringGate
 from tierkeeper_operator.probes import ReadyState, serve_readiness
+from tierkeeper_operator.wakeups import SpecWatch
 
 log = logging.getLogger("tierkeeper.operator")
+
+
+SETTLE_SECONDS = 1.0
+"""A woken round waits this long first, so a burst of changes (``kubectl apply -f dir/``) is judged by
+one round rather than by one round per object."""
 
 
 class Rounds:
@@ -29,12 +36,15 @@ class Rounds:
         interval: float,
         gate: PeeringGate | None = None,
         ready: ReadyState | None = None,
+        settle: float = SETTLE_SECONDS,
     ) -> None:
         self.reconciler = reconciler
         self.interval = interval
         self.gate = gate
         self.ready = ready or ReadyState()
+        self.settle = settle
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tierkeeper-rounds", daemon=True)
         self._role = ""
 
@@ -44,7 +54,13 @@ class Rounds:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=60)
+
+    def wake(self) -> None:
+        """Run the next round soon (after ``settle`` seconds) instead of at the end of the interval. A
+        wake during a round makes the round after it come soon: that round lists what changed."""
+        self._wake.set()
 
     def alive(self) -> bool:
         return self._thread.is_alive()
@@ -74,7 +90,14 @@ class Rounds:
                 self.reconciler.metrics.errors.labels(kind=type(exc).__name__).inc()
                 self.ready.failed(f"{type(exc).__name__}: {exc}"[:300])
                 log.warning("reconcile round failed: %s", exc)
-            self._stop.wait(self.interval)
+            self._pause()
+
+    def _pause(self) -> None:
+        """Until the interval ends or, after a wake, ``settle`` seconds later; cleared only then, so
+        the wakes of a burst (and those during the round just run) lead to one more round."""
+        if self._wake.wait(self.interval) and not self._stop.is_set():
+            self._stop.wait(self.settle)
+        self._wake.clear()
 
 
 @dataclass(frozen=True)
@@ -128,4 +151,6 @@ def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOpti
         identity=options.identity,
         kafka_config_dirs=options.kafka_config_dirs,
     )
-    return Rounds(reconciler, options.interval, gate, ready).start()
+    rounds = Rounds(reconciler, options.interval, gate, ready).start()
+    SpecWatch(kube, rounds.wake).start()
+    return rounds

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from storage_core.api import GROUP, VERSION
@@ -87,6 +87,56 @@ class Kube:
                 if not token:
                     break
         return out
+
+    @staticmethod
+    def _scope(namespace: str | None) -> str:
+        return "" if namespace is None else f"/namespaces/{namespace}"
+
+    def collection_version(self, plural: str, namespace: str | None) -> str:
+        """The resourceVersion of ``plural`` as it is now, for a watch of what happens from here on (a
+        one-object page: listing the whole collection for its version would cost as much as a round).
+        ``namespace`` None: all namespaces."""
+        page = self._call("GET", f"/apis/{GROUP}/{VERSION}{self._scope(namespace)}/{plural}?limit=1")
+        return str(page["metadata"]["resourceVersion"])
+
+    def watch(
+        self, plural: str, namespace: str | None, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """The watch events (``{"type": ..., "object": ...}``) of ``plural`` after ``resource_version``,
+        bookmarks included, until the API server ends the request after ``timeout_seconds``."""
+        from kubernetes.client.exceptions import ApiException
+
+        query = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        path = f"/apis/{GROUP}/{VERSION}{self._scope(namespace)}/{plural}?{urllib.parse.urlencode(query)}"
+        try:
+            response = self._client.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                # The server ends the request after timeout_seconds; a read that waits much longer
+                # means a dead connection, which a fresh watch replaces.
+                _request_timeout=(30, timeout_seconds + 30),
+            )
+        except ApiException as exc:
+            raise KubeError("GET", path, int(exc.status or 0), str(exc.body or exc.reason)) from None
+        try:
+            pending = b""
+            for chunk in response.stream(amt=None, decode_content=True):
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.release_conn()
 
     def patch_status(self, plural: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status"

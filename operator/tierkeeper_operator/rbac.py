@@ -37,8 +37,9 @@ KUBE_GRANTS: tuple[Grant, ...] = (
     Grant(
         GROUP,
         "tieredtopics",
-        ("list", "patch"),
-        "Kube.list_resources: every round lists them; Kube.set_finalizers: the remote-deletion finalizer",
+        ("list", "watch", "patch"),
+        "Kube.list_resources: every round lists them; Kube.watch: a new or edited one wakes the rounds; "
+        "Kube.set_finalizers: the remote-deletion finalizer",
     ),
     Grant(
         GROUP,
@@ -81,7 +82,7 @@ KUBE_GRANTS: tuple[Grant, ...] = (
 )
 
 KOPF_GRANTS: tuple[Grant, ...] = (
-    # TieredTopics have no kopf handler (the rounds read them): kopf neither watches nor patches them.
+    # TieredTopics have no kopf handler (the rounds read them, and SpecWatch only wakes the rounds).
     Grant(GROUP, "tieredbrokers", ("list", "watch", "patch"), "kopf watches them; finalizers, annotations"),
     Grant(GROUP, "tieredbrokers/status", ("patch",), "kopf's handlers write status through the subresource"),
     Grant("", "events", ("create",), "kopf posts events for handler results (kopf.warn)"),

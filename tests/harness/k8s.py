@@ -114,6 +114,21 @@ def load_crds(crd_dir: Path = CRD_DIR) -> list[dict[str, Any]]:
     return docs
 
 
+def tiered_broker(broker_id: int, node_name: str, cluster: str = "local") -> dict[str, Any]:
+    """A TieredBroker for a harness broker whose log dir the process kubelet serves as PVC ``data``."""
+    return {
+        "apiVersion": "tierkeeper.io/v1alpha1",
+        "kind": "TieredBroker",
+        "metadata": {"name": f"broker-{broker_id}"},
+        "spec": {
+            "clusterRef": {"name": cluster},
+            "brokerId": broker_id,
+            "logDir": {"claimName": "data", "mountPath": "/data", "path": "/data"},
+            "placement": {"nodeName": node_name},
+        },
+    }
+
+
 def register_crd(emulator: kmock.KubernetesEmulator, crd: Mapping[str, Any]) -> None:
     """Serve the CRD's resource in discovery and store the CRD object, as `kubectl apply` would."""
     spec = crd["spec"]

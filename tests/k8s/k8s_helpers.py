@@ -6,8 +6,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import Producer
+
 from harness.control_plane import ControlPlane
 from harness.k8s import wait_until
+from harness.kafka import KafkaCluster
 from harness.kube_rest import ApiError
 
 # Generous: on a busy 2-core CI machine a pod's Python process may take many seconds to start.
@@ -64,3 +67,14 @@ def terminated(pod: dict[str, Any], container: str) -> dict[str, Any]:
     statuses = {s["name"]: s for s in pod["status"].get("containerStatuses", [])}
     state: dict[str, Any] = statuses[container]["state"]["terminated"]
     return state
+
+
+def produce(kafka: KafkaCluster, topic: str, count: int) -> None:
+    """``count`` records of 320 bytes, keyed by their index, with the cluster's client properties (SASL)."""
+    client = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.client_config}
+    producer = Producer({**client, "batch.size": 16384, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=(f"{i:08d}" * 40).encode())
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0

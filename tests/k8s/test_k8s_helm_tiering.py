@@ -13,7 +13,7 @@ from typing import Any
 import s3fs
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
-from k8s_helpers import unique
+from k8s_helpers import produce, unique
 from test_k8s_helm import (
     CHART,
     RESTRICTED,
@@ -23,7 +23,7 @@ from test_k8s_helm import (
     requests_of,
     running_pod,
 )
-from test_k8s_operator_real import produce, resource, tier_storage
+from test_k8s_operator_real import resource, tier_storage
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds

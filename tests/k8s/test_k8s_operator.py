@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from k8s_helpers import unique
 
 from harness.control_plane import ControlPlane
-from harness.k8s import running_operator, wait_until
+from harness.k8s import running_operator, tiered_broker, wait_until
 from harness.kafka import KafkaCluster
 from harness.kafka_dist import HarnessError
 from harness.kubeconfig import write_kubeconfig
@@ -119,17 +119,7 @@ def local_setup(plane: ControlPlane, ns: str, kafka: KafkaCluster) -> tuple[Reco
     admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "-1"})])[topic].result(60)
     kafka.wait_topic(topic, 1)
     (broker_id,) = kafka.node_ids
-    broker = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TieredBroker",
-        "metadata": {"name": f"broker-{broker_id}"},
-        "spec": {
-            "clusterRef": {"name": "local"},
-            "brokerId": broker_id,
-            "logDir": {"claimName": "data", "mountPath": "/data", "path": "/data"},
-            "placement": {"nodeName": plane.kubelet.node_names[0]},
-        },
-    }
+    broker = tiered_broker(broker_id, plane.kubelet.node_names[0])
     plane.request("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/tieredbrokers", broker)
     return Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster}), topic
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import s3fs
 import yaml
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from k8s_helpers import produce
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
@@ -133,15 +133,6 @@ def log_dir_claims(plane: ControlPlane, namespace: str, kafka: KafkaCluster) -> 
 
 def resource(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "tierkeeper.io/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
-
-
-def produce(kafka: KafkaCluster, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "batch.size": 16384, "linger.ms": 5})
-    for i in range(count):
-        producer.produce(topic, key=str(i).encode(), value=(f"{i:08d}" * 40).encode())
-        if i % 500 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
 
 
 def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
-from k8s_helpers import wait_for
+from k8s_helpers import produce, wait_for
 from prometheus_client.parser import text_string_to_metric_families
-from test_k8s_operator_real import produce, resource, tier_storage
+from test_k8s_operator_real import resource, tier_storage
 
 from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from k8s_helpers import produce
 from reliability.secret_scan import leaks, secret_volume
 from test_k8s_operator_real import DEADLINE, chart_rbac, kstatus, resource, tier_storage
 
@@ -42,12 +42,7 @@ def sasl_topic(kafka: KafkaCluster, topic: str) -> None:
     admin = AdminClient(client)  # kept referenced: a collected client fails its pending futures
     admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(60)
     kafka.wait_topic(topic, 1)
-    producer = Producer({**client, "batch.size": 16384, "linger.ms": 5})
-    for i in range(3000):
-        producer.produce(topic, key=str(i).encode(), value=(f"{i:08d}" * 40).encode())
-        if i % 500 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    produce(kafka, topic, 3000)
 
 
 def test_operator_tiers_a_topic_on_a_sasl_broker_with_credentials_from_files(

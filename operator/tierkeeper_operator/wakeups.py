@@ -1,0 +1,116 @@
+"""Wake the reconcile rounds when a TieredTopic needs a look now rather than at the next interval.
+
+Rounds run every ``--reconcile-interval`` seconds (30 by default), so without this a new TieredTopic, an
+edited spec or a started deletion would wait up to a whole interval for the operator to notice it. One
+watch per watched namespace (or one for all namespaces) reads the changes and wakes the
+rounds when an object's spec is newer than what its status says a round saw (``metadata.generation`` !=
+``status.observedGeneration``: created, spec edited, deletion started - the API server raises the
+generation for each). The rounds' own status writes set observedGeneration to the generation, so they
+wake nothing.
+
+Nothing is cached here: the woken round lists the objects as every round does. A missed event therefore
+costs at most one interval, never correctness, and a watch that breaks is simply started again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tierkeeper_operator.kube import Kube, KubeError
+
+log = logging.getLogger("tierkeeper.operator")
+
+WATCH_SECONDS = 300
+"""How long one watch request lasts before the API server ends it and the next one starts."""
+RETRY_SECONDS = 5.0
+"""Pause before starting a watch again after it failed (API server restarting, connection reset)."""
+
+
+def needs_look(event: Mapping[str, Any]) -> bool:
+    """True when a watch event shows an object whose spec no round has judged yet."""
+    if event.get("type") not in ("ADDED", "MODIFIED"):
+        return False
+    obj = event.get("object") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    observed = (obj.get("status") or {}).get("observedGeneration")
+    return generation is not None and generation != observed
+
+
+class SpecWatch:
+    """Watches ``plural`` in each namespace of ``kube`` (or in all) on daemon threads and calls ``wake``
+    for each event :func:`needs_look` accepts (the rounds make one round of a burst of wakes)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        wake: Callable[[], None],
+        plural: str = "tieredtopics",
+        *,
+        watch_seconds: int = WATCH_SECONDS,
+        retry_seconds: float = RETRY_SECONDS,
+    ) -> None:
+        self.kube = kube
+        self.wake = wake
+        self.plural = plural
+        self.watch_seconds = watch_seconds
+        self.retry_seconds = retry_seconds
+        self._stop = threading.Event()
+        namespaces: tuple[str | None, ...] = kube.namespaces or (None,)
+        self._following = [threading.Event() for _ in namespaces]
+        self._threads = [
+            threading.Thread(target=self._run, args=(ns, ready), name=f"tierkeeper-watch-{ns}", daemon=True)
+            for ns, ready in zip(namespaces, self._following, strict=True)
+        ]
+
+    def start(self) -> SpecWatch:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def following(self, timeout: float) -> bool:
+        """True once every watch knows where it starts: a change made after this returned True wakes
+        the rounds (False: not yet after ``timeout`` seconds)."""
+        return all(event.wait(timeout) for event in self._following)
+
+    def stop(self) -> None:
+        """Ask the watches to end; a thread blocked in a request ends with it (they are daemons)."""
+        self._stop.set()
+
+    def _run(self, namespace: str | None, following: threading.Event) -> None:
+        where = f"{self.plural} in {namespace or 'all namespaces'}"
+        version = ""
+        first = True
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    version = self.kube.collection_version(self.plural, namespace)
+                    if not first:
+                        self.wake()  # changes between the lost watch and now were not seen
+                    first = False
+                    following.set()
+                version = self._follow(namespace, where, version)
+            except Exception as exc:  # noqa: BLE001 - a broken watch is started again, never fatal
+                if isinstance(exc, KubeError) and exc.status == 410:
+                    version = ""  # too old to resume from
+                # Otherwise resume from the last version seen: the events since then are not lost.
+                log.warning("watch of %s failed (%s); again in %.0f s", where, exc, self.retry_seconds)
+                self._stop.wait(self.retry_seconds)
+
+    def _follow(self, namespace: str | None, where: str, version: str) -> str:
+        """One watch request from ``version``; returns where the next one starts ("" : from now on)."""
+        for event in self.kube.watch(self.plural, namespace, version, self.watch_seconds):
+            if self._stop.is_set():
+                break
+            if event.get("type") == "ERROR":
+                # Typically 410 Gone: the version left the API server's watch cache; start from now.
+                status = event.get("object") or {}
+                log.info("watch of %s ended: %s", where, status.get("message", status))
+                return ""
+            meta = (event.get("object") or {}).get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)  # bookmarks carry it too
+            if needs_look(event):
+                self.wake()
+        return version

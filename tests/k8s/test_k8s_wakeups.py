@@ -1,0 +1,190 @@
+"""A new, edited or deleted TieredTopic wakes the reconcile rounds (tierkeeper_operator.wakeups): it is
+judged soon, not at the end of a reconcile interval. The rounds here run every hour, so only a wake can
+explain a status that appears within the test's deadline."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import kubernetes
+import pytest
+from k8s_helpers import DEADLINE
+from test_k8s_operator import example, local_setup, status_when
+
+from harness.control_plane import ControlPlane
+from harness.k8s import wait_until
+from harness.kafka import KafkaCluster
+from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator.background import Rounds
+from tierkeeper_operator.kube import KubeError
+from tierkeeper_operator.loop import RoundResult
+from tierkeeper_operator.metrics import Metrics
+from tierkeeper_operator.wakeups import SpecWatch, needs_look
+
+HOUR = 3600.0
+
+
+def event(
+    kind: str, generation: int | None, observed: int | None = None, version: str = "1"
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": "t", "resourceVersion": version}}
+    if generation is not None:
+        obj["metadata"]["generation"] = generation
+    if observed is not None:
+        obj["status"] = {"observedGeneration": observed}
+    return {"type": kind, "object": obj}
+
+
+@pytest.mark.parametrize(
+    ("watched", "wakes"),
+    [
+        (event("ADDED", 1), True),  # created: no round saw it
+        (event("ADDED", 1, 0), True),  # the CRD's status default (observedGeneration 0)
+        (event("MODIFIED", 1, 1), False),  # a round's own status write
+        (event("MODIFIED", 2, 1), True),  # spec edited, or deletion started (both raise the generation)
+        (event("DELETED", 2, 1), False),  # gone: nothing left to judge
+        (event("BOOKMARK", None), False),
+        ({"type": "ERROR", "object": {"code": 410}}, False),
+    ],
+)
+def test_only_a_spec_no_round_judged_yet_wakes_the_rounds(watched: dict[str, Any], wakes: bool) -> None:
+    assert needs_look(watched) is wakes
+
+
+@dataclass
+class ScriptedKube:
+    """Answers SpecWatch as the API server would, from a script: each watch request plays the next list
+    of events (an exception in it is raised there); when the script is used up, a request blocks until
+    the test ends."""
+
+    watches: list[list[dict[str, Any] | Exception]]
+    versions: list[str]
+    namespaces: tuple[str, ...] = ("ns",)
+    asked_from: list[str] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def collection_version(self, plural: str, namespace: str | None) -> str:
+        assert (plural, namespace) == ("tieredtopics", "ns")
+        return self.versions.pop(0)
+
+    def watch(
+        self, plural: str, namespace: str | None, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        self.asked_from.append(resource_version)
+        if not self.watches:
+            self.done.set()
+            threading.Event().wait(HOUR)  # a quiet watch: the daemon thread dies with the test process
+            return
+        for item in self.watches.pop(0):
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+def test_the_watch_resumes_where_it_was_and_starts_again_when_too_old() -> None:
+    kube = ScriptedKube(
+        watches=[
+            [
+                event("ADDED", 1, version="11"),
+                event("MODIFIED", 1, 1, "12"),
+                event("BOOKMARK", None, version="20"),
+            ],
+            [ConnectionResetError("reset by peer")],  # resumed from 20: no event is lost
+            [event("MODIFIED", 2, 1, "21"), {"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
+            [KubeError("GET", "/watch", 410, "Gone")],
+        ],
+        versions=["10", "30", "40"],
+    )
+    wakes: list[int] = []
+    watch = SpecWatch(kube, lambda: wakes.append(1), retry_seconds=0.01)  # type: ignore[arg-type]
+    watch.start()
+    try:
+        assert kube.done.wait(DEADLINE), f"the watch stopped asking: {kube.asked_from}"
+    finally:
+        watch.stop()
+    # 10: first version; 20 after a bookmark and a reset; 21 went out of the cache (410 event): from now
+    # (30); an answer of 410 to the request itself: from now again (40).
+    assert kube.asked_from == ["10", "20", "20", "30", "40"]
+    # The new object, the edited one, and once for each fresh start (what happened in between is unseen).
+    assert len(wakes) == 4
+
+
+@dataclass
+class CountingReconciler:
+    """Counts rounds; the first one runs until the test lets it end (``release``)."""
+
+    metrics: Metrics = field(default_factory=Metrics)
+    rounds: int = 0
+    first_running: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def run_round(self) -> RoundResult:
+        self.rounds += 1
+        if self.rounds == 1:
+            self.first_running.set()
+            self.release.wait(DEADLINE)
+        return RoundResult(plan=None, created=[], recorded=[])  # type: ignore[arg-type]
+
+
+def test_a_wake_brings_the_next_round_forward_and_a_burst_makes_one_round() -> None:
+    reconciler = CountingReconciler()
+    rounds = Rounds(reconciler, HOUR, settle=0.1).start()  # type: ignore[arg-type]
+    try:
+        assert reconciler.first_running.wait(DEADLINE), "the first round did not start"
+        for _ in range(20):  # a burst while a round runs: the round after it lists what changed
+            rounds.wake()
+        reconciler.release.set()
+        assert wait_until(lambda: reconciler.rounds >= 2, DEADLINE), "the wakes did not bring a round"
+        rounds.wake()
+        assert wait_until(lambda: reconciler.rounds >= 3, DEADLINE), "a later wake did not bring a round"
+    finally:
+        reconciler.release.set()
+        rounds.stop()
+    assert not rounds.alive()
+    # One round for the twenty wakes, one for the last; none from the interval (an hour).
+    assert reconciler.rounds == 3
+
+
+def test_a_new_or_edited_tieredtopic_is_judged_without_waiting_for_the_interval(
+    k8s_crds: ControlPlane, kube_client: Any, k8s_namespace: str, kafka_broker: KafkaCluster
+) -> None:
+    ns = k8s_namespace
+    api = kubernetes.client.CustomObjectsApi(kube_client)
+    reconciler, topic = local_setup(k8s_crds, ns, kafka_broker)
+    rounds = Rounds(reconciler, HOUR, settle=0.2).start()
+    watch = SpecWatch(reconciler.kube, rounds.wake).start()
+    try:
+        assert watch.following(DEADLINE), "the watch did not start"
+        assert wait_until(lambda: rounds.ready.rounds >= 1, DEADLINE), "the first round did not run"
+        body = example("tieredtopic.yaml", "prompt", ns)
+        body["spec"].update(clusterRef={"name": "local"}, topic=topic)
+        api.create_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", body)
+        created = status_when(api, ns, "tieredtopics", "prompt", "Ready=True", 1, DEADLINE)
+        api.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, "tieredtopics", "prompt", {"spec": {"cleanup": {"intervalSeconds": 900}}}
+        )
+        edited = status_when(api, ns, "tieredtopics", "prompt", "Ready=True", 2, DEADLINE)
+        # A deletion raises the generation too (the API server does, for an object a finalizer holds),
+        # which is what wakes the rounds for deletionPolicy Delete.
+        api.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            "tieredtopics",
+            "prompt",
+            {"metadata": {"finalizers": ["test.tierkeeper.io/hold"]}},
+        )
+        api.delete_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", "prompt")
+        held = api.get_namespaced_custom_object(GROUP, VERSION, ns, "tieredtopics", "prompt")
+        api.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, "tieredtopics", "prompt", {"metadata": {"finalizers": None}}
+        )
+    finally:
+        watch.stop()
+        rounds.stop()
+    assert created.get("observedGeneration") == 1, created
+    assert edited.get("observedGeneration") == 2, edited
+    assert held["metadata"]["generation"] == 3 and held["metadata"].get("deletionTimestamp"), held["metadata"]
