@@ -36,6 +36,23 @@ def _uuid_to_kafka(u: Any) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+@dataclass
+class _ConnectionErrors:
+    """librdkafka's last word on why a broker connection failed (authentication, TLS): a failed request
+    itself says only "transport failure", or times out."""
+
+    last: str = ""
+    all_down: bool = False
+
+    def record(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:  # says nothing of why
+            self.all_down = True
+        else:
+            self.last = str(error.str())[:300]
+
+
 class KafkaAdmin:
     """A thin wrapper over confluent_kafka's AdminClient for one cluster."""
 
@@ -44,8 +61,17 @@ class KafkaAdmin:
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap_servers = bootstrap_servers
+        self._secured = "security.protocol" in (config or {})
+        # Not a bound method of self: the client would hold self, and a cycle outlives its last use.
+        self._connection = _ConnectionErrors()
         try:
-            self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(config or {})})
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": bootstrap_servers,
+                    **(config or {}),
+                    "error_cb": self._connection.record,
+                }
+            )
         except KafkaException as exc:
             # librdkafka's message may quote the refused value, which may be a password: name only the
             # property.
@@ -53,20 +79,43 @@ class KafkaAdmin:
             what = f"property {named.group(1)}" if named else f"properties {', '.join(sorted(config or {}))}"
             raise KafkaAdminError(f"Kafka client configuration refused: check {what}") from None
 
+    def _diagnosis(self) -> str:
+        """Why the broker connections failed, when librdkafka said so: it tells only ``error_cb``, which
+        runs when the client is polled ("" when it said nothing)."""
+        self._admin.poll(0)
+        if not (self._connection.last or self._connection.all_down):
+            self._admin.poll(0.2)  # the error may be on its way from librdkafka's broker thread
+        if self._connection.last:
+            return f"; broker connection: {self._connection.last}"
+        if self._connection.all_down and not self._secured:
+            # What a plaintext client sees at a SASL listener: the broker hangs up, nothing more.
+            return (
+                "; no security.protocol is configured: if the broker's listener requires SASL or TLS, "
+                "the client needs security.protocol and its sasl.* / ssl.* properties"
+            )
+        return ""
+
+    def _failure(self, what: str, exc: BaseException, diagnosis: str | None = None) -> str:
+        """One line for a failed request: what, where, Kafka's reason (a timeout's is empty) and the
+        :meth:`_diagnosis` (``diagnosis``: already made for this request's other failures)."""
+        reason = str(exc) or f"no answer within {TIMEOUT_S:.0f} s ({type(exc).__name__})"
+        note = self._diagnosis() if diagnosis is None else diagnosis
+        return f"{what} on {self.bootstrap_servers}: {reason}{note}"
+
     def _wait(self, futures: dict[Any, Any], what: str) -> dict[Any, Any]:
         out = {}
         for key, fut in futures.items():
             try:
                 out[key] = fut.result(TIMEOUT_S)
             except Exception as exc:
-                raise KafkaAdminError(f"{what} {key} on {self.bootstrap_servers}: {exc}") from exc
+                raise KafkaAdminError(self._failure(f"{what} {key}", exc)) from exc
         return out
 
     def topic_names(self) -> list[str]:
         try:
             md = self._admin.list_topics(timeout=TIMEOUT_S)
         except Exception as exc:
-            raise KafkaAdminError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
+            raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(t for t in md.topics if not t.startswith("__"))
 
     def describe(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], PartitionInfo]:
@@ -137,7 +186,7 @@ class KafkaAdmin:
         try:
             md = self._admin.list_topics(timeout=TIMEOUT_S)
         except Exception as exc:
-            raise KafkaAdminError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
+            raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(int(b) for b in md.brokers)
 
     def describe_if_exists(self, topic: str) -> dict[tuple[str, int], PartitionInfo]:
@@ -154,9 +203,9 @@ class KafkaAdmin:
                 and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
             ):
                 return {}
-            raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
+            raise KafkaAdminError(self._failure(f"describe topic {topic}", exc)) from exc
         except Exception as exc:
-            raise KafkaAdminError(f"describe topic {topic} on {self.bootstrap_servers}: {exc}") from exc
+            raise KafkaAdminError(self._failure(f"describe topic {topic}", exc)) from exc
         return _partitions(topic, desc)
 
     def describe_many(
@@ -172,19 +221,23 @@ class KafkaAdmin:
         try:
             futures = self._admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - reported for every topic asked
-            return {}, {name: f"describe topic {name} on {self.bootstrap_servers}: {exc}" for name in names}
+            line = self._failure("describe topics", exc)
+            return {}, dict.fromkeys(names, line)
         found: dict[str, dict[tuple[str, int], PartitionInfo]] = {}
         errors: dict[str, str] = {}
+        note: str | None = None  # one diagnosis for all of the request's failures
         for name, future in futures.items():
             try:
                 desc = future.result(TIMEOUT_S)
             except KafkaException as exc:
                 code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
                 if code != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    errors[name] = f"describe topic {name} on {self.bootstrap_servers}: {exc}"
+                    note = self._diagnosis() if note is None else note
+                    errors[name] = self._failure(f"describe topic {name}", exc, note)
                 continue
             except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
-                errors[name] = f"describe topic {name} on {self.bootstrap_servers}: {exc}"
+                note = self._diagnosis() if note is None else note
+                errors[name] = self._failure(f"describe topic {name}", exc, note)
                 continue
             found[name] = _partitions(name, desc)
         return found, errors
@@ -200,16 +253,17 @@ class KafkaAdmin:
         try:
             futures = self._admin.describe_configs(resources, request_timeout=TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - reported for every topic asked
-            where = self.bootstrap_servers
-            return {}, {name: f"describe configs {name} on {where}: {exc}" for name in names}
+            line = self._failure("describe configs", exc)
+            return {}, dict.fromkeys(names, line)
         configs: dict[str, dict[str, str]] = {}
         errors: dict[str, str] = {}
+        note: str | None = None  # one diagnosis for all of the request's failures
         for resource, future in futures.items():
             try:
                 entries = future.result(TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
-                where = self.bootstrap_servers
-                errors[resource.name] = f"describe configs {resource.name} on {where}: {exc}"
+                note = self._diagnosis() if note is None else note
+                errors[resource.name] = self._failure(f"describe configs {resource.name}", exc, note)
                 continue
             configs[resource.name] = {n: e.value for n, e in entries.items() if e.value is not None}
         return configs, errors

@@ -27,7 +27,7 @@ from harness.tierkeeper_cli import run_cli
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.kafka_client_config import ClusterClients, parse_config_dirs
 from storage_core.api.cluster import KafkaClusterConfig
-from storage_core.errors import ConfigError
+from storage_core.errors import ConfigError, KafkaAdminError
 
 from .secret_scan import leaks, secret_volume
 from .topics import SMALL_SEGMENTS, create_topic
@@ -62,6 +62,21 @@ def test_the_broker_refuses_clients_without_the_right_credentials(sasl_broker: K
     assert "Authentication failed: Invalid username or password" in sasl_broker.server_log(1)
 
 
+def test_a_refused_client_is_told_why(sasl_broker: KafkaCluster) -> None:
+    """librdkafka tells only its error callback why a connection failed; the adapter's errors say it."""
+    plain = KafkaAdmin(sasl_broker.bootstrap_servers)
+    with pytest.raises(KafkaAdminError) as unauthenticated:
+        plain.topic_names()
+    assert "no security.protocol is configured" in str(unauthenticated.value), unauthenticated.value
+    wrong = {**MECHANISM, "sasl.username": USER, "sasl.password": "not-the-password"}
+    refused = KafkaAdmin(sasl_broker.bootstrap_servers, wrong)
+    with pytest.raises(KafkaAdminError) as bad_password:
+        refused.topic_names()
+    line = str(bad_password.value)
+    assert "broker connection: " in line and "Authentication failed" in line, line
+    assert "not-the-password" not in line and "security.protocol is configured" not in line
+
+
 def test_copy_and_cleanup_authenticate_with_the_mounted_secret_dir(
     sasl_broker: KafkaCluster, tmp_path: Path
 ) -> None:
@@ -87,6 +102,8 @@ def test_copy_and_cleanup_authenticate_with_the_mounted_secret_dir(
             assert "sasl.mechanism" in last, last
         else:
             assert sasl_broker.bootstrap_servers in last, last
+            # The broker only hangs up on a client that does not speak SASL: the line says what to check.
+            assert "no security.protocol is configured" in last, last
 
     # Without the Secret's files: refused.
     refused("copy", *log_dir, *common, *flags)
