@@ -1,5 +1,6 @@
-"""Reconcile rounds on a thread beside kopf: one round every interval until stopped, and one soon after a
-wake (:mod:`tierkeeper_operator.wakeups`: a TieredTopic was created, edited or is being deleted).
+"""Reconcile rounds on a thread beside kopf: a full round every interval until stopped, and a quick round
+soon after a watch hands over TieredTopics that were created, edited or are being deleted
+(:mod:`tierkeeper_operator.wakeups`).
 
 A failed round (API server or Kafka unreachable) is logged and counted, and the next round tries again;
 it never stops the operator. With peering (:mod:`tierkeeper_operator.peering`) a round runs only while
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,14 +21,14 @@ from tierkeeper_operator.loop import Reconciler
 from tierkeeper_operator.metrics import Metrics
 from tierkeeper_operator.peering import PeeringConfig, PeeringGate
 from tierkeeper_operator.probes import ReadyState, serve_readiness
-from tierkeeper_operator.wakeups import SpecWatch
+from tierkeeper_operator.wakeups import SpecWatch, Wakeups
 
 log = logging.getLogger("tierkeeper.operator")
 
 
 SETTLE_SECONDS = 1.0
 """A woken round waits this long first, so a burst of changes (``kubectl apply -f dir/``) is judged by
-one round rather than by one round per object."""
+one quick round rather than by one round per object."""
 
 
 class Rounds:
@@ -37,14 +39,15 @@ class Rounds:
         gate: PeeringGate | None = None,
         ready: ReadyState | None = None,
         settle: float = SETTLE_SECONDS,
+        wakeups: Wakeups | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.interval = interval
         self.gate = gate
         self.ready = ready or ReadyState()
         self.settle = settle
+        self.wakeups = wakeups or Wakeups()
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tierkeeper-rounds", daemon=True)
         self._role = ""
 
@@ -54,13 +57,12 @@ class Rounds:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self.wakeups.signal.set()
         self._thread.join(timeout=60)
 
     def wake(self) -> None:
-        """Run the next round soon (after ``settle`` seconds) instead of at the end of the interval. A
-        wake during a round makes the round after it come soon: that round lists what changed."""
-        self._wake.set()
+        """Run the next full round soon (after ``settle`` seconds) instead of at the end of the interval."""
+        self.wakeups.full_round()
 
     def alive(self) -> bool:
         return self._thread.is_alive()
@@ -79,10 +81,18 @@ class Rounds:
         return active
 
     def _run(self) -> None:
+        next_full = 0.0  # monotonic time of the next full round: the first one at once
         while not self._stop.is_set():
+            asked, objects = self.wakeups.take()
+            full = asked or time.monotonic() >= next_full
+            if full:
+                next_full = time.monotonic() + self.interval
             try:
-                if self._may_run():
-                    result = self.reconciler.run_round()
+                # A standby takes and drops what it was handed: the full round it runs once active
+                # lists everything anyway.
+                if (full or objects) and self._may_run():
+                    # A full round lists what was handed over as well.
+                    result = self.reconciler.run_round() if full else self.reconciler.run_round(objects)
                     self.ready.round_ran()
                     if result.created or result.recorded:
                         log.info("round: created %s, recorded %s", result.created, result.recorded)
@@ -90,14 +100,14 @@ class Rounds:
                 self.reconciler.metrics.errors.labels(kind=type(exc).__name__).inc()
                 self.ready.failed(f"{type(exc).__name__}: {exc}"[:300])
                 log.warning("reconcile round failed: %s", exc)
-            self._pause()
+            self._pause(max(0.0, next_full - time.monotonic()))
 
-    def _pause(self) -> None:
-        """Until the interval ends or, after a wake, ``settle`` seconds later; cleared only then, so
-        the wakes of a burst (and those during the round just run) lead to one more round."""
-        if self._wake.wait(self.interval) and not self._stop.is_set():
+    def _pause(self, timeout: float) -> None:
+        """Until the next full round is due or, once something was handed over, ``settle`` seconds
+        later, so the rest of a burst (and what came during the round just run) joins it."""
+        if self.wakeups.signal.wait(timeout) and not self._stop.is_set():
             self._stop.wait(self.settle)
-        self._wake.clear()
+        self.wakeups.signal.clear()
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,6 @@ def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOpti
         identity=options.identity,
         kafka_config_dirs=options.kafka_config_dirs,
     )
-    rounds = Rounds(reconciler, options.interval, gate, ready).start()
-    SpecWatch(kube, rounds.wake).start()
-    return rounds
+    wakeups = Wakeups()
+    SpecWatch(kube, wakeups).start()
+    return Rounds(reconciler, options.interval, gate, ready, wakeups=wakeups).start()

@@ -300,12 +300,18 @@ class Reconciler:
             log.warning("could not post event %s on %s: %s", reason, _key(obj), exc)
 
     # ---- one round ---------------------------------------------------------------------------------
-    def run_round(self) -> RoundResult:
+    def run_round(self, only: list[dict[str, Any]] | None = None) -> RoundResult:
+        """One round over every TieredTopic (listed), or, with ``only``, a quick round over just those
+        objects (as a watch delivered them: new, edited or being deleted; :mod:`.wakeups`). A quick round
+        observes Kafka for those topics alone, creates the Jobs they are due and writes their status; it
+        leaves finished Jobs' results, fetcher proposals, rebuilds and the fleet-wide gauges to the full
+        rounds, which see every object the results and gauges are about."""
         started = self.clock()
+        full = only is None
         self._admins.refresh()  # a rotated or newly created Secret is read again each round
         jobs = self.kube.list_jobs(f"{LABEL_MANAGED_BY}={MANAGED_BY}")
         topic_objs = {}
-        for obj in self.kube.list_resources("tieredtopics"):
+        for obj in self.kube.list_resources("tieredtopics") if only is None else only:
             if not obj["metadata"].get("deletionTimestamp"):
                 topic_objs[_key(obj)] = obj
             else:
@@ -345,7 +351,8 @@ class Reconciler:
                     copy_busy.add((labels.get(LABEL_CLUSTER, ""), int(labels.get(LABEL_BROKER, -1))))
                 else:
                     cleanup_busy.update(key for key, _, _ in work_of(job))
-            elif (meta.get("annotations") or {}).get(ANNOTATION_RECORDED) != "true":
+            elif full and (meta.get("annotations") or {}).get(ANNOTATION_RECORDED) != "true":
+                # Only a full round: a Job's result concerns topics a quick round may not hold.
                 self._record(job, topic_status, broker_status, broker_keys, topic_objs)
                 recorded.append(meta["name"])
 
@@ -385,7 +392,8 @@ class Reconciler:
             RunningWork(frozenset(copy_busy), frozenset(cleanup_busy)),
             self.clock(),
         )
-        self.fetchers.run(broker_objs, broker_specs, planned)
+        if full:
+            self.fetchers.run(broker_objs, broker_specs, planned)
         result = RoundResult(plan=planned, recorded=recorded)
         round_key = self.clock().strftime("%Y%m%dT%H%M%S")
         for copy in planned.copies:
@@ -425,8 +433,9 @@ class Reconciler:
             if involved is not None:
                 kind = "TieredTopic" if event.key in topic_objs else "TieredBroker"
                 self._event(involved, kind, event.type, event.reason, event.message)
-        rebuilds = RebuildRounds(self.kube, self.clusters, self._event)
-        result.created += rebuilds.run(broker_objs, broker_specs, planned, self.clock())
+        if full:
+            rebuilds = RebuildRounds(self.kube, self.clusters, self._event)
+            result.created += rebuilds.run(broker_objs, broker_specs, planned, self.clock())
         changed = []
         for plural, objs, statuses in (
             ("tieredtopics", topic_objs, planned.topic_status),
@@ -438,7 +447,7 @@ class Reconciler:
                     meta = objs[key]["metadata"]
                     changed.append((plural, meta["namespace"], meta["name"], new))
         self._parallel(self._patch_status, changed)
-        self.metrics.observe_round(planned, (self.clock() - started).total_seconds())
+        self.metrics.observe_round(planned, (self.clock() - started).total_seconds(), fleet=full)
         return result
 
 

@@ -103,9 +103,14 @@ class Metrics:
             registry=self.registry,
         )
 
-    def observe_round(self, planned: Plan, seconds: float) -> None:
+    def observe_round(self, planned: Plan, seconds: float, fleet: bool = True) -> None:
+        """``fleet``: the round judged every object, so the gauges (Stalled, tiered bytes, lag) are
+        set from it; a quick round over a few objects only counts."""
         self.rounds.inc()
         self.duration.observe(seconds)
+        if not fleet:
+            self.reconciles.labels(kind="TieredTopic").inc(len(planned.topic_status))
+            return
         for kind, statuses in (
             ("TieredTopic", planned.topic_status),
             ("TieredBroker", planned.broker_status),

@@ -1,25 +1,27 @@
 """Wake the reconcile rounds when a TieredTopic needs a look now rather than at the next interval.
 
-Rounds run every ``--reconcile-interval`` seconds (30 by default), so without this a new TieredTopic, an
-edited spec or a started deletion would wait up to a whole interval for the operator to notice it. One
-watch per watched namespace (or one for all namespaces) reads the changes and wakes the
-rounds when an object's spec is newer than what its status says a round saw (``metadata.generation`` !=
-``status.observedGeneration``: created, spec edited, deletion started - the API server raises the
-generation for each). The rounds' own status writes set observedGeneration to the generation, so they
-wake nothing.
+Full rounds run every ``--reconcile-interval`` seconds (30 by default), so without this a new
+TieredTopic, an edited spec or a started deletion would wait up to a whole interval. One watch per
+watched namespace (or one for all namespaces) reads the changes; an object whose spec is newer than what
+its status says a round saw (``metadata.generation`` != ``status.observedGeneration``: created, spec
+edited, deletion started - the API server raises the generation for each) is handed to the rounds
+(:class:`Wakeups`), which judge the objects handed over in a quick round (only those topics observed in
+Kafka, only their status written). The rounds' own status writes set observedGeneration to the
+generation: they hand nothing over, and take back an object a round has judged meanwhile.
 
-Nothing is cached here: the woken round lists the objects as every round does. A missed event therefore
-costs at most one interval, never correctness, and a watch that breaks is simply started again.
+Only the objects waiting for a quick round are held, never a cache of all: a full round lists every
+object as before. A missed event therefore costs at most one interval, never correctness; a watch that
+breaks resumes or starts again, and asks for a full round when it may have missed something.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.kube import Kube, KubeError, slim
 
 log = logging.getLogger("tierkeeper.operator")
 
@@ -39,21 +41,57 @@ def needs_look(event: Mapping[str, Any]) -> bool:
     return generation is not None and generation != observed
 
 
+class Wakeups:
+    """What the watches tell the rounds (a thread-safe hand-over): the objects a quick round should judge,
+    keyed ``namespace/name`` (the latest version of each), and whether a full round is due now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._full = False
+        self.signal = threading.Event()
+        """Set whenever there is something to take."""
+
+    def changed(self, key: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self._pending[key] = obj
+        self.signal.set()
+
+    def judged(self, key: str) -> None:
+        """A round has judged the object's current spec (or it is gone): no quick round needed."""
+        with self._lock:
+            self._pending.pop(key, None)
+
+    def full_round(self) -> None:
+        """Changes may have been missed: the next round lists everything."""
+        with self._lock:
+            self._full = True
+        self.signal.set()
+
+    def take(self) -> tuple[bool, list[dict[str, Any]]]:
+        """(full round asked for, the objects waiting), and forget both."""
+        with self._lock:
+            full, self._full = self._full, False
+            objects = list(self._pending.values())
+            self._pending.clear()
+        return full, objects
+
+
 class SpecWatch:
-    """Watches ``plural`` in each namespace of ``kube`` (or in all) on daemon threads and calls ``wake``
-    for each event :func:`needs_look` accepts (the rounds make one round of a burst of wakes)."""
+    """Watches ``plural`` in each namespace of ``kube`` (or in all) on daemon threads and hands each object
+    :func:`needs_look` accepts to ``wakeups`` (the rounds make one quick round of a burst)."""
 
     def __init__(
         self,
         kube: Kube,
-        wake: Callable[[], None],
+        wakeups: Wakeups,
         plural: str = "tieredtopics",
         *,
         watch_seconds: int = WATCH_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self.kube = kube
-        self.wake = wake
+        self.wakeups = wakeups
         self.plural = plural
         self.watch_seconds = watch_seconds
         self.retry_seconds = retry_seconds
@@ -88,7 +126,7 @@ class SpecWatch:
                 if not version:
                     version = self.kube.collection_version(self.plural, namespace)
                     if not first:
-                        self.wake()  # changes between the lost watch and now were not seen
+                        self.wakeups.full_round()  # changes between the lost watch and now were not seen
                     first = False
                     following.set()
                 version = self._follow(namespace, where, version)
@@ -109,8 +147,14 @@ class SpecWatch:
                 status = event.get("object") or {}
                 log.info("watch of %s ended: %s", where, status.get("message", status))
                 return ""
-            meta = (event.get("object") or {}).get("metadata") or {}
+            obj = event.get("object") or {}
+            meta = obj.get("metadata") or {}
             version = str(meta.get("resourceVersion") or version)  # bookmarks carry it too
+            if event.get("type") == "BOOKMARK":
+                continue
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
             if needs_look(event):
-                self.wake()
+                self.wakeups.changed(key, slim(obj))
+            else:
+                self.wakeups.judged(key)
         return version

@@ -1,6 +1,7 @@
-"""A new, edited or deleted TieredTopic wakes the reconcile rounds (tierkeeper_operator.wakeups): it is
-judged soon, not at the end of a reconcile interval. The rounds here run every hour, so only a wake can
-explain a status that appears within the test's deadline."""
+"""A new, edited or deleted TieredTopic is handed from a watch to the reconcile rounds
+(tierkeeper_operator.wakeups) and judged soon by a quick round over just the objects handed over, not at
+the end of a reconcile interval. The full rounds here run every hour, so only a wake can explain a status
+that appears within the test's deadline."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tierkeeper_operator.background import Rounds
 from tierkeeper_operator.kube import KubeError
 from tierkeeper_operator.loop import RoundResult
 from tierkeeper_operator.metrics import Metrics
-from tierkeeper_operator.wakeups import SpecWatch, needs_look
+from tierkeeper_operator.wakeups import SpecWatch, Wakeups, needs_look
 
 HOUR = 3600.0
 
@@ -30,7 +31,7 @@ HOUR = 3600.0
 def event(
     kind: str, generation: int | None, observed: int | None = None, version: str = "1"
 ) -> dict[str, Any]:
-    obj: dict[str, Any] = {"metadata": {"name": "t", "resourceVersion": version}}
+    obj: dict[str, Any] = {"metadata": {"name": "t", "namespace": "ns", "resourceVersion": version}}
     if generation is not None:
         obj["metadata"]["generation"] = generation
     if observed is not None:
@@ -84,12 +85,24 @@ class ScriptedKube:
             yield item
 
 
+@dataclass
+class RecordingWakeups(Wakeups):
+    full_rounds: int = 0
+
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    def full_round(self) -> None:
+        self.full_rounds += 1
+        super().full_round()
+
+
 def test_the_watch_resumes_where_it_was_and_starts_again_when_too_old() -> None:
     kube = ScriptedKube(
         watches=[
             [
                 event("ADDED", 1, version="11"),
-                event("MODIFIED", 1, 1, "12"),
+                event("MODIFIED", 1, 1, "12"),  # judged by a round: taken back
                 event("BOOKMARK", None, version="20"),
             ],
             [ConnectionResetError("reset by peer")],  # resumed from 20: no event is lost
@@ -98,8 +111,8 @@ def test_the_watch_resumes_where_it_was_and_starts_again_when_too_old() -> None:
         ],
         versions=["10", "30", "40"],
     )
-    wakes: list[int] = []
-    watch = SpecWatch(kube, lambda: wakes.append(1), retry_seconds=0.01)  # type: ignore[arg-type]
+    wakeups = RecordingWakeups()
+    watch = SpecWatch(kube, wakeups, retry_seconds=0.01)  # type: ignore[arg-type]
     watch.start()
     try:
         assert kube.done.wait(DEADLINE), f"the watch stopped asking: {kube.asked_from}"
@@ -108,44 +121,52 @@ def test_the_watch_resumes_where_it_was_and_starts_again_when_too_old() -> None:
     # 10: first version; 20 after a bookmark and a reset; 21 went out of the cache (410 event): from now
     # (30); an answer of 410 to the request itself: from now again (40).
     assert kube.asked_from == ["10", "20", "20", "30", "40"]
-    # The new object, the edited one, and once for each fresh start (what happened in between is unseen).
-    assert len(wakes) == 4
+    # Each fresh start asked for a full round (what happened in between is unseen); the edited object
+    # waits for a quick round, the one a round judged does not.
+    assert wakeups.full_rounds == 2
+    full, objects = wakeups.take()
+    assert full and [o["metadata"]["resourceVersion"] for o in objects] == ["21"]
+    assert wakeups.take() == (False, [])
 
 
 @dataclass
 class CountingReconciler:
-    """Counts rounds; the first one runs until the test lets it end (``release``)."""
+    """Records rounds (None: a full one, else the objects of a quick one); the first round runs until
+    the test lets it end (``release``)."""
 
     metrics: Metrics = field(default_factory=Metrics)
-    rounds: int = 0
+    rounds: list[list[dict[str, Any]] | None] = field(default_factory=list)
     first_running: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
-    def run_round(self) -> RoundResult:
-        self.rounds += 1
-        if self.rounds == 1:
+    def run_round(self, only: list[dict[str, Any]] | None = None) -> RoundResult:
+        self.rounds.append(only)
+        if len(self.rounds) == 1:
             self.first_running.set()
             self.release.wait(DEADLINE)
         return RoundResult(plan=None, created=[], recorded=[])  # type: ignore[arg-type]
 
 
-def test_a_wake_brings_the_next_round_forward_and_a_burst_makes_one_round() -> None:
+def test_a_burst_makes_one_quick_round_and_a_wake_brings_the_full_round_forward() -> None:
     reconciler = CountingReconciler()
-    rounds = Rounds(reconciler, HOUR, settle=0.1).start()  # type: ignore[arg-type]
+    wakeups = Wakeups()
+    rounds = Rounds(reconciler, HOUR, settle=0.1, wakeups=wakeups).start()  # type: ignore[arg-type]
     try:
         assert reconciler.first_running.wait(DEADLINE), "the first round did not start"
-        for _ in range(20):  # a burst while a round runs: the round after it lists what changed
-            rounds.wake()
+        for i in range(20):  # a burst while a round runs; the last version of each object counts
+            wakeups.changed(f"ns/t{i % 10}", {"metadata": {"name": f"t{i % 10}", "version": i}})
         reconciler.release.set()
-        assert wait_until(lambda: reconciler.rounds >= 2, DEADLINE), "the wakes did not bring a round"
+        assert wait_until(lambda: len(reconciler.rounds) >= 2, DEADLINE), "the burst brought no round"
         rounds.wake()
-        assert wait_until(lambda: reconciler.rounds >= 3, DEADLINE), "a later wake did not bring a round"
+        assert wait_until(lambda: len(reconciler.rounds) >= 3, DEADLINE), "a wake brought no round"
     finally:
         reconciler.release.set()
         rounds.stop()
     assert not rounds.alive()
-    # One round for the twenty wakes, one for the last; none from the interval (an hour).
-    assert reconciler.rounds == 3
+    first, quick, full = reconciler.rounds  # none from the interval (an hour)
+    assert first is None and full is None
+    assert quick is not None
+    assert sorted(o["metadata"]["version"] for o in quick) == list(range(10, 20))
 
 
 def test_a_new_or_edited_tieredtopic_is_judged_without_waiting_for_the_interval(
@@ -154,8 +175,17 @@ def test_a_new_or_edited_tieredtopic_is_judged_without_waiting_for_the_interval(
     ns = k8s_namespace
     api = kubernetes.client.CustomObjectsApi(kube_client)
     reconciler, topic = local_setup(k8s_crds, ns, kafka_broker)
-    rounds = Rounds(reconciler, HOUR, settle=0.2).start()
-    watch = SpecWatch(reconciler.kube, rounds.wake).start()
+    listed: list[str] = []
+    list_resources = reconciler.kube.list_resources
+
+    def counted(plural: str, page_size: int = 500) -> list[dict[str, Any]]:
+        listed.append(plural)
+        return list_resources(plural, page_size)
+
+    reconciler.kube.list_resources = counted  # type: ignore[method-assign]
+    wakeups = Wakeups()
+    watch = SpecWatch(reconciler.kube, wakeups).start()
+    rounds = Rounds(reconciler, HOUR, settle=0.2, wakeups=wakeups).start()
     try:
         assert watch.following(DEADLINE), "the watch did not start"
         assert wait_until(lambda: rounds.ready.rounds >= 1, DEADLINE), "the first round did not run"
@@ -185,6 +215,8 @@ def test_a_new_or_edited_tieredtopic_is_judged_without_waiting_for_the_interval(
     finally:
         watch.stop()
         rounds.stop()
+    # Only the first (full) round listed the TieredTopics: the rest were quick rounds.
+    assert listed.count("tieredtopics") == 1, listed
     assert created.get("observedGeneration") == 1, created
     assert edited.get("observedGeneration") == 2, edited
     assert held["metadata"]["generation"] == 3 and held["metadata"].get("deletionTimestamp"), held["metadata"]
