@@ -38,7 +38,8 @@ class OperatorOptions:
     kafka_config_dirs: tuple[str, ...] = ()
     """``CLUSTER=DIR``: where a cluster's clientConfigSecretRef Secret is mounted in this pod."""
     reconcile_interval: float = 30.0
-    """Seconds between reconcile rounds (Kafka observed, Jobs run, status written)."""
+    """Seconds between full reconcile rounds (Kafka observed, Jobs run, status written); new or edited
+    TieredTopics are judged sooner, by quick rounds (:mod:`tierkeeper_operator.wakeups`)."""
     metrics_port: int | None = None
     """Serve Prometheus /metrics on this port; None: no metrics endpoint."""
     metrics_topic_labels: bool = False
@@ -96,8 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="seconds between reconcile rounds (default 30); each topic's copy and cleanup intervals "
-        "decide what runs",
+        help="seconds between full reconcile rounds (default 30); each topic's copy and cleanup intervals "
+        "decide what runs, and a new or edited TieredTopic is judged at once by a quick round",
     )
     parser.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
