@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ class _ConnectionErrors:
 
     last: str = ""
     all_down: bool = False
+    at: float = -1e9
+    """time.monotonic() of the latest error: older ones are not about the request that just failed."""
 
     def record(self, error: Any) -> None:
         from confluent_kafka import KafkaError
@@ -51,6 +54,10 @@ class _ConnectionErrors:
             self.all_down = True
         else:
             self.last = str(error.str())[:300]
+        self.at = time.monotonic()
+
+    def recent(self) -> bool:
+        return time.monotonic() - self.at <= TIMEOUT_S + 5
 
 
 class KafkaAdmin:
@@ -83,8 +90,10 @@ class KafkaAdmin:
         """Why the broker connections failed, when librdkafka said so: it tells only ``error_cb``, which
         runs when the client is polled ("" when it said nothing)."""
         self._admin.poll(0)
-        if not (self._connection.last or self._connection.all_down):
+        if not self._connection.recent():
             self._admin.poll(0.2)  # the error may be on its way from librdkafka's broker thread
+        if not self._connection.recent():
+            return ""
         if self._connection.last:
             return f"; broker connection: {self._connection.last}"
         if self._connection.all_down and not self._secured:
@@ -289,8 +298,6 @@ class KafkaAdmin:
         return self._wait_for_leaders(topic, total)
 
     def _wait_for_leaders(self, topic: str, partitions: int) -> dict[tuple[str, int], PartitionInfo]:
-        import time
-
         deadline = time.monotonic() + TIMEOUT_S
         while True:
             described = self.describe_if_exists(topic)
