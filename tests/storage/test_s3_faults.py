@@ -144,7 +144,7 @@ def test_copy_read_ls_and_cleanup_complete_under_faults_and_the_tier_verifies(
         env=env,
     )
     assert cleaned.returncode == 0, cleaned.stderr
-    after = finished_segments_complete(clean, log_dir)
+    after = finished_segments_complete(clean, log_dir, after_trim=True)
     log_starts = KafkaAdmin(kafka_broker.bootstrap_servers).log_start_offsets(
         [(topic, p) for p in range(PARTITIONS)]
     )

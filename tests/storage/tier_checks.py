@@ -21,9 +21,15 @@ def rolled_segments(log_dir: Path, topic: str, partition: int) -> list[int]:
     return [s.base_offset for s in LogDir(log_dir).partitions({topic})[partition].segments()][:-1]
 
 
-def finished_segments_complete(store: RemoteStore, log_dir: Path) -> dict[tuple[str, int], list[int]]:
-    """Every COPY_FINISHED segment has all its objects at the recorded sizes and its .log equals the local
-    file; returns the finished base offsets per partition."""
+def finished_segments_complete(
+    store: RemoteStore, log_dir: Path, *, after_trim: bool = False
+) -> dict[tuple[str, int], list[int]]:
+    """Every COPY_FINISHED segment has all its objects at the recorded sizes, its .log the recorded batch
+    chain, and its .log equals the local file; returns the finished base offsets per partition.
+
+    ``after_trim``: a local trim ran, so Kafka deletes the segments below the new log start offset, on its
+    own schedule (renamed ``.deleted`` first): a local file that is gone is no failure, and the remote
+    .log is held to its recorded chain alone."""
     layout = RemoteLayout(store.root)
     finished: dict[tuple[str, int], list[int]] = {}
     for topic, topic_id in list_topics(store, layout):
@@ -38,8 +44,13 @@ def finished_segments_complete(store: RemoteStore, log_dir: Path) -> dict[tuple[
                     assert entry.objects.get(obj.value) == stored.size, f"{tp} {meta.base_offset} {obj}"
                 local = log_dir / f"{topic}-{tp.partition}" / f"{meta.base_offset:020d}.log"
                 remote = layout.object_key(tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
-                assert store.get(remote) == local.read_bytes()
-                assert meta.objects[SegmentObject.LOG].batch_chain_crc32c == batch_chain(local.read_bytes())
+                tiered = store.get(remote)
+                assert meta.objects[SegmentObject.LOG].batch_chain_crc32c == batch_chain(tiered)
+                try:
+                    assert tiered == local.read_bytes()
+                except FileNotFoundError:
+                    if not after_trim:
+                        raise
                 bases.append(meta.base_offset)
             finished[(topic, tp.partition)] = sorted(bases)
     return finished
