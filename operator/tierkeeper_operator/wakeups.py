@@ -120,14 +120,12 @@ class SpecWatch:
     def _run(self, namespace: str | None, following: threading.Event) -> None:
         where = f"{self.plural} in {namespace or 'all namespaces'}"
         version = ""
-        first = True
         while not self._stop.is_set():
             try:
                 if not version:
                     version = self.kube.collection_version(self.plural, namespace)
-                    if not first:
+                    if following.is_set():  # a fresh start, not the first one
                         self.wakeups.full_round()  # changes between the lost watch and now were not seen
-                    first = False
                     following.set()
                 version = self._follow(namespace, where, version)
             except Exception as exc:  # noqa: BLE001 - a broken watch is started again, never fatal

@@ -85,12 +85,10 @@ class ScriptedKube:
             yield item
 
 
-@dataclass
 class RecordingWakeups(Wakeups):
-    full_rounds: int = 0
-
-    def __post_init__(self) -> None:
+    def __init__(self) -> None:
         super().__init__()
+        self.full_rounds = 0
 
     def full_round(self) -> None:
         self.full_rounds += 1
