@@ -13,13 +13,18 @@ broker running, then:
    lengths) vs ``RemoteReader.read_arrow`` (summing the value column's lengths) with the Kafka source's
    ``binary`` columns (values copied) and with ``zero_copy=True`` (``binary_view`` columns pointing into
    the mapped object), same partition, order rotating, best of ``--decode-rounds``; per core = records
-   per CPU-second of the process (every thread: the CRC checks run on a helper thread).
-   ``--decode-only`` stops after this.
+   per CPU-second of the process (every thread). With ``--scan-topic-mib 1024 --scan-segment-mib 128``
+   the scan topic is decoded too: that is the storage bench's data (1 GiB partition, 128 MiB segments,
+   1 KB records), on which the issue states the goal. ``--decode-only`` stops after this.
 2. Spark scan, ``sum(length(value))`` over every record, each in a fresh child process (own JVM):
    format("tierkeeper") on local[2] and local[1], and format("kafka") from the broker on local[2]. The
    child runs the query once to warm up, then times a second, newly built query: running the same
    DataFrame again would reuse its shuffle output and skip the scan. It samples the RSS of the Spark JVM
-   and of each Python worker while the timed scan runs. ``--profile-dir DIR`` also profiles every
+   and of each Python worker while the timed scan runs, and the CPU seconds of the JVMs and of the Python
+   workers during it. Two more tierkeeper scans run on ``local-cluster[1,2,1024]``: there the executor is
+   a JVM of its own (as on a real cluster) at Spark's smallest executor memory (512m), measured apart
+   from the driver, once with the JVM's default collector and once with ``-XX:+UseSerialGC`` (the RSS
+   goal is per executor process). ``--profile-dir DIR`` also profiles every
    tierkeeper task's ``read()`` in the Python worker (cProfile, one ``.prof`` file per task, and the
    task's wall and CPU seconds in ``tasks.jsonl``), which tells the Python side from the JVM side.
 
@@ -123,18 +128,46 @@ def decode_bench(remote: str, topic: str, rounds: int) -> dict[str, Any]:
     }
 
 
-def _rss_sampler(stop: threading.Event, out: dict[str, int]) -> None:
+def _kind(process: Any) -> str:
+    """jvm (local mode: the driver, which runs the tasks too), driver and executor (local-cluster mode),
+    or python_worker."""
+    if "java" not in process.name():
+        return "python_worker"
+    if "CoarseGrainedExecutorBackend" in " ".join(process.cmdline()):
+        return "executor"
+    return "driver" if any("local-cluster" in a for a in process.cmdline()) else "jvm"
+
+
+def _rss_sampler(stop: threading.Event, out: dict[str, int], cluster: bool) -> None:
     import psutil
 
     me = psutil.Process()
     while not stop.is_set():
         for child in me.children(recursive=True):
             try:
-                name = "jvm" if "java" in child.name() else "python_worker"
+                name = _kind(child)
+                if cluster and name == "jvm":
+                    name = "driver"
                 out[name] = max(out.get(name, 0), child.memory_info().rss)
             except psutil.Error:
                 pass
         stop.wait(0.2)
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of the Spark processes under this one, JVMs and Python workers apart (pyspark's
+    daemon forks the workers, so their exited children count too)."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            kind = "jvm" if "java" in child.name() else "python"
+            t = child.cpu_times()
+            out[kind] = out.get(kind, 0.0) + t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return out
 
 
 def _profiled_source(profile_dir: str) -> type:
@@ -190,13 +223,20 @@ def scan_child(ns: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     jars = ",".join(str(j) for j in connector_jars(log=False))
-    spark = (
+    builder = (
         SparkSession.builder.master(ns.master)
         .config("spark.ui.enabled", "false")
         .config("spark.jars", jars)
         .config("spark.driver.memory", ns.driver_memory)
-        .getOrCreate()
     )
+    if ns.master.startswith("local-cluster"):
+        # The executors are JVMs of their own there, started by the in-process worker: their python
+        # workers must find the project, and the executor's own memory is what is measured.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        builder = builder.config("spark.executor.memory", ns.executor_memory)
+    if ns.executor_java_options:
+        builder = builder.config("spark.executor.extraJavaOptions", ns.executor_java_options)
+    spark = builder.getOrCreate()
     source = ns.source
     if ns.profile_dir and source == "tierkeeper":
         spark.dataSource.register(_profiled_source(ns.profile_dir))
@@ -227,11 +267,14 @@ def scan_child(ns: argparse.Namespace) -> int:
             stale.unlink()  # the warm-up's profiles
     peaks: dict[str, int] = {}
     stop = threading.Event()
-    sampler = threading.Thread(target=_rss_sampler, args=(stop, peaks), daemon=True)
+    cluster = ns.master.startswith("local-cluster")
+    sampler = threading.Thread(target=_rss_sampler, args=(stop, peaks, cluster), daemon=True)
     sampler.start()
+    cpu_before = _cpu_seconds()
     started = time.perf_counter()
     row = query().collect()[0]
     seconds = time.perf_counter() - started
+    cpu_after = _cpu_seconds()
     stop.set()
     sampler.join()
     tasks = scan().rdd.getNumPartitions()
@@ -248,6 +291,9 @@ def scan_child(ns: argparse.Namespace) -> int:
                 "value_bytes": row["bytes"],
                 "tasks": tasks,
                 "peak_rss_mb": {k: round(v / 1e6) for k, v in peaks.items()},
+                "cpu_s": {k: round(v - cpu_before.get(k, 0.0), 2) for k, v in cpu_after.items()},
+                "executor_memory": ns.executor_memory if cluster else None,
+                "executor_java_options": ns.executor_java_options or None,
             }
         )
     )
@@ -265,6 +311,8 @@ def run_scan(
     *,
     min_partitions: int | None = None,
     driver_memory: str = "1g",
+    executor_memory: str = "512m",
+    executor_java_options: str = "",
 ) -> dict[str, Any]:
     args = [
         sys.executable,
@@ -286,6 +334,10 @@ def run_scan(
         *(["--min-partitions", str(min_partitions)] if min_partitions else []),
         "--driver-memory",
         driver_memory,
+        "--executor-memory",
+        executor_memory,
+        "--executor-java-options",
+        executor_java_options,
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
@@ -336,6 +388,8 @@ def main() -> int:
     child.add_argument("--profile-dir")
     child.add_argument("--min-partitions", type=int)
     child.add_argument("--driver-memory", default="1g")
+    child.add_argument("--executor-memory", default="512m")
+    child.add_argument("--executor-java-options", default="")
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--small-size-mib", type=int, default=64)
     parser.add_argument("--segment-mib", type=int, default=32)
@@ -370,7 +424,10 @@ def main() -> int:
                 log(f"producing {ns.scan_topic_mib} MiB of 1000-byte values into bench-scan")
                 storage_data.produce(cluster.bootstrap_servers, "bench-scan", ns.scan_topic_mib * MiB)
                 tier(cluster, remote, "bench-scan")
-            for key, (topic, _, _) in topics.items():
+            decoded = {key: topic for key, (topic, _, _) in topics.items()}
+            if ns.scan_topic_mib:
+                decoded["scan"] = "bench-scan"  # the storage bench's data when 1024 MiB of 128 MiB segments
+            for key, topic in decoded.items():
                 log(f"decode bench on {topic}")
                 results[f"decode_{key}"] = decode_bench(remote, topic, ns.decode_rounds)
             results["load_avg_after_decode"] = os.getloadavg()
@@ -403,7 +460,17 @@ def main() -> int:
                 driver_memory=mem,
             )
             tk1 = run_scan("tierkeeper", "local[1]", remote, topic, bootstrap, end, driver_memory=mem)
-            results["scans"] = [tk2, kafka2, kafka2_split, tk1]
+            # An executor of its own (local-cluster: a JVM apart from the driver, as on a real cluster) at
+            # Spark's smallest executor memory, with the JVM's default collector and with the serial one.
+            cluster = "local-cluster[1,2,1024]"
+            executors = [
+                run_scan("tierkeeper", cluster, remote, topic, bootstrap, end, driver_memory=mem),
+                run_scan(
+                    "tierkeeper", cluster, remote, topic, bootstrap, end, driver_memory=mem,
+                    executor_java_options="-XX:+UseSerialGC",
+                ),
+            ]  # fmt: skip
+            results["scans"] = [tk2, kafka2, kafka2_split, tk1, *executors]
             results["load_avg_after_scans"] = os.getloadavg()
             results["tierkeeper_vs_kafka_local2"] = round(kafka2["seconds"] / tk2["seconds"], 2)
             results["tierkeeper_vs_kafka_split_local2"] = round(kafka2_split["seconds"] / tk2["seconds"], 2)

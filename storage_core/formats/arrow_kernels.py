@@ -22,6 +22,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from storage_core.formats.crc_kernel import crc32c_range
+
 OK = 0
 PROBLEMS = {
     1: "record length runs past the batch",
@@ -34,7 +36,9 @@ PROBLEMS = {
     8: "data continues after the declared records",
     9: "malformed or truncated varint",
     10: "headers run past the record",
+    11: "record batch CRC mismatch",
 }
+CRC_MISMATCH = 11
 
 
 def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -86,6 +90,20 @@ def _memcpy_intrinsic(typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: A
 _copy_bytes = cast(Callable[[Any, Any, Any, Any, Any], None], intrinsic(_memcpy_intrinsic))
 
 
+def _write_view(out: Any, words: Any, i: int, buf: Any, p: int, n: int) -> None:
+    """Entry ``i`` of an Arrow binary-view column for the ``n`` > 0 bytes at ``buf[p:]``: length, then
+    the bytes inline when they fit in 12, else a 4-byte prefix, buffer 0 and the offset into ``buf``.
+    ``out`` holds the entries' bytes (16 per entry, zeroed) and ``words`` is the same memory as 32-bit
+    integers (little-endian hosts, as Arrow's buffers are)."""
+    words[4 * i] = n
+    _copy_bytes(out, 16 * i + 4, buf, p, n if n <= 12 else 4)  # the value, or its prefix
+    if n > 12:
+        words[4 * i + 3] = p
+
+
+_view_entry = _jit(_write_view)
+
+
 def _scan_records(
     buf: Any,
     starts: Any,
@@ -107,6 +125,9 @@ def _scan_records(
     key_offsets: Any,
     value_data: Any,
     value_offsets: Any,
+    crc_from: Any,
+    crc_to: Any,
+    crc_stored: Any,
 ) -> tuple[int, int, int, int]:
     """Fill the per-record arrays for every batch payload ``buf[starts[b]:ends[b]]``.
 
@@ -117,9 +138,16 @@ def _scan_records(
     their Arrow (int32) offsets, as each record is parsed: the record's bytes are then in L1 cache
     already, where a second pass over the group would fetch them again. Each needs room for the
     payloads' total bytes (keys, like values, are disjoint parts of the payloads), and a copy happens only
-    after its bounds were checked.
+    after its bounds were checked. Without ``copy``, ``key_data`` / ``value_data`` receive the Arrow
+    binary-view entries of the keys and values instead (see :func:`_write_view`; zeroed, 16 bytes per
+    record) and ``key_offsets`` / ``value_offsets`` are the same memory as int32.
+
+    ``crc_from`` / ``crc_to`` / ``crc_stored``, when not empty (one entry per batch): check the CRC-32C of
+    ``buf[crc_from[b]:crc_to[b]]`` against ``crc_stored[b]`` before walking batch ``b``, so the walk finds
+    the batch in cache (crc_kernel.py). A mismatch stops the scan with ``CRC_MISMATCH``.
     """
     r = 0
+    check_crc = crc_from.shape[0] > 0
     headers_total = 0
     non_ascii = 0
     ko = 0
@@ -128,6 +156,8 @@ def _scan_records(
         key_offsets[0] = 0
         value_offsets[0] = 0
     for b in range(starts.shape[0]):
+        if check_crc and crc32c_range(buf, crc_from[b], crc_to[b]) != crc_stored[b]:
+            return CRC_MISMATCH, b, headers_total, non_ascii
         pos = starts[b]
         end_of_batch = ends[b]
         for _ in range(counts[b]):
@@ -155,6 +185,8 @@ def _scan_records(
                 if copy and klen > 0:
                     _copy_bytes(key_data, ko, buf, pos, klen)
                     ko += klen
+                elif klen > 0:
+                    _view_entry(key_data, key_offsets, r, buf, pos, klen)
                 pos += klen
             vlen, pos = _varint(buf, pos, end_of_batch, 28)
             if pos < 0:
@@ -167,6 +199,8 @@ def _scan_records(
                 if copy and vlen > 0:
                     _copy_bytes(value_data, vo, buf, pos, vlen)
                     vo += vlen
+                elif vlen > 0:
+                    _view_entry(value_data, value_offsets, r, buf, pos, vlen)
                 pos += vlen
             if copy:
                 key_offsets[r + 1] = ko
@@ -257,27 +291,3 @@ def _scan_headers(
 
 
 scan_headers = _jit(_scan_headers)
-
-
-def _views(buf: Any, positions: Any, lengths: Any, out: Any) -> None:
-    """Arrow binary-view entries (16 bytes each, little-endian) of ``buf[positions[i]:+lengths[i]]``:
-    length, then the bytes inline when they fit in 12, else a 4-byte prefix, buffer 0 and the offset
-    into ``buf``. ``out`` comes zeroed; a null or empty value keeps its all-zero entry."""
-    for i in range(positions.shape[0]):
-        n = lengths[i]
-        if n <= 0:
-            continue
-        p = positions[i]
-        for b in range(4):
-            out[i, b] = (n >> (8 * b)) & 0xFF
-        if n <= 12:
-            for j in range(n):
-                out[i, 4 + j] = buf[p + j]
-        else:
-            for j in range(4):
-                out[i, 4 + j] = buf[p + j]
-            for b in range(4):
-                out[i, 12 + b] = (p >> (8 * b)) & 0xFF
-
-
-views = _jit(_views)

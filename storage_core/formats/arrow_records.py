@@ -27,9 +27,17 @@ import numpy as np
 import pyarrow as pa
 
 from storage_core.errors import CorruptDataError
-from storage_core.formats.arrow_kernels import OK, PROBLEMS, gather, scan_headers, scan_records, views
+from storage_core.formats import crc_kernel
+from storage_core.formats.arrow_kernels import CRC_MISMATCH, OK, PROBLEMS, gather, scan_headers, scan_records
 from storage_core.formats.codecs import Codec, CodecError, open_decompressed
-from storage_core.formats.record_batch import HEADER_SIZE, RawBatch, TimestampType
+from storage_core.formats.record_batch import (
+    CRC_START,
+    HEADER_SIZE,
+    RawBatch,
+    TimestampType,
+    compute_crc,
+    crc_mismatch,
+)
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 """One record header, as Spark's Kafka source shows it."""
@@ -53,10 +61,17 @@ def kafka_schema(include_headers: bool = False, *, zero_copy: bool = False) -> p
     return pa.schema(fields)
 
 
-class _Payloads:
-    """The decompressed record payloads of a group of batches, back to back in one buffer."""
+_NO_CRC_CHECKS = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.uint64))
 
-    def __init__(self, batches: Sequence[RawBatch], path: str | None) -> None:
+
+class _Payloads:
+    """The decompressed record payloads of a group of batches, back to back in one buffer.
+
+    With ``verify_crc`` every batch's CRC is checked: by the record walk (``crc_checks`` holds the ranges
+    and stored values) where it reads the batches where they lie and has the CRC instruction, else here,
+    before a batch is decompressed or copied."""
+
+    def __init__(self, batches: Sequence[RawBatch], path: str | None, verify_crc: bool = False) -> None:
         n = len(batches)
         self.starts = np.empty(n, np.int64)
         self.ends = np.empty(n, np.int64)
@@ -74,30 +89,44 @@ class _Payloads:
             log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
             self.append_times[i] = header.max_timestamp if log_append else -1
         self.total = int(self.counts.sum()) if n else 0
-        if not self._in_place(batches):
+        self.crc_checks = _NO_CRC_CHECKS
+        in_place = self._in_place(batches)
+        if in_place and verify_crc and crc_kernel.HARDWARE:
+            self.crc_checks = self._crc_ranges(batches)
+        elif verify_crc:
+            for batch in batches:
+                if compute_crc(batch.data) != batch.header.crc:
+                    raise _crc_damage(batch, path)
+        if not in_place:
             self._gathered(batches, path)
 
+    def _crc_ranges(self, batches: Sequence[RawBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where in ``buf`` each batch's checksummed bytes lie, and its stored CRC."""
+        n = len(batches)
+        sizes = np.fromiter((b.header.size_in_bytes for b in batches), np.int64, n)
+        stored = np.fromiter((b.header.crc for b in batches), np.uint64, n)
+        return self.batch_at + CRC_START, self.batch_at + sizes, stored
+
     def _in_place(self, batches: Sequence[RawBatch]) -> bool:
-        """Point at the payloads where they lie when every batch with records is an uncompressed view of
-        one buffer (a mapped local object): no copy of the payloads at all."""
+        """Point at the payloads where they lie when every batch is a view of one buffer (a mapped local
+        object) and every batch with records is uncompressed: no copy of the payloads at all."""
         owner: object = None
         for batch, count in zip(batches, self.counts.tolist()):
             data = batch.data
-            if count and (batch.header.codec is not Codec.NONE or not isinstance(data, memoryview)):
+            if not isinstance(data, memoryview) or (count and batch.header.codec is not Codec.NONE):
                 return False
-            if isinstance(data, memoryview) and data.nbytes:
-                if owner is None:
-                    owner = data.obj
-                elif data.obj is not owner:
-                    return False
+            if owner is None:
+                owner = data.obj
+            elif data.obj is not owner:
+                return False
         if owner is None:
             return False
         base = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
         base_address = _address(base)
+        self.batch_at = np.empty(len(batches), np.int64)
         for i, batch in enumerate(batches):
-            view = batch.data
-            assert isinstance(view, memoryview)
-            at = _address(np.frombuffer(view, np.uint8)) - base_address if view.nbytes else 0
+            at = _address(np.frombuffer(batch.data, np.uint8)) - base_address  # a batch is never empty
+            self.batch_at[i] = at
             self.starts[i] = at + HEADER_SIZE if self.counts[i] else at
             self.ends[i] = at + batch.header.size_in_bytes if self.counts[i] else at
         self.buf = base
@@ -134,8 +163,14 @@ def _damage(batch: RawBatch, problem: str, path: str | None) -> CorruptDataError
     return CorruptDataError(
         f"malformed record batch at byte {batch.position}: {problem}",
         offset=batch.header.base_offset,
-        path=path,
+        path=batch.path or path,
     )
+
+
+def _crc_damage(batch: RawBatch, path: str | None) -> CorruptDataError:
+    """The reader's error for a CRC mismatch (record_batch.crc_mismatch), word for word."""
+    actual = compute_crc(batch.data)
+    return crc_mismatch(batch.header, actual, path=batch.path or path, position=batch.position)
 
 
 def _writable(nbytes: int, dtype: type[np.generic]) -> tuple[pa.Buffer, np.ndarray]:
@@ -159,22 +194,6 @@ def _binary(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, kind: pa.Data
     null_count = n - int(valid.sum())
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(kind, n, [validity, offsets_buffer, data_buffer], null_count)
-
-
-def _binary_views(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """A ``binary_view`` column over ``buf`` itself: 16 bytes per value and no copy of the values (the
-    column keeps ``buf``, the mapped object or the group's decompressed payloads, alive)."""
-    if buf.shape[0] >= 1 << 31:  # view offsets are 32-bit
-        return _binary(buf, pos, lengths, pa.binary()).cast(pa.binary_view())
-    n = len(pos)
-    entries = np.zeros((n, 16), np.uint8)
-    views(buf, pos, lengths, entries)
-    valid = lengths >= 0
-    null_count = n - int(valid.sum())
-    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
-    return pa.Array.from_buffers(
-        pa.binary_view(), n, [validity, pa.py_buffer(entries), pa.py_buffer(buf)], null_count
-    )
 
 
 def _header_keys(buf: np.ndarray, pos: np.ndarray, lengths: np.ndarray, non_ascii: bool) -> pa.Array:
@@ -235,15 +254,20 @@ def decode_arrow(
     end_offset: int | None = None,
     path: str | None = None,
     zero_copy: bool = False,
+    verify_crc: bool = False,
 ) -> pa.RecordBatch:
-    """Every record of ``batches`` (whole, CRC-checked batches in offset order) as one Arrow batch.
+    """Every record of ``batches`` (whole batches in offset order, CRC-checked unless ``verify_crc``
+    asks this to check them) as one Arrow batch.
 
     Only records with ``min_offset <= offset < end_offset`` are kept (the first batch a read starts
     from may begin before its offset). Raises ``CorruptDataError`` naming the batch for damaged records
     or payloads, like the record decoder. ``zero_copy``: key and value as ``binary_view`` columns that
-    point into the stored (or decompressed) bytes instead of copies of them.
+    point into the stored (or decompressed) bytes instead of copies of them. ``verify_crc``: check every
+    batch's CRC-32C, during the record walk where it can (a mapped object's batches: they are read from
+    memory once instead of twice), and raise the reader's ``CorruptDataError`` for a mismatch; nothing
+    of the group is returned then.
     """
-    payloads = _Payloads(batches, path)
+    payloads = _Payloads(batches, path, verify_crc)
     n = payloads.total
     offsets = np.empty(n, np.int64)
     timestamps = np.empty(n, np.int64)
@@ -253,16 +277,26 @@ def decode_arrow(
     value_len = np.empty(n, np.int64)
     header_pos = np.empty(n, np.int64)
     header_count = np.empty(n, np.int64)
-    copy = not zero_copy
-    # Keys and values are copied during the record walk (arrow_kernels.py), each into a buffer as large
-    # as the payloads: they cannot hold more than that.
-    room = int((payloads.ends - payloads.starts).sum()) if copy else 0
-    if room >= 1 << 31:  # Arrow binary offsets are 32-bit
-        raise CorruptDataError(f"{room} bytes of records in one Arrow batch; decode fewer batches at once")
-    key_data_buffer, key_data = _writable(room, np.uint8)
-    value_data_buffer, value_data = _writable(room, np.uint8)
-    key_offsets_buffer, key_offsets = _writable(4 * (n + 1) if copy else 0, np.int32)
-    value_offsets_buffer, value_offsets = _writable(4 * (n + 1) if copy else 0, np.int32)
+    # View entries hold 32-bit offsets into the buffer; past that, copy and cast (never for a Kafka
+    # segment, whose size is an int32).
+    views = zero_copy and payloads.buf.shape[0] < 1 << 31
+    if views:
+        # The record walk writes each key's and value's view entry (arrow_kernels.py).
+        key_data = np.zeros(16 * n, np.uint8)
+        value_data = np.zeros(16 * n, np.uint8)
+        key_offsets, value_offsets = key_data.view(np.int32), value_data.view(np.int32)
+    else:
+        # The record walk copies keys and values, each into a buffer as large as the payloads: they cannot
+        # hold more than that.
+        room = int((payloads.ends - payloads.starts).sum())
+        if room >= 1 << 31:  # Arrow binary offsets are 32-bit
+            raise CorruptDataError(
+                f"{room} bytes of records in one Arrow batch; decode fewer batches at once"
+            )
+        key_data_buffer, key_data = _writable(room, np.uint8)
+        value_data_buffer, value_data = _writable(room, np.uint8)
+        key_offsets_buffer, key_offsets = _writable(4 * (n + 1), np.int32)
+        value_offsets_buffer, value_offsets = _writable(4 * (n + 1), np.int32)
     problem, bad, _headers_total, non_ascii = scan_records(
         payloads.buf,
         payloads.starts,
@@ -279,24 +313,26 @@ def decode_arrow(
         value_len,
         header_pos,
         header_count,
-        copy,
+        not views,
         key_data,
         key_offsets,
         value_data,
         value_offsets,
+        *payloads.crc_checks,
     )
+    if problem == CRC_MISMATCH:
+        raise _crc_damage(batches[bad], path)
     if problem != OK:
         raise _damage(batches[bad], PROBLEMS[problem], path)
-    if zero_copy:
-        blobs = [
-            _binary_views(payloads.buf, key_pos, key_len),
-            _binary_views(payloads.buf, value_pos, value_len),
-        ]
+    if views:
+        blobs = [_viewed(key_len, key_data, payloads.buf), _viewed(value_len, value_data, payloads.buf)]
     else:
         blobs = [
             _copied(key_len, key_offsets_buffer, key_data_buffer),
             _copied(value_len, value_offsets_buffer, value_data_buffer),
         ]
+        if zero_copy:
+            blobs = [blob.cast(pa.binary_view()) for blob in blobs]
     columns: list[Any] = [
         *blobs,
         _repeated_string(topic, n),
@@ -325,6 +361,19 @@ def _copied(lengths: np.ndarray, offsets: pa.Buffer, data: pa.Buffer) -> pa.Arra
     null_count = n - int(valid.sum())
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(pa.binary(), n, [validity, offsets, data], null_count)
+
+
+def _viewed(lengths: np.ndarray, entries: np.ndarray, buf: np.ndarray) -> pa.Array:
+    """A ``binary_view`` column from the entries the record walk wrote, pointing into ``buf`` itself:
+    16 bytes per value and no copy of the values (the column keeps ``buf``, the mapped object or the
+    group's decompressed payloads, alive)."""
+    n = len(lengths)
+    valid = lengths >= 0
+    null_count = n - int(valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(
+        pa.binary_view(), n, [validity, pa.py_buffer(entries), pa.py_buffer(buf)], null_count
+    )
 
 
 def _window(out: pa.RecordBatch, offsets: np.ndarray, lo: int | None, hi: int | None) -> pa.RecordBatch:

@@ -15,12 +15,28 @@ no copy (views of a mapping); over fetched blocks it would hold a group's worth 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator
 from concurrent.futures import Executor
 
 from storage_core.errors import CorruptDataError
 from storage_core.formats.record_batch import RawBatch, compute_crc, crc_mismatch, iter_batches
 from storage_core.formats.source import ViewFetcher
+
+
+class CrcChecks(enum.Enum):
+    """Who checks the CRC of the batches a scan yields."""
+
+    SHARED = "shared"
+    """The scan, each group of batches half on this thread and half on a helper (this module)."""
+    INLINE = "inline"
+    """The scan, each batch on this thread just before it is yielded."""
+    DECODER = "decoder"
+    """The Arrow decoder, as it reads each batch (``decode_arrow(verify_crc=True)``): batches are yielded
+    unchecked, so only for a scan whose every batch goes to that decoder. The scan still checks each
+    batch it leaves out itself (control batches, aborted transactions, batches before the start), since
+    a damaged header could otherwise drop data silently."""
+
 
 GROUP_BYTES = 32 << 20
 """Bytes of batches checked per hand-off: large enough that the submit and the wait are noise (8 MiB

@@ -241,6 +241,7 @@ class RawBatch:
     position: int
     header: BatchHeader
     data: bytes | memoryview  # a view into the fetched chunk when the batch lies inside one (no copy)
+    path: str | None = None  # what it was read from, for errors found after it left the scan
 
     @property
     def end_position(self) -> int:
@@ -350,7 +351,7 @@ def iter_batches(
             raise _truncated(pos, len(data), header.size_in_bytes, header.base_offset, path)
         if verify_crc:
             validate_crc(data, path=path, position=pos)
-        yield RawBatch(pos, header, data)
+        yield RawBatch(pos, header, data, path)
         pos = end
 
 
@@ -369,4 +370,4 @@ def read_batch_at(
         raise _truncated(position, len(data), header.size_in_bytes, header.base_offset, path)
     if verify_crc:
         validate_crc(data, path=path, position=position)
-    return RawBatch(position, header, data)
+    return RawBatch(position, header, data, path)

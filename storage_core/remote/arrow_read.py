@@ -15,10 +15,12 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
+from storage_core.formats import crc_kernel
 from storage_core.formats.arrow_records import decode_arrow
-from storage_core.formats.record_batch import RawBatch
+from storage_core.formats.checked_batches import CrcChecks
+from storage_core.formats.record_batch import RawBatch, validate_crc
 
-GROUP_BYTES = 4 << 20
+GROUP_BYTES = 16 << 20
 """Stored bytes of batches decoded per Arrow batch."""
 
 
@@ -29,8 +31,16 @@ def _mapping(batch: RawBatch) -> object | None:
     return owner if isinstance(owner, mmap.mmap) else None
 
 
+def decoder_checks() -> CrcChecks:
+    """How a read feeding :func:`arrow_batches` should have its CRCs checked: by the decoder during its
+    record walk where the compiled loops have the CRC instruction (each batch read from memory once),
+    else by the read, each batch just before the decoder reads it."""
+    return CrcChecks.DECODER if crc_kernel.HARDWARE else CrcChecks.INLINE
+
+
 def arrow_batches(
     batches: Iterable[RawBatch],
+    checks: CrcChecks,
     topic: str,
     partition: int,
     *,
@@ -43,7 +53,9 @@ def arrow_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records of ``batches`` with ``min_offset <= offset < end_offset``; stops
     reading ``batches`` at the first one that starts at or past ``end_offset``. Empty groups (every
-    record filtered out) are not yielded."""
+    record filtered out) are not yielded. ``checks``: how the CRCs of ``batches`` were checked; with
+    ``CrcChecks.DECODER`` they were not, and are checked here."""
+    verify_crc = checks is CrcChecks.DECODER
     group: list[RawBatch] = []
     held = 0
     mapping: object | None = None
@@ -58,6 +70,7 @@ def arrow_batches(
             end_offset=end_offset,
             path=path,
             zero_copy=zero_copy,
+            verify_crc=verify_crc,
         )
         if out.num_rows:
             yield out
@@ -66,6 +79,8 @@ def arrow_batches(
         if end_offset is not None and batch.header.base_offset >= end_offset:
             break
         if min_offset is not None and batch.header.last_offset < min_offset:
+            if verify_crc:  # left out on its header's word: see CrcChecks.DECODER
+                validate_crc(batch.data, path=path, position=batch.position)
             continue
         if group and _mapping(batch) is not mapping:
             yield from flush()

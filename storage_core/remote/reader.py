@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from storage_core.errors import ConfigError, CorruptDataError, DivergentDataError, OffsetOutOfRangeError
-from storage_core.formats.checked_batches import iter_checked_batches
+from storage_core.formats.checked_batches import CrcChecks, iter_checked_batches
 from storage_core.formats.indexes import AbortedTxn, iter_txn_index
 from storage_core.formats.mapped import MappedFile
-from storage_core.formats.record_batch import RawBatch, iter_batches
+from storage_core.formats.record_batch import RawBatch, iter_batches, validate_crc
 from storage_core.formats.records import Record, iter_records
 from storage_core.formats.remote_index import (
     RemotePointerIndex,
@@ -82,6 +82,13 @@ class _Aborted:
         return i >= 0 and txns[i].last_offset >= offset
 
 
+def _left_out(batch: RawBatch, key: str, unchecked: bool) -> None:
+    """Check a batch the read leaves out, when nobody else will (``CrcChecks.DECODER``): the decision to
+    leave it out was made on its header, and a damaged one must not drop data silently."""
+    if unchecked:
+        validate_crc(batch.data, path=key, position=batch.position)
+
+
 class RemoteReader:
     """Reads one remote tier. Not thread-safe; create one per consumer thread."""
 
@@ -134,7 +141,7 @@ class RemoteReader:
                     yield record
 
     def read_batches_from_offset(
-        self, tp: TopicPartitionId, offset: int, *, inline_checks: bool = False
+        self, tp: TopicPartitionId, offset: int, *, checks: CrcChecks = CrcChecks.SHARED
     ) -> Iterator[RawBatch]:
         """The batches holding ``offset`` and everything after it, CRC-checked, in offset order.
 
@@ -145,10 +152,10 @@ class RemoteReader:
         comes from the segment the cover rule chooses (storage_core/remote/cover.py), so no offset is
         served twice.
 
-        ``inline_checks``: check each batch of a local (mapped) object on this thread just before it is
-        yielded, instead of sharing the checks of 32 MiB groups with a helper thread. The helper halves the
-        wall time of a scan that only looks at batches; a caller that goes on to read every byte (the
-        Arrow decoder) wants the batch still in this core's cache, and pays less CPU in all.
+        ``checks``: who checks the CRCs (checked_batches.py). The default shares a local (mapped) object's
+        checks with a helper thread, which halves the wall time of a scan that only looks at batches; a
+        caller that goes on to read every byte (the Arrow decoder) wants each batch still in this core's
+        cache when it reads it (``INLINE``), or better, checks it during that read (``DECODER``).
         """
         manifest = self.manifest(tp)
         if manifest.end_offset is None or offset > manifest.end_offset:
@@ -166,9 +173,7 @@ class RemoteReader:
             first = max(offset, served.first_offset)
             start = self._start_position(served.segment, first, None)
             if start is not None:
-                yield from self._segment_batches(
-                    served, start, first, cover.divergences, inline_checks=inline_checks
-                )
+                yield from self._segment_batches(served, start, first, cover.divergences, checks=checks)
 
     def read_from_timestamp(self, tp: TopicPartitionId, timestamp: int) -> Iterator[Record]:
         """From the first record (offset order) with timestamp >= ``timestamp``, as ListOffsets finds it."""
@@ -217,7 +222,7 @@ class RemoteReader:
         start_position: int = 0,
         end_position: int | None = None,
         *,
-        inline_checks: bool = False,
+        checks: CrcChecks = CrcChecks.SHARED,
     ) -> Iterator[RawBatch]:
         """The batches of one served range (cover.py) stored in ``[start_position, end_position)`` of its
         segment (both batch boundaries, e.g. from the remote log index; the end defaults to the object's
@@ -225,10 +230,10 @@ class RemoteReader:
         read_committed, aborted transactions' batches left out.
 
         What a Spark task reading one split of a segment needs: it gets the range from the planner (which
-        refuses ranges with divergent copies) and reads no manifest. ``inline_checks`` as in
+        refuses ranges with divergent copies) and reads no manifest. ``checks`` as in
         :meth:`read_batches_from_offset`."""
         yield from self._segment_batches(
-            served, start_position, served.first_offset, end=end_position, inline_checks=inline_checks
+            served, start_position, served.first_offset, end=end_position, checks=checks
         )
 
     def read_arrow(
@@ -244,11 +249,13 @@ class RemoteReader:
         Arrow batches with the columns of Spark's Kafka source (formats/arrow_records.py), decoded
         without a Python object per record. ``zero_copy``: key and value as ``binary_view`` columns
         pointing into the mapped object (file://) or the decompressed payloads, not copied."""
-        from storage_core.remote.arrow_read import arrow_batches
+        from storage_core.remote.arrow_read import arrow_batches, decoder_checks
 
-        batches = self.read_batches_from_offset(tp, offset, inline_checks=True)
+        checks = decoder_checks()
+        batches = self.read_batches_from_offset(tp, offset, checks=checks)
         yield from arrow_batches(
             batches,
+            checks,
             tp.topic,
             tp.partition,
             include_headers=include_headers,
@@ -266,7 +273,7 @@ class RemoteReader:
         *,
         min_timestamp: int | None = None,
         end: int | None = None,
-        inline_checks: bool = False,
+        checks: CrcChecks = CrcChecks.SHARED,
     ) -> Generator[RawBatch, None, None]:
         """The range's batches from byte ``start`` (an index entry's position), leaving out those wholly
         below offset ``first`` and, with ``min_timestamp``, those without a record that recent.
@@ -282,13 +289,15 @@ class RemoteReader:
             else None
         )
         size = meta.objects[SegmentObject.LOG].size
-        for batch in self._checked_batches(
-            key, size if end is None else min(end, size), start, inline_checks
-        ):
+        unchecked = checks is CrcChecks.DECODER
+        for batch in self._checked_batches(key, size if end is None else min(end, size), start, checks):
             header = batch.header
             if header.last_offset < first:
-                continue  # below the read's start, or served by the range before (overlapping segments)
+                # Below the read's start, or served by the range before (overlapping segments).
+                _left_out(batch, key, unchecked)
+                continue
             if min_timestamp is not None and header.max_timestamp < min_timestamp:
+                _left_out(batch, key, unchecked)
                 continue
             if header.base_offset < served.first_offset:
                 # Replicas hold the leader's batches byte for byte, so the previous range ends on a batch
@@ -316,35 +325,36 @@ class RemoteReader:
                     partition=meta.partition,
                     offset=divergence.first_offset,
                 )
-            if header.is_control:
-                continue
-            if (
+            if header.is_control or (
                 aborted is not None
                 and header.is_transactional
                 and aborted.contains(header.producer_id, header.base_offset)
             ):
+                _left_out(batch, key, unchecked)
                 continue
             yield batch
 
-    def _checked_batches(self, key: str, size: int, start: int, inline_checks: bool) -> Iterator[RawBatch]:
-        """Every batch of the object from ``start`` to its recorded ``size``, CRC-checked; an object that
-        ends early (at a batch boundary, which the framing alone cannot notice) is damage too."""
+    def _checked_batches(self, key: str, size: int, start: int, checks: CrcChecks) -> Iterator[RawBatch]:
+        """Every batch of the object from ``start`` to its recorded ``size``, CRC-checked as ``checks``
+        says; an object that ends early (at a batch boundary, which the framing alone cannot notice) is
+        damage too."""
         end = start
-        for batch in self._stored_batches(key, size, start, inline_checks):
+        for batch in self._stored_batches(key, size, start, checks):
             end = batch.end_position
             yield batch
         if end < size:
             raise CorruptDataError(f"the object ends at byte {end}, but {size} bytes were tiered", path=key)
 
-    def _stored_batches(self, key: str, size: int, start: int, inline_checks: bool) -> Iterator[RawBatch]:
+    def _stored_batches(self, key: str, size: int, start: int, checks: CrcChecks) -> Iterator[RawBatch]:
+        verify = checks is not CrcChecks.DECODER
         local = self.store.open_local(key)
         if local is not None:
             with local:
                 mapped = MappedFile(local, size)
             checked = (
-                iter_batches(mapped, start, path=key, chunk_size=size)
-                if inline_checks
-                else iter_checked_batches(mapped, start, self._pool, path=key, chunk_size=size)
+                iter_checked_batches(mapped, start, self._pool, path=key, chunk_size=size)
+                if checks is CrcChecks.SHARED
+                else iter_batches(mapped, start, path=key, chunk_size=size, verify_crc=verify)
             )
             for batch in checked:
                 yield batch
@@ -359,6 +369,8 @@ class RemoteReader:
             depth=self.options.readahead_blocks,
         )
         try:
-            yield from iter_batches(prefetch, start, path=key, chunk_size=self.options.block_bytes)
+            yield from iter_batches(
+                prefetch, start, path=key, chunk_size=self.options.block_bytes, verify_crc=verify
+            )
         finally:
             prefetch.close()

@@ -160,13 +160,15 @@ def read_split(reader: RemoteReader, split: ScanSplit, *, include_headers: bool)
     """The records of one split as Arrow batches with the Kafka source's columns."""
     # Imported here, not at the top: the decoder loads numba (over 100 MB and seconds of a loaded machine),
     # which the Spark workers that only plan a scan or report its schema never need.
-    from storage_core.remote.arrow_read import arrow_batches
+    from storage_core.remote.arrow_read import arrow_batches, decoder_checks
 
+    checks = decoder_checks()
     batches = reader.read_segment_batches(
-        split.served(), split.start_position, split.end_position, inline_checks=True
+        split.served(), split.start_position, split.end_position, checks=checks
     )
     return arrow_batches(
         batches,
+        checks,
         split.topic,
         split.partition,
         include_headers=include_headers,

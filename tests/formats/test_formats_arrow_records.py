@@ -9,13 +9,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from formats_builders import ALL_CODECS, NONE, Rec, build_batch, compressible_value, control_batch
+from formats_builders import ALL_CODECS, NONE, ZSTD, Rec, build_batch, compressible_value, control_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_core.errors import CorruptDataError
 from storage_core.formats.arrow_records import decode_arrow, kafka_schema
-from storage_core.formats.record_batch import RawBatch, iter_batches
+from storage_core.formats.record_batch import RawBatch, iter_batches, validate_crc
 from storage_core.formats.records import iter_records
 from storage_core.formats.source import bytes_fetcher
 
@@ -240,3 +240,67 @@ def test_zero_copy_views_point_into_a_mapped_object(tmp_path: Any) -> None:
     values = viewed.column("value")
     assert values.cast(pa.binary()).to_pylist() == [r.value for r in recs]
     assert values.buffers()[2].size == mapped.size, "the data buffer is the mapped object, not a copy"
+
+
+def _segment_file(tmp_path: Any, codec: int) -> tuple[Any, list[Rec]]:
+    recs = [Rec(i, 1_700_000_000_000 + i, f"k{i}".encode(), compressible_value(i, 300)) for i in range(80)]
+    path = tmp_path / "segment.log"
+    path.write_bytes(
+        b"".join(build_batch(recs[i : i + 20], base_offset=i, codec=codec) for i in range(0, 80, 20))
+    )
+    return path, recs
+
+
+def _stored_batches(path: Any, mapped: bool) -> list[RawBatch]:
+    from storage_core.formats.mapped import MappedFile
+
+    if not mapped:
+        return list(iter_batches(bytes_fetcher(path.read_bytes()), path="obj", verify_crc=False))
+    with path.open("rb") as f:
+        return list(iter_batches(MappedFile(f), path="obj", verify_crc=False))
+
+
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped object", "fetched bytes"])
+@pytest.mark.parametrize("codec", [NONE, ZSTD], ids=["uncompressed", "zstd"])
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_verify_crc_refuses_a_damaged_batch_with_the_readers_error(
+    tmp_path: Any, mapped: bool, codec: int, zero_copy: bool
+) -> None:
+    """With ``verify_crc`` the decoder checks every batch (in its record walk for an uncompressed mapped
+    object, before decompressing or copying otherwise) and names a damaged one exactly as the reader's
+    check does; whole data decodes as without the check."""
+    path, recs = _segment_file(tmp_path, codec)
+    whole = decode_arrow(_stored_batches(path, mapped), "t", 0, verify_crc=True, zero_copy=zero_copy)
+    assert whole.column("value").cast(pa.binary()).to_pylist() == [r.value for r in recs]
+    victim = _stored_batches(path, False)[2]
+    data = bytearray(path.read_bytes())
+    data[victim.position + victim.header.size_in_bytes - 5] ^= 0x01  # in the last record, CRC-covered
+    path.write_bytes(bytes(data))
+    batches = _stored_batches(path, mapped)
+    with pytest.raises(CorruptDataError) as reader_error:
+        validate_crc(batches[2].data, path="obj", position=batches[2].position)
+    with pytest.raises(CorruptDataError) as err:
+        decode_arrow(batches, "t", 0, verify_crc=True, zero_copy=zero_copy)
+    assert str(err.value) == str(reader_error.value)
+    assert err.value.offset == 40
+    if codec == NONE:  # the flipped bit sits in a value, which parses: only the CRC tells
+        unchecked = decode_arrow(batches, "t", 0, zero_copy=zero_copy)
+        assert unchecked.column("value").cast(pa.binary()).to_pylist() != [r.value for r in recs]
+
+
+def test_verify_crc_checks_a_control_batch_handed_in(tmp_path: Any) -> None:
+    """Control batches hold no data but are checked like any other batch handed to the decoder."""
+    from storage_core.formats.mapped import MappedFile
+
+    recs = [Rec(i, 1_700_000_000_000 + i, b"k", b"v" * 30) for i in range(5)]
+    marker = control_batch(commit=True, base_offset=5, producer_id=7, producer_epoch=0, timestamp=1)
+    data = bytearray(build_batch(recs, base_offset=0) + marker)
+    data[-3] ^= 0x10
+    path = tmp_path / "segment.log"
+    path.write_bytes(bytes(data))
+    with path.open("rb") as f:
+        batches = list(iter_batches(MappedFile(f), path="obj", verify_crc=False))
+    assert len(decode_arrow(batches, "t", 0)) == 5
+    with pytest.raises(CorruptDataError, match="CRC mismatch") as err:
+        decode_arrow(batches, "t", 0, verify_crc=True)
+    assert err.value.offset == 5

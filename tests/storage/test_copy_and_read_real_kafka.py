@@ -183,14 +183,16 @@ def _local_batches(partition_dir: Path) -> dict[int, bytes]:
     return out
 
 
-@pytest.mark.parametrize("damage", ["flipped byte", "cut at a batch boundary"])
+@pytest.mark.parametrize("damage", ["flipped byte", "control bit set", "cut at a batch boundary"])
 def test_a_damaged_remote_object_is_refused_where_it_is_damaged(
     tiered: tuple[Remote, dict[str, Any]], dataset: Dataset, tmp_path: Path, damage: str
 ) -> None:
     """A byte flipped in a tiered .log object (on a copy of the remote tier) stops the read at the damaged
     batch, naming its offset; an object cut short at a batch boundary (which framing alone cannot see)
-    stops it where the data ends. Every record before the damage is returned first; batch reads stop at
-    the same place."""
+    stops it where the data ends. Every record before the damage is returned first; batch reads and Arrow
+    reads (whose decoder checks the CRCs) stop at the same place with the same error. A flipped bit that
+    makes a data batch look like a transaction marker, which every read leaves out, is refused too, not
+    dropped silently."""
     remote, _ = tiered
     source = remote.store()
     if source.is_local:
@@ -216,6 +218,9 @@ def test_a_damaged_remote_object_is_refused_where_it_is_damaged(
         victim = batches[len(batches) // 2]
         if damage == "flipped byte":
             data[victim.position + 70] ^= 0xFF  # inside the CRC-covered part
+        elif damage == "control bit set":
+            assert not victim.header.is_control
+            data[victim.position + 22] |= 0x20  # the low byte of the attributes, CRC-covered
         else:
             del data[victim.position :]
         store.delete([key])
@@ -225,16 +230,21 @@ def test_a_damaged_remote_object_is_refused_where_it_is_damaged(
         with pytest.raises(CorruptDataError) as err:
             for record in reader.read_from_offset(tp, start):
                 seen.append(record.offset)
-        if damage == "flipped byte":
-            assert err.value.offset == victim.header.base_offset
-        else:
+        if damage == "cut at a batch boundary":
             assert f"ends at byte {victim.position}" in str(err.value)
+        else:
+            assert err.value.offset == victim.header.base_offset
+            assert "CRC mismatch" in str(err.value)
         assert seen and seen[-1] < victim.header.base_offset
         assert max(seen) >= batches[len(batches) // 2 - 1].header.base_offset  # read right up to it
         with pytest.raises(CorruptDataError) as again:
             for _ in reader.read_batches_from_offset(tp, start):
                 pass
         assert str(again.value) == str(err.value)
+        with pytest.raises(CorruptDataError) as arrow:
+            for _ in reader.read_arrow(tp, start):
+                pass
+        assert str(arrow.value) == str(err.value)
 
 
 def test_aborted_records_differ_between_isolation_levels(
