@@ -27,6 +27,10 @@ in the same ext4 journal as the leaders' appends (the disk itself is still share
 ``tierkeeper rebuild --if-empty --settings FILE --broker-id-from-pod-name kafka-3`` with the settings file
 the operator renders for the cluster (``storage_core.api.rebuild_settings``), broker 3 started only once
 it exited 0, as a kubelet starts the main container.
+``--low-disk`` fits a larger ``--gib`` on the same disk (peak ~3.05x instead of 4x): broker 3 stays
+stopped and empty while the data is produced (two replicas) and tiered, the tiered rebuild runs first,
+and the remote tier is deleted before the plain rebuild (which does not read it); the normal window
+then lies between the two rebuilds, with the cluster healthy.
 ``--trace FILE`` writes the probe samples, phase boundaries and the per-thread CPU of every broker JVM
 (``bench/thread_cpu.py``) for ``bench/rebuild_trace.py``. Experiments: ``--warm-leader-tails`` reads the
 data broker 3 will fetch into the leaders' page cache first; ``--hold-rejoin S`` keeps broker 3's
@@ -529,6 +533,13 @@ def main() -> int:
         action="store_true",
         help="run the tiered restore as the broker pod's init container does (--if-empty --settings)",
     )
+    parser.add_argument(
+        "--low-disk",
+        action="store_true",
+        help="peak disk ~3.05x --gib instead of 4x: broker 3 is stopped and empty while the data is "
+        "produced and tiered, the tiered rebuild runs first, and the remote tier is deleted before the "
+        "plain rebuild; the normal window lies between the two rebuilds",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -580,6 +591,11 @@ def run_benchmark(
         ).values():
             fut.result(60)
         admin = KafkaAdmin(cluster.bootstrap_servers)
+        if args.low_disk:
+            # Broker 3 holds nothing while the data is produced and tiered, so the disk never holds three
+            # replicas and the remote tier at once (see --low-disk).
+            cluster.stop_broker(REBUILT)
+            cluster.wipe_log_dir(REBUILT)
         produce_s = produce_bulk(cluster.bootstrap_servers, total, args.partitions)
         print(f"produced {total / 2**30:.2f} GiB in {produce_s:.1f} s", file=sys.stderr)
         copied = time.monotonic()
@@ -606,6 +622,29 @@ def run_benchmark(
         probe = Probe(cluster.bootstrap_servers, args.probe_rate)
         probe.start()
         time.sleep(args.settle_seconds)  # the bulk load's flushes and the copy's reads die down first
+
+        def tiered_rounds() -> list[TieredRound]:
+            # Rebuild from the remote tier with a 5% local window; extra rounds only add probe samples.
+            window = int(args.window * total / args.partitions)
+            return [
+                tiered_round(
+                    cluster,
+                    admin,
+                    remote,
+                    window,
+                    args.rebuilt_nice,
+                    cluster.cpus.get(REBUILT),
+                    args.warm_leader_tails,
+                    args.hold_rejoin,
+                    init_settings(cluster, remote) if args.init_container else None,
+                )
+                for _ in range(args.tiered_rounds)
+            ]
+
+        if args.low_disk:
+            rounds = tiered_rounds()
+            time.sleep(10)
+            shutil.rmtree(remote.removeprefix("file://"))  # the plain rebuild does not read it
         normal = (time.monotonic(), time.monotonic() + args.quiet_seconds)
         time.sleep(args.quiet_seconds)
 
@@ -619,22 +658,8 @@ def run_benchmark(
         plain_bytes = dir_bytes(cluster.log_dir(REBUILT))
         time.sleep(10)
 
-        # Rebuild from the remote tier with a 5% local window; extra rounds only add probe samples.
-        window = int(args.window * total / args.partitions)
-        rounds = [
-            tiered_round(
-                cluster,
-                admin,
-                remote,
-                window,
-                args.rebuilt_nice,
-                cluster.cpus.get(REBUILT),
-                args.warm_leader_tails,
-                args.hold_rejoin,
-                init_settings(cluster, remote) if args.init_container else None,
-            )
-            for _ in range(args.tiered_rounds)
-        ]
+        if not args.low_disk:
+            rounds = tiered_rounds()
         tiered_start, rebuilt_at, tiered_up, tiered_end, summary, restored_bytes, tail_bytes = rounds[0]
         after = (time.monotonic(), time.monotonic() + args.quiet_seconds)
         time.sleep(args.quiet_seconds)
@@ -684,6 +709,11 @@ def run_benchmark(
             + (", tiered restore through the init container's command" if args.init_container else "")
             + (", leaders' tails warmed before each tiered start" if args.warm_leader_tails else "")
             + (f", replication held {args.hold_rejoin:g} s after registering" if args.hold_rejoin else "")
+            + (
+                ", low-disk order (tiered rebuild first, remote tier deleted before the plain one)"
+                if args.low_disk
+                else ""
+            )
             + "\n"
         )
         print(

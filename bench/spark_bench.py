@@ -24,7 +24,10 @@ broker running, then:
    workers during it. Two more tierkeeper scans run on ``local-cluster[1,2,1024]``: there the executor is
    a JVM of its own (as on a real cluster) at Spark's smallest executor memory (512m), measured apart
    from the driver, once with the JVM's default collector and once with ``-XX:+UseSerialGC`` (the RSS
-   goal is per executor process). ``--profile-dir DIR`` also profiles every
+   goal is per executor process). One more local[1] scan runs confined to one core (``taskset``):
+   local[1] runs one task at a time, but its Python worker and the JVM that consumes its batches are
+   separate processes, so unconfined it uses both cores of a 2-core machine (the CPU seconds show it).
+   ``--profile-dir DIR`` also profiles every
    tierkeeper task's ``read()`` in the Python worker (cProfile, one ``.prof`` file per task, and the
    task's wall and CPU seconds in ``tasks.jsonl``), which tells the Python side from the JVM side.
 
@@ -313,8 +316,10 @@ def run_scan(
     driver_memory: str = "1g",
     executor_memory: str = "512m",
     executor_java_options: str = "",
+    cpus: str | None = None,
 ) -> dict[str, Any]:
     args = [
+        *(["taskset", "-c", cpus] if cpus is not None else []),
         sys.executable,
         __file__,
         "scan-child",
@@ -336,14 +341,14 @@ def run_scan(
         driver_memory,
         "--executor-memory",
         executor_memory,
-        "--executor-java-options",
-        executor_java_options,
+        f"--executor-java-options={executor_java_options}",  # its value starts with a dash
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"scan {source} {master} failed:\n{proc.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["cpus"] = cpus
     log(f"{source} {master}: {result}")
     return result
 
@@ -460,21 +465,27 @@ def main() -> int:
                 driver_memory=mem,
             )
             tk1 = run_scan("tierkeeper", "local[1]", remote, topic, bootstrap, end, driver_memory=mem)
+            # local[1] runs one task at a time, but its Python worker and the JVM consuming its batches are
+            # two processes, which use both cores of this machine: on one core, local[1] is one core's scan.
+            tk1_one_core = run_scan(
+                "tierkeeper", "local[1]", remote, topic, bootstrap, end, driver_memory=mem, cpus="0"
+            )
             # An executor of its own (local-cluster: a JVM apart from the driver, as on a real cluster) at
             # Spark's smallest executor memory, with the JVM's default collector and with the serial one.
-            cluster = "local-cluster[1,2,1024]"
+            own_executor = "local-cluster[1,2,1024]"
             executors = [
-                run_scan("tierkeeper", cluster, remote, topic, bootstrap, end, driver_memory=mem),
+                run_scan("tierkeeper", own_executor, remote, topic, bootstrap, end, driver_memory=mem),
                 run_scan(
-                    "tierkeeper", cluster, remote, topic, bootstrap, end, driver_memory=mem,
+                    "tierkeeper", own_executor, remote, topic, bootstrap, end, driver_memory=mem,
                     executor_java_options="-XX:+UseSerialGC",
                 ),
             ]  # fmt: skip
-            results["scans"] = [tk2, kafka2, kafka2_split, tk1, *executors]
+            results["scans"] = [tk2, kafka2, kafka2_split, tk1, tk1_one_core, *executors]
             results["load_avg_after_scans"] = os.getloadavg()
             results["tierkeeper_vs_kafka_local2"] = round(kafka2["seconds"] / tk2["seconds"], 2)
             results["tierkeeper_vs_kafka_split_local2"] = round(kafka2_split["seconds"] / tk2["seconds"], 2)
             results["local2_vs_local1"] = round(tk1["seconds"] / tk2["seconds"], 2)
+            results["local2_vs_local1_on_one_core"] = round(tk1_one_core["seconds"] / tk2["seconds"], 2)
         finally:
             cluster.stop()
     print(json.dumps(results, indent=2))

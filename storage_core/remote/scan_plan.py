@@ -160,7 +160,7 @@ def read_split(reader: RemoteReader, split: ScanSplit, *, include_headers: bool)
     """The records of one split as Arrow batches with the Kafka source's columns."""
     # Imported here, not at the top: the decoder loads numba (over 100 MB and seconds of a loaded machine),
     # which the Spark workers that only plan a scan or report its schema never need.
-    from storage_core.remote.arrow_read import arrow_batches, decoder_checks
+    from storage_core.remote.arrow_read import SPARK_GROUP_BYTES, arrow_batches, decoder_checks
 
     checks = decoder_checks()
     batches = reader.read_segment_batches(
@@ -174,4 +174,5 @@ def read_split(reader: RemoteReader, split: ScanSplit, *, include_headers: bool)
         include_headers=include_headers,
         min_offset=split.start_offset,
         end_offset=split.end_offset,
+        group_bytes=SPARK_GROUP_BYTES,
     )

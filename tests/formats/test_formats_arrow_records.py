@@ -263,12 +263,19 @@ def _stored_batches(path: Any, mapped: bool) -> list[RawBatch]:
 @pytest.mark.parametrize("mapped", [True, False], ids=["mapped object", "fetched bytes"])
 @pytest.mark.parametrize("codec", [NONE, ZSTD], ids=["uncompressed", "zstd"])
 @pytest.mark.parametrize("zero_copy", [False, True])
+@pytest.mark.parametrize("instruction", [True, False], ids=["crc instruction", "no crc instruction"])
 def test_verify_crc_refuses_a_damaged_batch_with_the_readers_error(
-    tmp_path: Any, mapped: bool, codec: int, zero_copy: bool
+    tmp_path: Any, mapped: bool, codec: int, zero_copy: bool, instruction: bool, monkeypatch: Any
 ) -> None:
     """With ``verify_crc`` the decoder checks every batch (in its record walk for an uncompressed mapped
-    object, before decompressing or copying otherwise) and names a damaged one exactly as the reader's
-    check does; whole data decodes as without the check."""
+    object where the compiled loops have the CRC instruction, before decompressing or copying otherwise)
+    and names a damaged one exactly as the reader's check does; whole data decodes as without the
+    check."""
+    from storage_core.formats import crc_kernel
+
+    if instruction and not crc_kernel.HARDWARE:
+        pytest.fail("this machine's numba target has no CRC instruction: the compiled check is untested")
+    monkeypatch.setattr(crc_kernel, "HARDWARE", instruction)
     path, recs = _segment_file(tmp_path, codec)
     whole = decode_arrow(_stored_batches(path, mapped), "t", 0, verify_crc=True, zero_copy=zero_copy)
     assert whole.column("value").cast(pa.binary()).to_pylist() == [r.value for r in recs]
