@@ -93,8 +93,8 @@ _copy_bytes = cast(Callable[[Any, Any, Any, Any, Any], None], intrinsic(_memcpy_
 def _write_view(out: Any, words: Any, i: int, buf: Any, p: int, n: int) -> None:
     """Entry ``i`` of an Arrow binary-view column for the ``n`` > 0 bytes at ``buf[p:]``: length, then
     the bytes inline when they fit in 12, else a 4-byte prefix, buffer 0 and the offset into ``buf``.
-    ``out`` holds the entries' bytes (16 per entry, zeroed) and ``words`` is the same memory as 32-bit
-    integers (little-endian hosts, as Arrow's buffers are)."""
+    ``out`` holds the entries' bytes (16 per entry, zeroed) and ``words`` is the same memory as int32
+    (little-endian hosts, as Arrow's buffers are; ``p`` < 2**31, which the caller checks)."""
     words[4 * i] = n
     _copy_bytes(out, 16 * i + 4, buf, p, n if n <= 12 else 4)  # the value, or its prefix
     if n > 12:

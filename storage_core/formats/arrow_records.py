@@ -256,8 +256,8 @@ def decode_arrow(
     zero_copy: bool = False,
     verify_crc: bool = False,
 ) -> pa.RecordBatch:
-    """Every record of ``batches`` (whole batches in offset order, CRC-checked unless ``verify_crc``
-    asks this to check them) as one Arrow batch.
+    """Every record of ``batches`` (whole batches in offset order, CRC-checked already, or by this call
+    with ``verify_crc``) as one Arrow batch.
 
     Only records with ``min_offset <= offset < end_offset`` are kept (the first batch a read starts
     from may begin before its offset). Raises ``CorruptDataError`` naming the batch for damaged records

@@ -143,7 +143,8 @@ class RemoteReader:
     def read_batches_from_offset(
         self, tp: TopicPartitionId, offset: int, *, checks: CrcChecks = CrcChecks.SHARED
     ) -> Iterator[RawBatch]:
-        """The batches holding ``offset`` and everything after it, CRC-checked, in offset order.
+        """The batches holding ``offset`` and everything after it, CRC-checked (unless ``checks`` leaves
+        that to the decoder they go to), in offset order.
 
         What a broker's remote fetch serves: whole batches as stored (the first may start before
         ``offset``), without decoding records. Control batches are left out, and so are aborted
