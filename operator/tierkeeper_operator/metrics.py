@@ -104,24 +104,25 @@ class Metrics:
         )
 
     def observe_round(self, planned: Plan, seconds: float, fleet: bool = True) -> None:
-        """``fleet``: the round judged every object, so the gauges (Stalled, tiered bytes, lag) are
-        set from it; a quick round over a few objects only counts."""
+        """``fleet``: the round judged every TieredTopic, so the TieredTopic gauges (Stalled, tiered
+        bytes, lag) are set from it. A quick round judges a few TieredTopics and every TieredBroker: it
+        counts all of them and sets the TieredBroker Stalled gauge only."""
         self.rounds.inc()
         self.duration.observe(seconds)
-        if not fleet:
-            self.reconciles.labels(kind="TieredTopic").inc(len(planned.topic_status))
-            return
         for kind, statuses in (
             ("TieredTopic", planned.topic_status),
             ("TieredBroker", planned.broker_status),
         ):
             self.reconciles.labels(kind=kind).inc(len(statuses))
-            stalled = sum(
-                1
-                for s in statuses.values()
-                if any(c.type == STALLED and c.status == "True" for c in s.conditions)
-            )
-            self.stalled.labels(kind=kind).set(stalled)
+            if fleet or kind == "TieredBroker":
+                stalled = sum(
+                    1
+                    for s in statuses.values()
+                    if any(c.type == STALLED and c.status == "True" for c in s.conditions)
+                )
+                self.stalled.labels(kind=kind).set(stalled)
+        if not fleet:
+            return
         topics = planned.topic_status.values()
         self.tiered_bytes.set(sum(s.remote.bytes for s in topics if s.remote))
         self.tiered_segments.set(sum(s.remote.segments for s in topics if s.remote))

@@ -1,0 +1,53 @@
+"""The operator's round metrics: what a full round and a quick round count and set (no control plane:
+``Metrics.observe_round`` is fed plans directly and read back from its registry)."""
+
+from __future__ import annotations
+
+from storage_core.api.status import STALLED, Condition, CopyLag, TieredBrokerStatus, TieredTopicStatus
+from storage_core.reconcile.planner import Plan
+from tierkeeper_operator.metrics import Metrics
+
+NOW = "2026-11-24T10:00:00Z"
+
+
+def _stalled(status: bool) -> list[Condition]:
+    value = "True" if status else "False"
+    return [Condition(type=STALLED, status=value, reason="Test", last_transition_time=NOW)]
+
+
+def _plan(topics: int, stalled_topics: int, brokers: int, stalled_brokers: int, lag: int) -> Plan:
+    return Plan(
+        topic_status={
+            f"ns/t{i}": TieredTopicStatus(
+                conditions=_stalled(i < stalled_topics), copy_lag=CopyLag(segments=1, bytes=lag)
+            )
+            for i in range(topics)
+        },
+        broker_status={
+            f"ns/b{i}": TieredBrokerStatus(conditions=_stalled(i < stalled_brokers)) for i in range(brokers)
+        },
+    )
+
+
+def _value(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    assert value is not None, (name, labels)
+    return value
+
+
+def test_a_quick_round_counts_every_object_it_judged_and_leaves_the_topic_gauges() -> None:
+    metrics = Metrics()
+    metrics.observe_round(_plan(topics=5, stalled_topics=2, brokers=3, stalled_brokers=1, lag=100), 0.5)
+    # A quick round over two TieredTopics (one of them Stalled now), judging all three TieredBrokers
+    # (two Stalled now).
+    metrics.observe_round(
+        _plan(topics=2, stalled_topics=1, brokers=3, stalled_brokers=2, lag=7), 0.1, fleet=False
+    )
+    assert _value(metrics, "tierkeeper_reconciles_total", kind="TieredTopic") == 5 + 2
+    assert _value(metrics, "tierkeeper_reconciles_total", kind="TieredBroker") == 3 + 3
+    # The TieredTopic gauges describe the whole fleet, which only a full round saw.
+    assert _value(metrics, "tierkeeper_stalled_resources", kind="TieredTopic") == 2
+    assert _value(metrics, "tierkeeper_copy_lag_bytes") == 5 * 100
+    # Every TieredBroker was judged, so their gauge follows the quick round.
+    assert _value(metrics, "tierkeeper_stalled_resources", kind="TieredBroker") == 2
+    assert _value(metrics, "tierkeeper_reconcile_rounds_total") == 2
