@@ -42,17 +42,22 @@ def _target_has_sse42() -> bool:
     import llvmlite.binding as llvm
     from numba.core import config
 
+    if not llvm.get_process_triple().startswith("x86_64"):
+        return False
     cpu_name = getattr(config, "CPU_NAME", None)
     configured = getattr(config, "CPU_FEATURES", None)
     if cpu_name and cpu_name != "host":
         features = configured or ""
     else:
-        features = configured or llvm.get_host_cpu_features().flatten()
-    return llvm.get_process_triple().startswith("x86_64") and "+sse4.2" in features.split(",")
+        try:
+            features = configured or llvm.get_host_cpu_features().flatten()
+        except RuntimeError:  # LLVM cannot tell on this host: assume the instruction is missing
+            return False
+    return "+sse4.2" in features.split(",")
 
 
 HARDWARE = _target_has_sse42()
-"""Whether the compiled loops may check CRCs (see the module's text)."""
+"""Whether the compiled loops have the CRC instruction (see the module's text)."""
 
 
 def _byte_table() -> np.ndarray:
