@@ -1,4 +1,4 @@
-"""Grouping a stream of checked batches into Arrow record batches (the Arrow read path of the reader, the
+"""Grouping a stream of batches into Arrow record batches (the Arrow read path of the reader, the
 ``tierkeeper read --format arrow|parquet`` command and the Spark DataSource).
 
 Batches are decoded a group at a time, one Arrow batch per group: large enough that the decoder's
@@ -85,7 +85,7 @@ def arrow_batches(
             break
         if min_offset is not None and batch.header.last_offset < min_offset:
             if verify_crc:  # left out on its header's word: see CrcChecks.DECODER
-                validate_crc(batch.data, path=path, position=batch.position)
+                validate_crc(batch.data, path=batch.path or path, position=batch.position)
             continue
         if group and _mapping(batch) is not mapping:
             yield from flush()

@@ -311,3 +311,22 @@ def test_verify_crc_checks_a_control_batch_handed_in(tmp_path: Any) -> None:
     with pytest.raises(CorruptDataError, match="CRC mismatch") as err:
         decode_arrow(batches, "t", 0, verify_crc=True)
     assert err.value.offset == 5
+
+
+def test_a_batch_left_out_below_the_start_is_still_checked_when_the_decoder_checks() -> None:
+    """With the decoder checking CRCs (``CrcChecks.DECODER``), batches handed to ``arrow_batches`` come
+    unchecked; one it leaves out because its header puts it below ``min_offset`` is checked there, as a
+    damaged header must not drop data silently."""
+    from storage_core.formats.checked_batches import CrcChecks
+    from storage_core.remote.arrow_read import arrow_batches
+
+    recs = [Rec(i, 1_700_000_000_000 + i, b"k", b"v" * 50) for i in range(30)]
+    data = bytearray(b"".join(build_batch(recs[i : i + 10], base_offset=i) for i in range(0, 30, 10)))
+    data[70] ^= 0x01  # in the first batch (offsets 0-9), CRC-covered
+    batches = list(iter_batches(bytes_fetcher(bytes(data)), path="obj", verify_crc=False))
+    undamaged = list(arrow_batches(batches, CrcChecks.INLINE, "t", 0, min_offset=10))
+    assert sum(b.num_rows for b in undamaged) == 20  # without the check, the damage goes unseen
+    with pytest.raises(CorruptDataError, match="CRC mismatch") as err:
+        list(arrow_batches(batches, CrcChecks.DECODER, "t", 0, min_offset=10))
+    assert err.value.offset == 0
+    assert "obj" in str(err.value)
