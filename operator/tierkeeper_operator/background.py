@@ -1,6 +1,6 @@
-"""Reconcile rounds on a thread beside kopf: a full round every interval until stopped, and a quick round
-soon after a watch hands over TieredTopics that were created, edited or are being deleted
-(:mod:`tierkeeper_operator.wakeups`).
+"""Reconcile rounds on a thread beside kopf: a full round every interval until stopped, or sooner when a
+round's plan says a topic's copy or cleanup falls due before then, and a quick round soon after a watch
+hands over TieredTopics that were created, edited or are being deleted (:mod:`tierkeeper_operator.wakeups`).
 
 A failed round (API server or Kafka unreachable) is logged and counted, and the next round tries again;
 it never stops the operator. With peering (:mod:`tierkeeper_operator.peering`) a round runs only while
@@ -9,7 +9,9 @@ this replica is the active one; a standby replica checks every interval and runs
 
 from __future__ import annotations
 
+import datetime
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -40,12 +42,16 @@ class Rounds:
         ready: ReadyState | None = None,
         settle: float = SETTLE_SECONDS,
         wakeups: Wakeups | None = None,
+        due_gap: float | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.interval = interval
         self.gate = gate
         self.ready = ready or ReadyState()
         self.settle = settle
+        # A round brought forward for work falling due comes at least this long after the one before, so
+        # topics falling due at many different moments cannot turn the rounds into a busy loop.
+        self.due_gap = due_gap if due_gap is not None else max(settle, interval / 10)
         self.wakeups = wakeups or Wakeups()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tierkeeper-rounds", daemon=True)
@@ -94,6 +100,7 @@ class Rounds:
                     # A full round lists what was handed over as well.
                     result = self.reconciler.run_round() if full else self.reconciler.run_round(objects)
                     self.ready.round_ran()
+                    next_full = min(next_full, self._due_round(result.plan.next_due))
                     if result.created or result.recorded:
                         log.info("round: created %s, recorded %s", result.created, result.recorded)
             except Exception as exc:  # noqa: BLE001 - any failure of a round is retried by the next one
@@ -101,6 +108,13 @@ class Rounds:
                 self.ready.failed(f"{type(exc).__name__}: {exc}"[:300])
                 log.warning("reconcile round failed: %s", exc)
             self._pause(max(0.0, next_full - time.monotonic()))
+
+    def _due_round(self, due: datetime.datetime | None) -> float:
+        """Monotonic time of a full round for the copy or cleanup that falls due first (inf: none)."""
+        if due is None:
+            return math.inf
+        wait = (due - self.reconciler.clock()).total_seconds()
+        return time.monotonic() + max(self.due_gap, wait)
 
     def _pause(self, timeout: float) -> None:
         """Until the next full round is due or, once something was handed over, ``settle`` seconds

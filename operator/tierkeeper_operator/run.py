@@ -38,8 +38,9 @@ class OperatorOptions:
     kafka_config_dirs: tuple[str, ...] = ()
     """``CLUSTER=DIR``: where a cluster's clientConfigSecretRef Secret is mounted in this pod."""
     reconcile_interval: float = 30.0
-    """Seconds between full reconcile rounds (Kafka observed, Jobs run, status written); new or edited
-    TieredTopics are judged sooner, by quick rounds (:mod:`tierkeeper_operator.wakeups`)."""
+    """Seconds between full reconcile rounds (Kafka observed, Jobs run, status written), or less when a
+    topic's copy or cleanup falls due sooner; new or edited TieredTopics are judged sooner still, by quick
+    rounds (:mod:`tierkeeper_operator.wakeups`)."""
     metrics_port: int | None = None
     """Serve Prometheus /metrics on this port; None: no metrics endpoint."""
     metrics_topic_labels: bool = False
@@ -97,8 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="seconds between full reconcile rounds (default 30); each topic's copy and cleanup intervals "
-        "decide what runs, and a new or edited TieredTopic is judged at once by a quick round",
+        help="seconds between full reconcile rounds (default 30; a round comes sooner when a topic's copy "
+        "or cleanup falls due before then); each topic's copy and cleanup intervals decide what runs, and "
+        "a new or edited TieredTopic is judged at once by a quick round",
     )
     parser.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"

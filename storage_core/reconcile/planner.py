@@ -31,7 +31,7 @@ from storage_core.api.status import STALLED, TieredBrokerStatus, TieredTopicStat
 from storage_core.reconcile.conditions import Health, conditions_for
 from storage_core.reconcile.eligibility import refusals
 from storage_core.reconcile.observed import BrokerInput, RunningWork, TopicInput
-from storage_core.reconcile.schedule import copy_due, interval_due
+from storage_core.reconcile.schedule import copy_due, copy_due_next, interval_due, interval_due_next
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,14 @@ class Plan:
     topic_status: dict[str, TieredTopicStatus] = field(default_factory=dict)
     broker_status: dict[str, TieredBrokerStatus] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    next_due: datetime.datetime | None = None
+    """The earliest time after ``now`` at which a copy or cleanup of a topic judged here falls due (a
+    scheduled copy only within the next minutes), so a round runner can run its next round then rather
+    than at its own interval. None: nothing known to fall due."""
+
+    def due_at(self, when: datetime.datetime | None, now: datetime.datetime) -> None:
+        if when is not None and when > now and (self.next_due is None or when < self.next_due):
+            self.next_due = when
 
 
 @dataclass(frozen=True)
@@ -241,6 +249,8 @@ def plan(
             for broker_id, partitions in sorted(leaders.by_broker.items()):
                 if (cluster, broker_id) not in running.copy_brokers:
                     copy_work[(cluster, broker_id)].append(TopicPartitions(topic.key, spec.topic, partitions))
+        elif not empty:
+            result.due_at(copy_due_next(spec.copy_policy, topic.status.last_copy, now), now)
         # Cleanup starts once a copy round has finished: before that there is nothing tiered to trim
         # behind, and a cleanup racing the first copies would spend its interval on nothing.
         if (
@@ -249,6 +259,8 @@ def plan(
             and interval_due(spec.cleanup.interval_seconds, topic.status.last_cleanup, now)
         ):
             result.cleanups.append(CleanupAction(cluster, topic.key, spec.topic, spec))
+        elif topic.status.last_copy is not None and topic.key not in running.cleanup_topics:
+            result.due_at(interval_due_next(spec.cleanup.interval_seconds, topic.status.last_cleanup), now)
     for (cluster, broker_id), work in sorted(copy_work.items()):
         broker = usable[(cluster, broker_id)]
         result.copies.append(CopyAction(cluster, broker_id, broker.key, tuple(work)))

@@ -31,6 +31,37 @@ def interval_due(interval_seconds: int, last: RunOutcome | None, now: datetime.d
     return since is None or now - since >= datetime.timedelta(seconds=interval_seconds)
 
 
+CRON_LOOKAHEAD_MINUTES = 2
+"""How far :func:`copy_due_next` looks for a scheduled topic's next firing: a round runner only wants to
+know whether work falls due before its next round, and rounds are seconds to minutes apart."""
+
+
+def copy_due_next(
+    policy: CopyPolicy, last: RunOutcome | None, now: datetime.datetime
+) -> datetime.datetime | None:
+    """When a copy that is not due at ``now`` falls due: the last copy's end plus the interval, or the
+    schedule's next firing within :data:`CRON_LOOKAHEAD_MINUTES` (None past that, or when no copy ran:
+    then it is due already)."""
+    since = _last_time(last)
+    if since is None:
+        return None
+    if policy.schedule is None:
+        return since + datetime.timedelta(seconds=policy.interval_seconds)
+    schedule = parse_cron(policy.schedule)
+    minute = now.replace(second=0, microsecond=0)
+    for _ in range(CRON_LOOKAHEAD_MINUTES):
+        minute += datetime.timedelta(minutes=1)
+        if minute > since and schedule.matches(minute):
+            return minute
+    return None
+
+
+def interval_due_next(interval_seconds: int, last: RunOutcome | None) -> datetime.datetime | None:
+    """When an interval's run falls due (None when none ran: due already)."""
+    since = _last_time(last)
+    return since + datetime.timedelta(seconds=interval_seconds) if since is not None else None
+
+
 _GAP_SCAN_START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 _GAP_SCAN_DAYS = 62
 

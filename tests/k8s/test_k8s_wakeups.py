@@ -5,6 +5,7 @@ that appears within the test's deadline."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from test_k8s_operator import example, local_setup, status_when
 from harness.control_plane import ControlPlane
 from harness.k8s import wait_until
 from harness.kafka import KafkaCluster
+from storage_core.reconcile.planner import Plan
 from tierkeeper_operator import GROUP, VERSION
 from tierkeeper_operator.background import Rounds
 from tierkeeper_operator.kube import KubeError
@@ -127,22 +129,45 @@ def test_the_watch_resumes_where_it_was_and_starts_again_when_too_old() -> None:
     assert wakeups.take() == (False, [])
 
 
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
 @dataclass
 class CountingReconciler:
     """Records rounds (None: a full one, else the objects of a quick one); the first round runs until
-    the test lets it end (``release``)."""
+    the test lets it end (``release``). ``due_in``: the first round's plan says work falls due that many
+    seconds later."""
 
     metrics: Metrics = field(default_factory=Metrics)
     rounds: list[list[dict[str, Any]] | None] = field(default_factory=list)
     first_running: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
+    due_in: float | None = None
+    clock = staticmethod(now)
 
     def run_round(self, only: list[dict[str, Any]] | None = None) -> RoundResult:
         self.rounds.append(only)
+        due = None
         if len(self.rounds) == 1:
             self.first_running.set()
             self.release.wait(DEADLINE)
-        return RoundResult(plan=None, created=[], recorded=[])  # type: ignore[arg-type]
+            if self.due_in is not None:
+                due = now() + datetime.timedelta(seconds=self.due_in)
+        return RoundResult(plan=Plan(next_due=due), created=[], recorded=[])
+
+
+def test_work_falling_due_brings_the_next_full_round_forward() -> None:
+    """A round whose plan says a copy or cleanup falls due in a moment is followed by a full round then,
+    not at the end of the interval (an hour here)."""
+    reconciler = CountingReconciler(due_in=0.5)
+    reconciler.release.set()
+    rounds = Rounds(reconciler, HOUR, settle=0.1, due_gap=0.1).start()  # type: ignore[arg-type]
+    try:
+        assert wait_until(lambda: len(reconciler.rounds) >= 2, DEADLINE), "no round when work fell due"
+    finally:
+        rounds.stop()
+    assert reconciler.rounds[:2] == [None, None]  # both full rounds
 
 
 def test_a_burst_makes_one_quick_round_and_a_wake_brings_the_full_round_forward() -> None:

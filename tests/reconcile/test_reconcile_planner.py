@@ -233,6 +233,41 @@ def test_interval_and_schedule_decide_when_copies_are_due() -> None:
     )
 
 
+def test_the_plan_says_when_the_next_copy_or_cleanup_falls_due() -> None:
+    """``next_due``: the earliest copy or cleanup after now, for the round runner to come back then."""
+    copied = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    minute = datetime.timedelta(minutes=1)
+    # Copied at T0 (interval 300 s); its first cleanup is due at once, so only the copy is ahead.
+    result = plan(CLUSTERS, [topic(status=copied)], BROKERS, RunningWork(), T0 + minute)
+    assert [c.topic for c in result.cleanups] == ["orders"]
+    assert result.next_due == T0 + datetime.timedelta(seconds=300)
+    # Cleaned up two minutes after the copy: the copy (T0 + 300 s) still comes before the next cleanup.
+    cleaned = outcomes.topic_after_cleanup(copied, {"deleted_segments": 0}, T0 + 2 * minute)
+    result = plan(CLUSTERS, [topic(status=cleaned, spec={"cleanup": {"intervalSeconds": 600}})], BROKERS,
+                  RunningWork(), T0 + 3 * minute)  # fmt: skip
+    assert result.copies == [] and result.cleanups == []
+    assert result.next_due == T0 + datetime.timedelta(seconds=300)
+    # A copy every 10 minutes and a cleanup every 60 s: the cleanup comes first.
+    faster = topic(
+        status=cleaned, spec={"copy": {"intervalSeconds": 600}, "cleanup": {"intervalSeconds": 60}}
+    )
+    result = plan(
+        CLUSTERS, [faster], BROKERS, RunningWork(), T0 + 2 * minute + datetime.timedelta(seconds=30)
+    )
+    assert result.next_due == T0 + 3 * minute
+    # A scheduled copy falls due at the schedule's next minute, when that is within the look-ahead.
+    hourly = topic(spec={"copy": {"schedule": "0 * * * *"}, "cleanup": {"intervalSeconds": 7200}},
+                   status=cleaned)  # fmt: skip
+    result = plan(CLUSTERS, [hourly], BROKERS, RunningWork(), T0 + datetime.timedelta(minutes=59, seconds=10))
+    assert result.next_due == T0 + datetime.timedelta(hours=1)
+    # Past the look-ahead the scheduled copy is not counted; the cleanup (every two hours) is.
+    later = plan(CLUSTERS, [hourly], BROKERS, RunningWork(), T0 + 10 * minute).next_due
+    assert later == T0 + 2 * minute + datetime.timedelta(hours=2)
+    # Work already due is in this plan, not ahead of it; a busy topic's work waits for its Job.
+    due = plan(CLUSTERS, [topic(status=cleaned)], BROKERS, RunningWork(), T0 + datetime.timedelta(hours=1))
+    assert len(due.copies) == 3 and due.next_due is None
+
+
 def test_a_failed_partition_stalls_until_a_round_succeeds() -> None:
     failed = outcomes.topic_after_copy(
         TieredTopicStatus(), [copy_result(0, error="orders-0: object store unreachable")], T0
