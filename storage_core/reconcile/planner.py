@@ -82,6 +82,7 @@ class Plan:
     than at its own interval. None: nothing known to fall due."""
 
     def due_at(self, when: datetime.datetime | None, now: datetime.datetime) -> None:
+        """Note work falling due at ``when`` (ignored unless after ``now``)."""
         if when is not None and when > now and (self.next_due is None or when < self.next_due):
             self.next_due = when
 
