@@ -131,14 +131,14 @@ def decode_bench(remote: str, topic: str, rounds: int) -> dict[str, Any]:
     }
 
 
-def _kind(process: Any) -> str:
+def _kind(process: Any, cluster: bool) -> str:
     """jvm (local mode: the driver, which runs the tasks too), driver and executor (local-cluster mode),
     or python_worker."""
     if "java" not in process.name():
         return "python_worker"
     if "CoarseGrainedExecutorBackend" in " ".join(process.cmdline()):
         return "executor"
-    return "driver" if any("local-cluster" in a for a in process.cmdline()) else "jvm"
+    return "driver" if cluster else "jvm"
 
 
 def _rss_sampler(stop: threading.Event, out: dict[str, int], cluster: bool) -> None:
@@ -148,9 +148,7 @@ def _rss_sampler(stop: threading.Event, out: dict[str, int], cluster: bool) -> N
     while not stop.is_set():
         for child in me.children(recursive=True):
             try:
-                name = _kind(child)
-                if cluster and name == "jvm":
-                    name = "driver"
+                name = _kind(child, cluster)
                 out[name] = max(out.get(name, 0), child.memory_info().rss)
             except psutil.Error:
                 pass
@@ -226,13 +224,14 @@ def scan_child(ns: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     jars = ",".join(str(j) for j in connector_jars(log=False))
+    cluster = ns.master.startswith("local-cluster")
     builder = (
         SparkSession.builder.master(ns.master)
         .config("spark.ui.enabled", "false")
         .config("spark.jars", jars)
         .config("spark.driver.memory", ns.driver_memory)
     )
-    if ns.master.startswith("local-cluster"):
+    if cluster:
         # The executors are JVMs of their own there, started by the in-process worker: their python
         # workers must find the project, and the executor's own memory is what is measured.
         builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
@@ -270,7 +269,6 @@ def scan_child(ns: argparse.Namespace) -> int:
             stale.unlink()  # the warm-up's profiles
     peaks: dict[str, int] = {}
     stop = threading.Event()
-    cluster = ns.master.startswith("local-cluster")
     sampler = threading.Thread(target=_rss_sampler, args=(stop, peaks, cluster), daemon=True)
     sampler.start()
     cpu_before = _cpu_seconds()
