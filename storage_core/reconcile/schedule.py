@@ -18,17 +18,15 @@ def _last_time(last: RunOutcome | None) -> datetime.datetime | None:
 def copy_due(policy: CopyPolicy, last: RunOutcome | None, now: datetime.datetime) -> bool:
     """Due when no copy ever ran, when the interval has passed since the last one, or when the cron
     schedule fired since the last one."""
+    if policy.schedule is None:
+        return interval_due(policy.interval_seconds, last, now)
     since = _last_time(last)
-    if since is None:
-        return True
-    if policy.schedule is not None:
-        return parse_cron(policy.schedule).fired_between(since, now)
-    return now - since >= datetime.timedelta(seconds=policy.interval_seconds)
+    return since is None or parse_cron(policy.schedule).fired_between(since, now)
 
 
 def interval_due(interval_seconds: int, last: RunOutcome | None, now: datetime.datetime) -> bool:
-    since = _last_time(last)
-    return since is None or now - since >= datetime.timedelta(seconds=interval_seconds)
+    due = interval_due_next(interval_seconds, last)
+    return due is None or now >= due
 
 
 CRON_LOOKAHEAD_MINUTES = 2
@@ -42,11 +40,11 @@ def copy_due_next(
     """When a copy that is not due at ``now`` falls due: the last copy's end plus the interval, or the
     schedule's next firing within :data:`CRON_LOOKAHEAD_MINUTES` (None past that, or when no copy ran:
     then it is due already)."""
+    if policy.schedule is None:
+        return interval_due_next(policy.interval_seconds, last)
     since = _last_time(last)
     if since is None:
         return None
-    if policy.schedule is None:
-        return since + datetime.timedelta(seconds=policy.interval_seconds)
     schedule = parse_cron(policy.schedule)
     minute = now.replace(second=0, microsecond=0)
     for _ in range(CRON_LOOKAHEAD_MINUTES):
