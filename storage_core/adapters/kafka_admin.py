@@ -198,6 +198,14 @@ class KafkaAdmin:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(int(b) for b in md.brokers)
 
+    def broker_addresses(self) -> dict[int, tuple[str, int]]:
+        """Node id -> (host, port) of every broker the cluster's metadata lists."""
+        try:
+            md = self._admin.list_topics(timeout=TIMEOUT_S)
+        except Exception as exc:
+            raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
+        return {int(b.id): (str(b.host), int(b.port)) for b in md.brokers.values()}
+
     def describe_if_exists(self, topic: str) -> dict[tuple[str, int], PartitionInfo]:
         """Like ``describe([topic])``, but empty when the topic does not exist (or is being deleted)."""
         from confluent_kafka import KafkaError, KafkaException, TopicCollection

@@ -18,7 +18,19 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from storage_core import __version__
-from storage_core.cli import cleanup, copy, export, fetchers, ls, read, rebuild, recover, scrub, standalone
+from storage_core.cli import (
+    cleanup,
+    copy,
+    export,
+    fetchers,
+    gateway,
+    ls,
+    read,
+    rebuild,
+    recover,
+    scrub,
+    standalone,
+)
 from storage_core.errors import TierkeeperError
 
 Register = Callable[[Any], None]
@@ -35,6 +47,7 @@ BUILTIN_COMMANDS: tuple[Register, ...] = (
     rebuild.register,
     fetchers.register,
     standalone.register,
+    gateway.register,
 )
 COMMAND_GROUP = "tierkeeper.commands"
 """Entry-point group of installed packages' subcommands; each entry point is a ``register`` function."""

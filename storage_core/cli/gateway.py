@@ -1,0 +1,238 @@
+"""``tierkeeper gateway``: a Kafka protocol proxy in front of the cluster that serves fetches below the
+brokers' log start from the remote tier, so every unchanged Kafka client reads the tiered history.
+
+Port rule: the bootstrap listener is ``--listen HOST:PORT``; the broker with node id N is served at
+``--broker-port-base`` + N (default: the bootstrap port + 1). Both are printed at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import socket
+import ssl
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from storage_core.cli.common import add_remote_args, open_store
+from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
+from storage_core.errors import ConfigError
+
+DEFAULT_LISTEN = "127.0.0.1:9192"
+GATEWAY_RETRY_ATTEMPTS = 3
+GATEWAY_RETRY_MAX_DELAY = 2.0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "gateway",
+        help="a Kafka protocol gateway: every Kafka client reads the tiered history through it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--bootstrap-servers", required=True, help="the Kafka cluster behind the gateway")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"bootstrap listener (default {DEFAULT_LISTEN})",
+    )
+    p.add_argument(
+        "--broker-port-base",
+        type=int,
+        metavar="PORT",
+        help="broker N listens at PORT+N (default: bootstrap port + 1)",
+    )
+    p.add_argument(
+        "--advertised-host",
+        help="the host clients are told to connect to (default: the --listen host, or this machine's name "
+        "when listening on all addresses); in Kubernetes the gateway Service's name",
+    )
+    p.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="HTTP /metrics, /healthz and /readyz (default: off)"
+    )
+    p.add_argument(
+        "--tls-cert", metavar="PEM", help="TLS from clients to the gateway: the gateway's certificate chain"
+    )
+    p.add_argument("--tls-key", metavar="PEM", help="the key of --tls-cert")
+    p.add_argument(
+        "--cache-bytes",
+        type=int,
+        default=64 << 20,
+        metavar="N",
+        help="read-ahead cache of remote blocks, bytes (default 64 MiB)",
+    )
+    p.add_argument(
+        "--block-bytes", type=int, default=1 << 20, metavar="N", help="remote read size (default 1 MiB)"
+    )
+    p.add_argument(
+        "--readahead-blocks",
+        type=int,
+        default=8,
+        metavar="N",
+        help="blocks fetched ahead of a reader (default 8)",
+    )
+    p.add_argument(
+        "--tier-threads", type=int, default=8, metavar="N", help="threads reading the remote tier (default 8)"
+    )
+    p.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        default=100 << 20,
+        metavar="N",
+        help="largest request frame (default 100 MiB, Kafka's socket.request.max.bytes)",
+    )
+    p.add_argument(
+        "--shutdown-grace-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="time in-flight requests get to finish on SIGTERM (default 30)",
+    )
+    p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
+    add_kafka_client_args(p)
+    add_remote_args(p)
+    p.set_defaults(
+        handler=run, retry_attempts=GATEWAY_RETRY_ATTEMPTS, retry_max_delay=GATEWAY_RETRY_MAX_DELAY
+    )
+
+
+def _host_port(value: str, flag: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{flag} {value!r}: expected HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _upstream_tls(config: dict[str, str]) -> ssl.SSLContext | None:
+    protocol = config.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("SSL", "SASL_SSL"):
+        return None
+    context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
+    if config.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+        context.check_hostname = False
+    if config.get("ssl.certificate.location"):
+        context.load_cert_chain(config["ssl.certificate.location"], config.get("ssl.key.location"))
+    return context
+
+
+def run(args: argparse.Namespace) -> int:
+    from storage_core.adapters.kafka_admin import KafkaAdmin
+    from storage_core.gateway.addresses import Address, PortRule
+    from storage_core.gateway.block_cache import BlockCache
+    from storage_core.gateway.history import TierHistory
+    from storage_core.gateway_server.context import GatewayContext, Limits
+    from storage_core.gateway_server.metrics import GatewayMetrics
+    from storage_core.gateway_server.server import Gateway, Listen
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter()
+        if args.log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    )
+    logging.getLogger("tierkeeper").addHandler(handler)
+    logging.getLogger("tierkeeper").setLevel(logging.INFO)
+
+    host, port = _host_port(args.listen, "--listen")
+    advertised = args.advertised_host or (socket.getfqdn() if host in ("0.0.0.0", "::") else host)
+    if port == 0 and args.broker_port_base is None:
+        raise ConfigError("--listen with port 0 needs --broker-port-base")
+    rule = PortRule(
+        advertised, port, args.broker_port_base if args.broker_port_base is not None else port + 1
+    )
+    bootstrap = [
+        Address(*_host_port(b.strip(), "--bootstrap-servers"))
+        for b in args.bootstrap_servers.split(",")
+        if b.strip()
+    ]
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    client_tls = None
+    if args.tls_cert:
+        client_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        client_tls.load_cert_chain(args.tls_cert, args.tls_key)
+    config = kafka_client_config(args)
+    store = open_store(args, existing=True)
+    metrics = GatewayMetrics()
+    tier_pool = ThreadPoolExecutor(
+        max_workers=args.tier_threads, thread_name_prefix="tierkeeper-gateway-tier"
+    )
+    fetch_pool = ThreadPoolExecutor(
+        max_workers=max(args.readahead_blocks, 1) * 2, thread_name_prefix="tierkeeper-gateway-fetch"
+    )
+    blocks = BlockCache(
+        store.get_range,
+        fetch_pool,
+        block_bytes=args.block_bytes,
+        max_bytes=args.cache_bytes,
+        readahead=args.readahead_blocks,
+    )
+    blocks.observe(metrics.cache_lookup)
+    ctx = GatewayContext(
+        rule=rule,
+        bootstrap=bootstrap,
+        history=TierHistory(store, blocks),
+        tier_pool=tier_pool,
+        metrics=metrics,
+        limits=Limits(max_frame_bytes=args.max_frame_bytes),
+        upstream_tls=_upstream_tls(config),
+    )
+    admin = KafkaAdmin(args.bootstrap_servers, config)
+
+    def discover() -> dict[int, Address]:
+        return {n: Address(h, p) for n, (h, p) in admin.broker_addresses().items()}
+
+    def bucket_probe() -> str | None:
+        try:
+            store.require_root()
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure as text
+            return str(exc)
+        return None
+
+    metrics_at = (
+        Address(*_host_port(args.metrics_listen, "--metrics-listen")) if args.metrics_listen else None
+    )
+    listen = Listen(host, port, client_tls, metrics_at, shutdown_grace_s=args.shutdown_grace_seconds)
+    gateway = Gateway(ctx, listen, discover=discover, bucket_probe=bucket_probe)
+
+    async def main() -> None:
+        await gateway.start()
+        brokers = ", ".join(f"{n} -> {advertised}:{rule.broker_port(n)}" for n in sorted(ctx.brokers))
+        print(
+            f"tierkeeper gateway: bootstrap {advertised}:{gateway.bound_port(None)}; broker N at "
+            f"{advertised}:{rule.broker_port_base}+N ({brokers or 'none known yet'})"
+            + (f"; metrics http://{metrics_at.host}:{gateway.http_port}/metrics" if metrics_at else ""),
+            flush=True,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: loop.create_task(gateway.stop()))
+        await gateway.wait_stopped()
+
+    try:
+        asyncio.run(main())
+    finally:
+        tier_pool.shutdown(wait=False, cancel_futures=True)
+        fetch_pool.shutdown(wait=False, cancel_futures=True)
+    print("tierkeeper gateway: stopped", flush=True)
+    return 0

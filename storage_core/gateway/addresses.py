@@ -1,0 +1,98 @@
+"""Broker addresses: which gateway port stands for which broker, and the rewriting of every response that
+names a broker, so a client never learns an address behind the gateway.
+
+Port rule (port-per-broker, as Kroxylicious calls it): the bootstrap listener is ``bootstrap_port``; the
+broker with node id N is ``broker_port_base + N``. Node ids are stable in a KRaft cluster, so a client's
+cached metadata stays valid across gateway restarts.
+
+Responses that carry broker addresses: Metadata (brokers), FindCoordinator (v0-3 one node, v4+
+coordinators), DescribeCluster (brokers), Fetch v16+ and Produce v10+ (``node_endpoints``, the new leaders
+of partitions that moved). Share-group APIs also carry them; the gateway does not offer those APIs
+(versions.py), so no address can pass it unrewritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from storage_core.errors import ConfigError
+
+METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE = 3, 10, 60, 1, 0
+ADDRESS_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE})
+MAX_PORT = 65535
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class PortRule:
+    advertised_host: str
+    bootstrap_port: int
+    broker_port_base: int
+
+    def broker_port(self, node_id: int) -> int:
+        port = self.broker_port_base + node_id
+        if node_id < 0 or port > MAX_PORT:
+            raise ConfigError(
+                f"broker {node_id} has no gateway port: {self.broker_port_base} + {node_id} is not a TCP "
+                "port; choose a lower --broker-port-base"
+            )
+        return port
+
+    def broker_address(self, node_id: int) -> Address:
+        return Address(self.advertised_host, self.broker_port(node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Rewritten:
+    body: Any
+    """The response with every broker address replaced (the same object when nothing named a broker)."""
+    brokers: dict[int, Address]
+    """The real addresses the response named, by node id (for routing the gateway's broker listeners)."""
+    complete: bool
+    """True when ``brokers`` lists the whole cluster (Metadata, DescribeCluster), so absent ones are gone."""
+
+
+def rewrite_addresses(api_key: int, body: Any, rule: PortRule) -> Rewritten:
+    """The response ``body`` (a kio entity of ``api_key``) with broker addresses pointing at the gateway."""
+    if api_key == METADATA:
+        brokers = {b.node_id: Address(b.host, b.port) for b in body.brokers}
+        return Rewritten(_replace_each(body, "brokers", "node_id", rule), brokers, True)
+    if api_key == DESCRIBE_CLUSTER:
+        # endpoint_type 2 lists controllers (bootstrap.controllers clients), which do not come through here.
+        brokers = {b.broker_id: Address(b.host, b.port) for b in body.brokers}
+        return Rewritten(_replace_each(body, "brokers", "broker_id", rule), brokers, True)
+    if api_key == FIND_COORDINATOR:
+        if hasattr(body, "coordinators"):
+            brokers = {c.node_id: Address(c.host, c.port) for c in body.coordinators if c.node_id >= 0}
+            return Rewritten(_replace_each(body, "coordinators", "node_id", rule), brokers, False)
+        if body.node_id < 0:
+            return Rewritten(body, {}, False)
+        target = rule.broker_address(body.node_id)
+        replaced = dataclasses.replace(body, host=target.host, port=target.port)
+        return Rewritten(replaced, {body.node_id: Address(body.host, body.port)}, False)
+    if api_key in (FETCH, PRODUCE) and getattr(body, "node_endpoints", None):
+        brokers = {n.node_id: Address(n.host, n.port) for n in body.node_endpoints}
+        return Rewritten(_replace_each(body, "node_endpoints", "node_id", rule), brokers, False)
+    return Rewritten(body, {}, False)
+
+
+def _replace_each(body: Any, field: str, id_field: str, rule: PortRule) -> Any:
+    items = []
+    for item in getattr(body, field):
+        node_id = getattr(item, id_field)
+        if node_id < 0:  # "no coordinator": nothing to point anywhere
+            items.append(item)
+            continue
+        target = rule.broker_address(node_id)
+        items.append(dataclasses.replace(item, host=target.host, port=target.port))
+    return dataclasses.replace(body, **{field: tuple(items)})

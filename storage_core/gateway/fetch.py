@@ -1,0 +1,135 @@
+"""Fetch, intercepted: which partitions the tier answers, and the response with its answers in place.
+
+Fetch sessions (KIP-227) are kept out: every request goes to the broker as a sessionless full fetch
+(session id 0, epoch -1) and every response says session id 0, which tells the client that no session
+exists, so it keeps sending full requests. The gateway then always knows every partition's fetch offset,
+and the broker's session cache is never filled by sessions nobody would use.
+
+A partition is served from the tier only when the broker itself answered it on the client's own
+connection with OFFSET_OUT_OF_RANGE: that answer comes after the broker's authorization check, so a
+principal without READ (TOPIC_AUTHORIZATION_FAILED) never gets a byte of history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+TopicKey = str | uuid.UUID
+"""A topic as the request names it: its name (Fetch v4-12) or its topic id (v13+)."""
+PartitionKey = tuple[TopicKey, int]
+
+FINAL_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierAnswer:
+    """What replaces the broker's OFFSET_OUT_OF_RANGE for one partition."""
+
+    records: bytes | None
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: tuple[tuple[int, int], ...] | None
+    error: ErrorCode = ErrorCode.none
+
+
+def topic_key(topic: Any) -> TopicKey:
+    name = getattr(topic, "topic", None)
+    key: TopicKey = name if name is not None else topic.topic_id
+    return key
+
+
+def sessionless(request: Any) -> Any:
+    """The request as a full fetch outside any session (or the same object when it already is one)."""
+    if request.session_id == 0 and request.session_epoch == FINAL_EPOCH and not request.forgotten_topics_data:
+        return request
+    return dataclasses.replace(request, session_id=0, session_epoch=FINAL_EPOCH, forgotten_topics_data=())
+
+
+def wanted(request: Any) -> dict[PartitionKey, Wanted]:
+    return {
+        (topic_key(t), p.partition): Wanted(p.fetch_offset, p.partition_max_bytes)
+        for t in request.topics
+        for p in t.partitions
+    }
+
+
+def out_of_range(response: Any) -> list[PartitionKey]:
+    """Partitions the broker answered with OFFSET_OUT_OF_RANGE, in response order."""
+    return [
+        (topic_key(t), p.partition_index)
+        for t in response.responses
+        for p in t.partitions
+        if p.error_code == ErrorCode.offset_out_of_range
+    ]
+
+
+def records_bytes(response: Any) -> int:
+    return sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+
+
+def with_answers(response: Any, answers: Mapping[PartitionKey, TierAnswer]) -> Any:
+    """The response with the tier's answers in place of the broker's, and no session."""
+    topics = []
+    for t in response.responses:
+        key = topic_key(t)
+        parts = []
+        for p in t.partitions:
+            answer = answers.get((key, p.partition_index))
+            if answer is None:
+                parts.append(p)
+                continue
+            aborted = None
+            if answer.aborted is not None:
+                aborted_type = _aborted_type(p)
+                aborted = tuple(
+                    aborted_type(producer_id=pid, first_offset=first) for pid, first in answer.aborted
+                )
+            parts.append(
+                dataclasses.replace(
+                    p,
+                    error_code=answer.error,
+                    high_watermark=answer.high_watermark,
+                    last_stable_offset=answer.last_stable_offset,
+                    log_start_offset=answer.log_start_offset,
+                    aborted_transactions=aborted,
+                    records=answer.records,
+                )
+            )
+        topics.append(dataclasses.replace(t, partitions=tuple(parts)))
+    return dataclasses.replace(response, responses=tuple(topics), session_id=0)
+
+
+def _aborted_type(partition: Any) -> Any:
+    import sys
+
+    module = sys.modules[type(partition).__module__]
+    return module.AbortedTransaction
+
+
+def without_session(response: Any) -> Any:
+    return response if response.session_id == 0 else dataclasses.replace(response, session_id=0)
+
+
+def session_not_found(response_type: Any) -> Any:
+    """The answer to an incremental fetch: the gateway keeps no sessions, so the client starts over."""
+    import datetime
+
+    return response_type(
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.fetch_session_id_not_found,
+        session_id=0,
+        responses=(),
+    )

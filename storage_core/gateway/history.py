@@ -1,0 +1,322 @@
+"""Reading a partition's history from the remote tier the way a broker answers a fetch: whole stored batches,
+as they are, from the one holding the fetch offset, within a byte limit.
+
+Which segment serves which offset is the cover rule (storage_core/remote/cover.py), the same one every
+other reader uses, so no offset is served twice across overlapping segments. Each batch's CRC is checked
+before it is served: a damaged object becomes an error for that partition, never bytes a client trusts.
+Control batches and aborted transactions' batches are served too, as a broker serves them, with the
+aborted transactions listed for read_committed clients, who filter exactly as they do on a broker's data.
+
+Thread-safe: many fetches read at once from the gateway's thread pool.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from storage_core.errors import CorruptDataError, DivergentDataError, RemoteObjectNotFound
+from storage_core.formats.indexes import iter_txn_index
+from storage_core.formats.record_batch import HEADER_SIZE, BatchHeader, RawBatch, validate_crc
+from storage_core.formats.records import iter_records
+from storage_core.formats.remote_index import (
+    RemotePointerIndex,
+    position_for_offset,
+    position_for_timestamp,
+    read_remote_log_entry,
+)
+from storage_core.formats.source import bytes_fetcher
+from storage_core.gateway.block_cache import BlockCache
+from storage_core.remote.catalog import PartitionCatalog, list_topics
+from storage_core.remote.cover import Cover, ServedRange
+from storage_core.remote.index_cache import IndexCache
+from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
+from storage_core.remote.metadata import Manifest, SegmentMetadata
+from storage_core.remote.store_api import ObjectStore
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class TierSlice:
+    """What the tier answers for one partition of a fetch."""
+
+    records: bytes
+    """Whole record batches as stored (empty when the byte limit left no room for one)."""
+    log_start_offset: int
+    """The first offset the tier holds: the partition's log start as a client sees it through the gateway."""
+    aborted: tuple[tuple[int, int], ...]
+    """(producer id, first offset) of every aborted transaction overlapping the served batches."""
+    aborted_complete: bool
+    """False when some transaction in the served batches may have ended after the tier's last segment: the
+    broker knows the rest (its own aborted transactions from its log start on)."""
+    upper_offset: int
+    """One past the last offset served (Kafka's upper bound for collecting aborted transactions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampHit:
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+@dataclass
+class _Cached:
+    manifest: Manifest
+    cover: Cover
+    at: float
+
+
+class TierHistory:
+    """The remote tier as a broker's history: fetches, earliest / latest-tiered offsets, timestamps."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        blocks: BlockCache,
+        *,
+        metadata_ttl_s: float = 10.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.layout = RemoteLayout(store.root)
+        self.blocks = blocks
+        self._indexes = IndexCache(store, self.layout, None)
+        self._index_lock = threading.Lock()
+        self._ttl = metadata_ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._topics: tuple[float, dict[str, str]] | None = None
+        """(when listed, topic id -> topic name)."""
+        self._manifests: dict[TopicPartitionId, _Cached] = {}
+
+    # ---- which topic incarnation ----------------------------------------------------------------
+    def topic_name(self, topic_id: str) -> str | None:
+        """The name of the tiered topic incarnation ``topic_id`` (Kafka's 22-character form), if tiered."""
+        name = self._listed().get(topic_id)
+        if name is None and self._listed_age() > 1.0:  # a topic tiered since the last listing
+            name = self._listed(refresh=True).get(topic_id)
+        return name
+
+    def _listed_age(self) -> float:
+        with self._lock:
+            return float("inf") if self._topics is None else self._clock() - self._topics[0]
+
+    def _listed(self, *, refresh: bool = False) -> dict[str, str]:
+        with self._lock:
+            current = self._topics
+        if refresh or current is None or self._clock() - current[0] > self._ttl:
+            listed = {tid: name for name, tid in list_topics(self.store, self.layout)}
+            current = (self._clock(), listed)
+            with self._lock:
+                self._topics = current
+        return current[1]
+
+    # ---- metadata -------------------------------------------------------------------------------
+    def cover(self, tp: TopicPartitionId, *, at_least: int | None = None, refresh: bool = False) -> Cover:
+        """The partition's cover, from a manifest at most ``metadata_ttl_s`` old, read again when it ends
+        below ``at_least`` (a copy may have finished since)."""
+        with self._lock:
+            cached = self._manifests.get(tp)
+        now = self._clock()
+        stale = cached is None or now - cached.at > self._ttl or refresh
+        if not stale and at_least is not None and cached is not None:
+            end = cached.cover.end_offset
+            stale = (end is None or end < at_least) and now - cached.at > 1.0
+        if stale or cached is None:
+            catalog = PartitionCatalog(self.store, self.layout, tp)
+            manifest = catalog.read_manifest() if not refresh else None
+            if manifest is None or (at_least is not None and (manifest.end_offset or -1) < at_least):
+                manifest = catalog.rebuild_manifest(write=False)
+            cached = _Cached(manifest, manifest.cover(), now)
+            with self._lock:
+                self._manifests[tp] = cached
+        return cached.cover
+
+    def earliest(self, tp: TopicPartitionId) -> int | None:
+        return self.cover(tp).start_offset
+
+    def latest_tiered(self, tp: TopicPartitionId) -> int | None:
+        return self.cover(tp, refresh=True).end_offset
+
+    def epoch_at(self, tp: TopicPartitionId, offset: int) -> int:
+        """The leader epoch of ``offset`` as the serving segment recorded it (-1 when it did not)."""
+        cover = self.cover(tp)
+        index = cover.index_for_offset(offset)
+        if index is None:
+            return -1
+        entries = [
+            (start, epoch) for epoch, start in cover.ranges[index].segment.leader_epochs if start <= offset
+        ]
+        return max(entries)[1] if entries else -1
+
+    # ---- fetch ----------------------------------------------------------------------------------
+    def read(
+        self, tp: TopicPartitionId, offset: int, max_bytes: int, *, min_one: bool, read_committed: bool
+    ) -> TierSlice | None:
+        """Batches from the one holding ``offset``, at most ``max_bytes`` of them (at least one whole batch
+        when ``min_one``), or None when the tier does not hold ``offset``."""
+        try:
+            return self._read(tp, offset, max_bytes, min_one, read_committed, refresh=False)
+        except RemoteObjectNotFound:
+            # Remote retention deleted a segment the cached manifest still listed: look again, once.
+            return self._read(tp, offset, max_bytes, min_one, read_committed, refresh=True)
+
+    def _read(
+        self,
+        tp: TopicPartitionId,
+        offset: int,
+        max_bytes: int,
+        min_one: bool,
+        committed: bool,
+        *,
+        refresh: bool,
+    ) -> TierSlice | None:
+        cover = self.cover(tp, at_least=offset, refresh=refresh)
+        if cover.start_offset is None or cover.end_offset is None:
+            return None
+        if not cover.start_offset <= offset <= cover.end_offset:
+            return None
+        index = cover.index_for_offset(offset)
+        assert index is not None
+        served = cover.ranges[index]
+        divergence = cover.divergence_in(offset, served.last_offset)
+        if divergence is not None:
+            raise DivergentDataError(
+                f"refusing to serve {tp}: {divergence.describe()}",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=divergence.first_offset,
+            )
+        records, upper, producers = self._batches(
+            served, max(offset, served.first_offset), max_bytes, min_one
+        )
+        aborted: tuple[tuple[int, int], ...] = ()
+        complete = True
+        if committed and producers:
+            aborted, complete = self._aborted(cover, index, offset, upper, producers)
+        return TierSlice(records, cover.start_offset, aborted, complete, upper)
+
+    def _batches(
+        self, served: ServedRange, offset: int, max_bytes: int, min_one: bool
+    ) -> tuple[bytes, int, set[int]]:
+        """(the batches, one past their last offset, producer ids of their transactional batches)."""
+        meta = served.segment
+        key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
+        size = meta.objects[SegmentObject.LOG].size
+        position = self._position(meta, offset, None)
+        parts: list[bytes] = []
+        taken = 0
+        upper = offset
+        producers: set[int] = set()
+        while position < size:
+            head = self.blocks.read(key, position, position + HEADER_SIZE, size)
+            if len(head) < HEADER_SIZE:
+                raise CorruptDataError(f"the object ends inside a batch header at byte {position}", path=key)
+            header = BatchHeader.parse(head, path=key, position=position)
+            if header.base_offset > served.last_offset:
+                break  # the next range serves the rest
+            batch_size = header.size_in_bytes
+            if header.last_offset < offset:
+                position += batch_size
+                continue
+            if header.base_offset < served.first_offset:
+                raise DivergentDataError(
+                    f"batch {header.base_offset}..{header.last_offset} crosses offset {served.first_offset}, "
+                    "where the segment before it ends: overlapping segments with different batches",
+                    topic=meta.topic,
+                    partition=meta.partition,
+                    offset=served.first_offset,
+                    path=key,
+                )
+            if taken + batch_size > max_bytes and (taken or not min_one):
+                break
+            batch = self.blocks.read(key, position, position + batch_size, size)
+            if len(batch) < batch_size:
+                raise CorruptDataError(f"the object ends inside the batch at byte {position}", path=key)
+            validate_crc(batch, path=key, position=position)
+            parts.append(batch)
+            taken += batch_size
+            upper = header.last_offset + 1
+            if header.is_transactional and not header.is_control:
+                producers.add(header.producer_id)
+            position += batch_size
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), upper, producers
+
+    def _position(self, meta: SegmentMetadata, offset: int | None, timestamp: int | None) -> int:
+        with self._index_lock:
+            log_index = self._indexes.get(meta, SegmentObject.REMOTE_LOG_INDEX)
+            which = (
+                SegmentObject.REMOTE_TIME_INDEX
+                if timestamp is not None
+                else SegmentObject.REMOTE_OFFSET_INDEX
+            )
+            pointers = RemotePointerIndex.from_bytes(self._indexes.get(meta, which))
+        if timestamp is not None:
+            entry_pos = position_for_timestamp(pointers, timestamp)
+        else:
+            entry_pos = position_for_offset(pointers, offset if offset is not None else meta.base_offset)
+        if entry_pos is None:
+            return 0
+        return read_remote_log_entry(bytes_fetcher(log_index), entry_pos).data_id.position
+
+    def _aborted(
+        self, cover: Cover, index: int, offset: int, upper: int, producers: set[int]
+    ) -> tuple[tuple[tuple[int, int], ...], bool]:
+        """Kafka's collection (UnifiedLog.collectAbortedTransactions): the aborted transactions with
+        last offset >= ``offset`` and first offset < ``upper``, from the serving segment's txn index and
+        the later ones', until an entry whose last stable offset reaches ``upper`` proves that no later
+        entry can start below it. Only segments that hold transactions have entries."""
+        found: dict[tuple[int, int], None] = {}  # ordered, without repeats
+        for served in cover.ranges[index:]:
+            meta = served.segment
+            if not meta.has_transactions or SegmentObject.TXN_INDEX not in meta.objects:
+                continue
+            with self._index_lock:
+                data = self._indexes.get(meta, SegmentObject.TXN_INDEX)
+            for txn in iter_txn_index(bytes_fetcher(data)):
+                if txn.last_offset >= offset and txn.first_offset < upper and txn.producer_id in producers:
+                    found[(txn.producer_id, txn.first_offset)] = None
+                if txn.last_stable_offset >= upper:
+                    return tuple(found), True
+        return tuple(found), False
+
+    # ---- timestamps -----------------------------------------------------------------------------
+    def offset_for_timestamp(self, tp: TopicPartitionId, timestamp: int) -> TimestampHit | None:
+        """The first record (offset order) with a timestamp >= ``timestamp``, as ListOffsets finds it."""
+        cover = self.cover(tp, refresh=True)
+        for served in cover.ranges:
+            meta = served.segment
+            if meta.max_timestamp < timestamp:
+                continue
+            key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
+            size = meta.objects[SegmentObject.LOG].size
+            position = self._position(meta, None, timestamp)
+            while position < size:
+                head = self.blocks.read(key, position, position + HEADER_SIZE, size)
+                header = BatchHeader.parse(head, path=key, position=position)
+                if header.base_offset > served.last_offset:
+                    break
+                if (
+                    header.last_offset >= served.first_offset
+                    and not header.is_control
+                    and header.max_timestamp >= timestamp
+                ):
+                    hit = self._record_at(key, position, header, timestamp, served.first_offset, size)
+                    if hit is not None:
+                        return hit
+                position += header.size_in_bytes
+        return None
+
+    def _record_at(
+        self, key: str, position: int, header: BatchHeader, timestamp: int, first: int, size: int
+    ) -> TimestampHit | None:
+        data = self.blocks.read(key, position, position + header.size_in_bytes, size)
+        batch = RawBatch(header=header, data=data, position=position, path=key)
+        for record in iter_records(batch, verify_crc=True):
+            if record.offset >= first and record.timestamp >= timestamp:
+                return TimestampHit(record.offset, record.timestamp, header.partition_leader_epoch)
+        return None

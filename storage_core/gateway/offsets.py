@@ -1,0 +1,91 @@
+"""ListOffsets, intercepted: the tier's part of a partition's offsets.
+
+- earliest (-2): the tier's first offset when it is lower than the broker's log start.
+- a timestamp: when the tier holds a record at least that recent below the broker's answer, that record.
+- latest-tiered (-5): the tier's last offset (Kafka's meaning: the highest offset in remote storage).
+- latest (-1), max-timestamp (-3) and earliest-local (-4) are the broker's.
+A partition the broker answered with an error keeps the error (authorization included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+TIER_QUESTIONS = frozenset({EARLIEST, LATEST_TIERED})
+
+Question = tuple[str, int, int]
+"""(topic, partition, requested timestamp)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierOffset:
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+def questions(request: Any, response: Any) -> list[Question]:
+    """The partitions whose answer may come from the tier: asked for earliest, latest-tiered or a
+    timestamp, and answered by the broker without an error."""
+    asked = {(t.name, p.partition_index): p.timestamp for t in request.topics for p in t.partitions}
+    out = []
+    for t in response.topics:
+        for p in t.partitions:
+            ts = asked.get((t.name, p.partition_index))
+            if ts is None or p.error_code != ErrorCode.none:
+                continue
+            if ts in TIER_QUESTIONS or ts >= 0:
+                out.append((t.name, p.partition_index, ts))
+    return out
+
+
+def with_tier(response: Any, tier: Mapping[Question, TierOffset | None]) -> Any:
+    """The response with the tier's answers where they are Kafka's answer for a tiered log."""
+    topics = []
+    changed = False
+    for t in response.topics:
+        parts = []
+        for p in t.partitions:
+            replaced = p
+            for (name, partition, ts), found in tier.items():
+                if name != t.name or partition != p.partition_index:
+                    continue
+                better = _better(ts, p.offset, found)
+                if better is not None:
+                    replaced = dataclasses.replace(
+                        p, offset=better.offset, timestamp=better.timestamp, leader_epoch=better.leader_epoch
+                    )
+                    changed = True
+            parts.append(replaced)
+        topics.append(dataclasses.replace(t, partitions=tuple(parts)))
+    return dataclasses.replace(response, topics=tuple(topics)) if changed else response
+
+
+def _better(ts: int, broker_offset: int, found: TierOffset | None) -> TierOffset | None:
+    if ts == LATEST_TIERED:
+        return found if found is not None else TierOffset(-1, -1, -1)
+    if found is None:
+        return None
+    if broker_offset < 0 or found.offset < broker_offset:
+        return found
+    return None
+
+
+def with_errors(response: Any, errors: Mapping[tuple[str, int], ErrorCode]) -> Any:
+    """The response with these partitions answered by an error (the tier could not be read)."""
+    topics = []
+    for t in response.topics:
+        parts = tuple(
+            dataclasses.replace(p, error_code=errors[(t.name, p.partition_index)], offset=-1, timestamp=-1)
+            if (t.name, p.partition_index) in errors
+            else p
+            for p in t.partitions
+        )
+        topics.append(dataclasses.replace(t, partitions=parts))
+    return dataclasses.replace(response, topics=tuple(topics))

@@ -1,0 +1,59 @@
+"""What every client connection of one gateway shares: settings, the broker directory, the tier, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from storage_core.gateway.addresses import Address, PortRule
+from storage_core.gateway.history import TierHistory
+from storage_core.gateway_server.metrics import GatewayMetrics
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_frame_bytes: int = 100 << 20
+    """Kafka's socket.request.max.bytes default: a larger frame closes the connection."""
+    max_in_flight: int = 32
+    """Requests of one client connection being handled at once; the next frame waits to be read."""
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 60.0
+    """A broker that does not answer within this long fails the client's connection (never a hang)."""
+    hwm_cache_s: float = 1.0
+    """How long a partition's high watermark learned for a tier answer is reused on one connection."""
+
+
+Learn = Callable[[dict[int, Address], bool], Awaitable[None]]
+
+
+@dataclass
+class GatewayContext:
+    rule: PortRule
+    bootstrap: list[Address]
+    history: TierHistory
+    tier_pool: ThreadPoolExecutor
+    metrics: GatewayMetrics
+    limits: Limits = field(default_factory=Limits)
+    upstream_tls: ssl.SSLContext | None = None
+    brokers: dict[int, Address] = field(default_factory=dict)
+    """Node id -> the broker's real address, from the latest response that named it."""
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    """Topic name -> id, from Metadata responses (Fetch before v13 and ListOffsets name topics only)."""
+    learn: Learn | None = None
+
+    async def learned(self, brokers: dict[int, Address], complete: bool) -> None:
+        if self.learn is not None and brokers:
+            await self.learn(brokers, complete)
+
+    async def run_tier(self, fn: Callable[..., object], *args: object) -> object:
+        return await asyncio.get_running_loop().run_in_executor(self.tier_pool, fn, *args)
+
+
+def kafka_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's 22-character url-safe base64 form of a topic id (the remote layout's)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()

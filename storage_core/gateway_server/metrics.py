@@ -1,0 +1,67 @@
+"""The gateway's Prometheus metrics, in a registry of its own (no process-global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from storage_core.gateway.protocol import api_name
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "tierkeeper_gateway_requests", "Client requests handled, by API", ["api"], registry=r
+        )
+        self.tier_bytes = Counter(
+            "tierkeeper_gateway_tier_bytes", "Record bytes served from the remote tier", registry=r
+        )
+        self.passthrough_bytes = Counter(
+            "tierkeeper_gateway_passthrough_bytes",
+            "Response bytes passed from the brokers to clients",
+            registry=r,
+        )
+        self.tier_partitions = Counter(
+            "tierkeeper_gateway_tier_fetches",
+            "Partition fetches answered from the remote tier, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.remote_read_seconds = Histogram(
+            "tierkeeper_gateway_remote_read_seconds",
+            "Time to read one partition's answer from the remote tier",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.cache_lookups = Counter(
+            "tierkeeper_gateway_cache_lookups",
+            "Read-ahead cache lookups of remote blocks, by result",
+            ["result"],
+            registry=r,
+        )
+        self.cache_bytes = Gauge(
+            "tierkeeper_gateway_cache_bytes", "Bytes held by the read-ahead cache", registry=r
+        )
+        self.upstream_errors = Counter(
+            "tierkeeper_gateway_upstream_errors",
+            "Broker connections that failed or closed under a client",
+            registry=r,
+        )
+        self.client_errors = Counter(
+            "tierkeeper_gateway_client_protocol_errors",
+            "Client connections closed for a malformed or oversized frame",
+            registry=r,
+        )
+        self.connections = Gauge(
+            "tierkeeper_gateway_client_connections", "Open client connections", registry=r
+        )
+
+    def request(self, api_key: int) -> None:
+        self.requests.labels(api=api_name(api_key)).inc()
+
+    def cache_lookup(self, hit: bool) -> None:
+        self.cache_lookups.labels(result="hit" if hit else "miss").inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
