@@ -1,0 +1,150 @@
+"""``tierkeeper gateway`` as a child process, as a user runs it, and the tier-and-trim steps before it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.kafka import KafkaCluster
+from harness.ports import free_ports, wait_port
+from harness.kafka_dist import HarnessError
+from harness.tierkeeper_cli import run_cli
+
+
+def free_port_block(count: int) -> int:
+    """A base port with ``count`` free ports above it (the gateway's broker ports: base + node id)."""
+    for _ in range(50):
+        (base,) = free_ports(1)
+        if base + count < 65535 and _all_free(range(base, base + count + 1)):
+            return base
+    raise HarnessError(f"no block of {count} free ports found")
+
+
+def _all_free(ports: range) -> bool:
+    import socket
+
+    for port in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+@dataclass
+class GatewayProcess:
+    """A running gateway: bootstrap at ``bootstrap``, broker N at ``127.0.0.1:base+N``."""
+
+    bootstrap_servers: str
+    remote: str
+    workdir: Path
+    extra: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[str] | None = None
+    port: int = 0
+    metrics_port: int = 0
+    banner: str = ""
+
+    def start(self, timeout: float = 60.0) -> GatewayProcess:
+        if not self.port:
+            self.port = free_port_block(8)
+            (self.metrics_port,) = free_ports(1)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "storage_core.cli",
+                "gateway",
+                "--bootstrap-servers",
+                self.bootstrap_servers,
+                "--remote",
+                self.remote,
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--metrics-listen",
+                f"127.0.0.1:{self.metrics_port}",
+                *self.extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=open(self.log_file, "a"),  # noqa: SIM115 - the child owns it
+            text=True,
+            env={**os.environ, **self.env},
+        )
+        assert self.proc.stdout is not None
+        self.banner = self.proc.stdout.readline().strip()
+        if not self.banner.startswith("tierkeeper gateway: bootstrap") or not wait_port(self.port, timeout):
+            self.kill()
+            raise HarnessError(f"the gateway did not start: {self.banner!r}\n{self.log()[-3000:]}")
+        return self
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "gateway.log"
+
+    def log(self) -> str:
+        return self.log_file.read_text() if self.log_file.exists() else ""
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            return str(r.read().decode())
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples (every label set)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc is None:
+            return 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def tier_and_trim(
+    cluster: KafkaCluster, remote_flags: list[str], topic: str, env: dict[str, str] | None = None
+) -> None:
+    """Tier every broker's copy of ``topic`` and trim the brokers behind the tier (Tierkeeper's own
+    commands): afterwards the brokers' log start is above 0 and the history is only in the tier."""
+    bootstrap = ["--bootstrap-servers", cluster.bootstrap_servers]
+    for node in cluster.node_ids:
+        copied = run_cli(
+            "copy",
+            "--log-dir",
+            str(cluster.log_dir(node)),
+            *bootstrap,
+            "--topic",
+            topic,
+            *remote_flags,
+            env=env,
+        )
+        if copied.returncode != 0:
+            raise HarnessError(f"copy from broker {node} failed: {copied.stderr}")
+    cleaned = run_cli(
+        "cleanup", *bootstrap, "--topic", topic, "--local-retention-bytes", "0", *remote_flags, env=env
+    )
+    if cleaned.returncode != 0:
+        raise HarnessError(f"cleanup failed: {cleaned.stderr}")
