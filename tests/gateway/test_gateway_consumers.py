@@ -43,4 +43,4 @@ def test_a_consumer_group_from_earliest_reads_the_history_and_commits(tiered: Ti
     finally:
         consumer.close()
     assert sorted(got) == tiered.expected
-    assert len(set((p, o) for p, o, _, _ in got)) == RECORDS, "an offset was delivered twice"
+    assert len({(p, o) for p, o, _, _ in got}) == RECORDS, "an offset was delivered twice"

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.kafka import KafkaCluster
-from harness.ports import free_ports, wait_port
 from harness.kafka_dist import HarnessError
+from harness.ports import free_ports, wait_port
 from harness.tierkeeper_cli import run_cli
 
 
@@ -73,7 +73,7 @@ class GatewayProcess:
                 *self.extra,
             ],
             stdout=subprocess.PIPE,
-            stderr=open(self.log_file, "a"),  # noqa: SIM115 - the child owns it
+            stderr=open(self.log_file, "a"),
             text=True,
             env={**os.environ, **self.env},
         )
