@@ -22,8 +22,9 @@ class Limits:
     max_in_flight: int = 32
     """Requests of one client connection being handled at once; the next frame waits to be read."""
     connect_timeout_s: float = 10.0
-    request_timeout_s: float = 60.0
-    """A broker that does not answer within this long fails the client's connection (never a hang)."""
+    request_timeout_s: float = 30.0
+    """A broker that does not answer one of the gateway's own requests (ListOffsets, Metadata) within
+    this long fails the client's connection (never a hang)."""
     hwm_cache_s: float = 1.0
     """How long a partition's high watermark learned for a tier answer is reused on one connection."""
 

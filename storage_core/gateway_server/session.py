@@ -147,7 +147,9 @@ class ClientSession:
         self, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]
     ) -> None:
         try:
-            result = await asyncio.wait_for(self._answer(header, payload), self.ctx.limits.request_timeout_s)
+            # No deadline of the gateway's own on a client's request: a JoinGroup waits at the broker for as
+            # long as the rebalance takes, and the client's own request timeout covers the rest.
+            result = await self._answer(header, payload)
         except asyncio.CancelledError:
             if not slot.done():
                 slot.set_exception(UpstreamError("connection closing"))
@@ -396,7 +398,30 @@ class ClientSession:
             if t.name and topic_id is not None and topic_id.int != 0 and t.error_code == ErrorCode.none:
                 self.ctx.topic_ids[t.name] = topic_id
 
+    async def _ensure_versions(self, upstream: Upstream) -> None:
+        """The broker's ApiVersions on this connection, asked by the gateway when the client did not."""
+        if upstream.broker_versions:
+            return
+        from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+        header = RequestHeader(API_VERSIONS, 3, 0, "tierkeeper-gateway", 0)
+        body = ApiVersionsRequest(client_software_name="tierkeeper-gateway", client_software_version="1")
+        response = await self._await(upstream, upstream.send_chunks(encode_request(header, body, 0)))
+        decoded = decode_response(API_VERSIONS, 3, response)
+        upstream.broker_versions = {a.api_key: (a.min_version, a.max_version) for a in decoded.api_keys}
+
+    async def _await(self, upstream: Upstream, future: asyncio.Future[bytes]) -> bytes:
+        """The answer to one of the gateway's own requests, within the request timeout."""
+        await upstream.drain()
+        try:
+            return await asyncio.wait_for(future, self.ctx.limits.request_timeout_s)
+        except TimeoutError:
+            raise UpstreamError(
+                f"broker {upstream.address}: no answer within {self.ctx.limits.request_timeout_s:g} s"
+            ) from None
+
     async def _ask(self, upstream: Upstream, api_key: int, body_fields: dict[str, Any]) -> tuple[int, Any]:
+        await self._ensure_versions(upstream)
         version = negotiated(upstream.broker_versions, api_key)
         if version is None:
             raise UpstreamError(f"broker {upstream.address}: no common version of API {api_key}")
@@ -404,11 +429,11 @@ class ClientSession:
         names = {f.name for f in dataclasses.fields(cls)}
         body = cls(**{k: v for k, v in body_fields.items() if k in names})  # fields of other versions dropped
         header = RequestHeader(api_key, version, 0, "tierkeeper-gateway", 0)
-        future = upstream.send_chunks(encode_request(header, body, 0))
-        await upstream.drain()
-        return version, decode_response(api_key, version, await future)
+        response = await self._await(upstream, upstream.send_chunks(encode_request(header, body, 0)))
+        return version, decode_response(api_key, version, response)
 
     async def _ask_topic_ids(self, upstream: Upstream, names: list[str]) -> None:
+        await self._ensure_versions(upstream)
         version = negotiated(upstream.broker_versions, METADATA)
         if version is None or version < 10:
             return
@@ -526,9 +551,8 @@ class ClientSession:
                 ),
             ),
         )
-        future = upstream.send_chunks(encode_request(header, probe, 0))
-        await upstream.drain()
-        body = decode_response(FETCH, header.api_version, await future)
+        response = await self._await(upstream, upstream.send_chunks(encode_request(header, probe, 0)))
+        body = decode_response(FETCH, header.api_version, response)
         for t in body.responses:
             for p in t.partitions:
                 if p.error_code != ErrorCode.none:
