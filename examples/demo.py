@@ -6,7 +6,9 @@ then runs what a user would: `tierkeeper standalone --once` with the resources i
 local remote tier, clean up and trim the brokers' local logs behind the tier, print the status table and
 each broker's num.replica.fetchers proposal, which `--approve-fetchers` would apply),
 then lists the remote tier, reads history back from it, shows Kafka's log start offsets behind the tier,
-and plans the replica fetchers. Everything lives under .demo/ and the cluster is stopped at the end.
+starts `tierkeeper gateway` in front of the cluster and reads the topic from offset 0 with a plain Kafka
+consumer through it, beside a consumer connected straight to the brokers, and plans the replica fetchers.
+Everything lives under .demo/ and the cluster is stopped at the end.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway import GatewayProcess
 from harness.kafka import KafkaCluster
 from storage_core.adapters.kafka_admin import KafkaAdmin
 
@@ -100,6 +103,52 @@ def show_trim(bootstrap: str, remote: str) -> None:
         print(f"{p:>9}  {starts[(TOPIC, p)]:>15}  {ends[(TOPIC, p)]:>13}  {tier}")
 
 
+def consume_from_start(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """partition -> (first offset, records) a plain consumer reads from the beginning to the end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo", "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(6)])
+        seen: dict[int, tuple[int, int]] = {}
+        at_end: set[int] = set()
+        while len(at_end) < 6:
+            msg = consumer.poll(30)
+            if msg is None:
+                raise RuntimeError(f"no record within 30 s (partitions at their end: {sorted(at_end)})")
+            if msg.error():
+                at_end.add(msg.partition())
+                continue
+            first, count = seen.get(msg.partition(), (msg.offset(), 0))
+            seen[msg.partition()] = (first, count + 1)
+        return seen
+    finally:
+        consumer.close()
+
+
+def show_gateway(bootstrap: str, remote: str) -> None:
+    gateway = GatewayProcess(bootstrap, remote, WORK / "gateway").start()
+    try:
+        print(
+            f"\n$ tierkeeper gateway --bootstrap-servers {bootstrap} --remote {remote} "
+            f"--listen {gateway.bootstrap}"
+        )
+        print(gateway.banner)
+        direct = consume_from_start(bootstrap)
+        through = consume_from_start(gateway.bootstrap)
+        print("\nA plain Kafka consumer from the beginning, straight to the brokers and through the gateway:")
+        print("partition  direct: first offset  records    gateway: first offset  records")
+        for p in range(6):
+            d_first, d_count = direct.get(p, (-1, 0))
+            g_first, g_count = through.get(p, (-1, 0))
+            print(f"{p:>9}  {d_first:>20}  {d_count:>7}    {g_first:>21}  {g_count:>7}")
+        total = sum(c for _, c in through.values())
+        print(
+            f"through the gateway: {total} records from offset 0 "
+            "(history from the tier, then the brokers' tail)"
+        )
+    finally:
+        gateway.stop()
+
+
 def main() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     remote = f"file://{WORK / 'remote-tier'}"
@@ -127,6 +176,7 @@ def main() -> None:
             "3",
         )
         show_trim(bootstrap, remote)
+        show_gateway(bootstrap, remote)
         tierkeeper("fetchers", "plan", "--bootstrap-servers", bootstrap, "--max", "8")
         print(f"\ndemo done: the remote tier is in {WORK / 'remote-tier'}")
     finally:
