@@ -94,6 +94,14 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help="time in-flight requests get to finish on SIGTERM (default 30)",
     )
+    p.add_argument(
+        "--discovery-interval-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="how often the gateway lists the cluster's brokers itself (default 30); a broker missing from "
+        "3 listings in a row loses its listener",
+    )
     p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
     add_kafka_client_args(p)
     add_remote_args(p)
@@ -212,7 +220,16 @@ def run(args: argparse.Namespace) -> int:
     metrics_at = (
         Address(*_host_port(args.metrics_listen, "--metrics-listen")) if args.metrics_listen else None
     )
-    listen = Listen(host, port, client_tls, metrics_at, shutdown_grace_s=args.shutdown_grace_seconds)
+    if args.discovery_interval_seconds <= 0:
+        raise ConfigError(f"--discovery-interval-seconds must be > 0, got {args.discovery_interval_seconds}")
+    listen = Listen(
+        host,
+        port,
+        client_tls,
+        metrics_at,
+        discovery_interval_s=args.discovery_interval_seconds,
+        shutdown_grace_s=args.shutdown_grace_seconds,
+    )
     gateway = Gateway(ctx, listen, discover=discover, bucket_probe=bucket_probe)
 
     async def main() -> None:
