@@ -97,13 +97,11 @@ class TierHistory:
     def topic_name(self, topic_id: str) -> str | None:
         """The name of the tiered topic incarnation ``topic_id`` (Kafka's 22-character form), if tiered."""
         name = self._listed().get(topic_id)
-        if name is None and self._listed_age() > 1.0:  # a topic tiered since the last listing
+        if name is None:
+            # Tiered since the last listing? Looked up again on every miss: only a fetch the broker answered
+            # OFFSET_OUT_OF_RANGE asks, and a wrong "not tiered" would reset the client's position.
             name = self._listed(refresh=True).get(topic_id)
         return name
-
-    def _listed_age(self) -> float:
-        with self._lock:
-            return float("inf") if self._topics is None else self._clock() - self._topics[0]
 
     def _listed(self, *, refresh: bool = False) -> dict[str, str]:
         with self._lock:
@@ -117,15 +115,16 @@ class TierHistory:
 
     # ---- metadata -------------------------------------------------------------------------------
     def cover(self, tp: TopicPartitionId, *, at_least: int | None = None, refresh: bool = False) -> Cover:
-        """The partition's cover, from a manifest at most ``metadata_ttl_s`` old, read again when it ends
-        below ``at_least`` (a copy may have finished since)."""
+        """The partition's cover, from a manifest at most ``metadata_ttl_s`` old, read again whenever it ends
+        below ``at_least`` (a copy may have finished since: answering "not tiered" for an offset the tier
+        holds would reset the client's position, so a miss is never answered from the cache)."""
         with self._lock:
             cached = self._manifests.get(tp)
         now = self._clock()
         stale = cached is None or now - cached.at > self._ttl or refresh
         if not stale and at_least is not None and cached is not None:
             end = cached.cover.end_offset
-            stale = (end is None or end < at_least) and now - cached.at > 1.0
+            stale = end is None or end < at_least
         if stale or cached is None:
             catalog = PartitionCatalog(self.store, self.layout, tp)
             manifest = catalog.read_manifest() if not refresh else None
@@ -183,6 +182,13 @@ class TierHistory:
         index = cover.index_for_offset(offset)
         assert index is not None
         served = cover.ranges[index]
+        if served.first_offset > offset:
+            # A hole inside the tier (a quarantined segment, say): serving the batches after it would make
+            # the client skip the missing offsets without a word. The caller answers a retriable error.
+            raise CorruptDataError(
+                f"offsets {offset}..{served.first_offset - 1} of {tp} are not in the remote tier "
+                "(a quarantined or missing segment); refusing to skip them"
+            )
         divergence = cover.divergence_in(offset, served.last_offset)
         if divergence is not None:
             raise DivergentDataError(

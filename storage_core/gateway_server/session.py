@@ -78,13 +78,20 @@ class ClientSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._hwm: dict[tuple[str, int, int], tuple[float, int]] = {}
         self._stopping = False
+        self._reading: asyncio.Task[None] | None = None
 
     # ---- the connection -------------------------------------------------------------------------
     async def run(self) -> None:
         self.ctx.metrics.connections.inc()
         writer_task = asyncio.get_running_loop().create_task(self._write_responses())
+        self._reading = asyncio.get_running_loop().create_task(self._read_requests())
         try:
-            await self._read_requests()
+            await self._reading
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the session itself is being cancelled (shutdown past its grace)
+            # stop_reading(): no new request; the ones in flight are still answered below
         except ProtocolError as exc:
             self.ctx.metrics.client_errors.inc()
             log.warning("closing client %s: %s", self.peer, exc)
@@ -104,9 +111,10 @@ class ClientSession:
             self.ctx.metrics.connections.dec()
 
     def stop_reading(self) -> None:
-        """Graceful shutdown: take no new request; the ones in flight are answered."""
+        """Take no new request; the ones in flight are answered, then the connection closes."""
         self._stopping = True
-        self.reader.feed_eof()
+        if self._reading is not None:
+            self._reading.cancel()
 
     async def _read_requests(self) -> None:
         while not self._stopping:
@@ -191,10 +199,23 @@ class ClientSession:
                         timeout_s=self.ctx.limits.connect_timeout_s,
                         max_frame_bytes=self.ctx.limits.max_frame_bytes,
                     )
+                    self._watch(self._upstream)
                     return self._upstream
                 except UpstreamError as exc:
                     errors.append(str(exc))
             raise UpstreamError("; ".join(errors))
+
+    def _watch(self, upstream: Upstream) -> None:
+        """When the broker ends its connection (idle timeout, restart), end the client's too, as a direct
+        connection would end: the client reconnects at once instead of finding out on its next request."""
+
+        async def watch() -> None:
+            await upstream.gone.wait()
+            self.stop_reading()
+
+        task = asyncio.get_running_loop().create_task(watch())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # ---- requests -------------------------------------------------------------------------------
     async def _answer(self, header: RequestHeader, payload: bytes) -> Chunks | None:

@@ -36,6 +36,8 @@ class Upstream:
         self._next_id = 1
         self._waiting: dict[int, asyncio.Future[bytes]] = {}
         self._closed: BaseException | None = None
+        self.gone = asyncio.Event()
+        """Set when the connection is over, whoever ended it."""
         self._pump = asyncio.get_running_loop().create_task(self._read_responses())
         self.broker_versions: dict[int, tuple[int, int]] = {}
         """The broker's ApiVersions, once the client asked (the gateway's own requests use them)."""
@@ -101,6 +103,7 @@ class Upstream:
 
     def _fail(self, error: BaseException) -> None:
         self._closed = error
+        self.gone.set()
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(error)
