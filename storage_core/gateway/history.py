@@ -32,7 +32,7 @@ from storage_core.gateway.block_cache import BlockCache
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.cover import Cover, ServedRange
 from storage_core.remote.index_cache import IndexCache
-from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
+from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.store_api import ObjectStore
 
@@ -175,9 +175,12 @@ class TierHistory:
         refresh: bool,
     ) -> TierSlice | None:
         cover = self.cover(tp, at_least=offset, refresh=refresh)
-        if cover.start_offset is None or cover.end_offset is None:
-            return None
-        if not cover.start_offset <= offset <= cover.end_offset:
+        if (
+            cover.start_offset is None
+            or cover.end_offset is None
+            or not (cover.start_offset <= offset <= cover.end_offset)
+        ):
+            self._refuse_quarantined(tp, offset)
             return None
         index = cover.index_for_offset(offset)
         assert index is not None
@@ -205,6 +208,19 @@ class TierHistory:
         if committed and producers:
             aborted, complete = self._aborted(cover, index, offset, upper, producers)
         return TierSlice(records, cover.start_offset, aborted, complete, upper)
+
+    def _refuse_quarantined(self, tp: TopicPartitionId, offset: int) -> None:
+        """A quarantined segment holding ``offset`` is damaged history, not history that was never there:
+        answering "not tiered" would let the client reset its position past it."""
+        catalog = PartitionCatalog(self.store, self.layout, tp)
+        for entry in catalog.listing().segments.values():
+            if entry.state is SegmentState.QUARANTINED and entry.base_offset <= offset:
+                meta = catalog.read_marker(entry.base_offset, entry.segment_id, SegmentState.QUARANTINED)
+                if meta.end_offset >= offset:
+                    raise CorruptDataError(
+                        f"offset {offset} of {tp} is in segment {meta.segment_id}, quarantined by scrub "
+                        f"({meta.problem or 'damaged'}); refusing to skip it"
+                    )
 
     def _batches(
         self, served: ServedRange, offset: int, max_bytes: int, min_one: bool
