@@ -20,6 +20,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from storage_core.gateway.protocol import replaced
+
 TopicKey = str | uuid.UUID
 """A topic as the request names it: its name (Fetch v4-12) or its topic id (v13+)."""
 PartitionKey = tuple[TopicKey, int]
@@ -53,9 +55,16 @@ def topic_key(topic: Any) -> TopicKey:
 
 def sessionless(request: Any) -> Any:
     """The request as a full fetch outside any session (or the same object when it already is one)."""
+    if not hasattr(request, "session_id"):  # before v7: no sessions at all
+        return request
     if request.session_id == 0 and request.session_epoch == FINAL_EPOCH and not request.forgotten_topics_data:
         return request
     return dataclasses.replace(request, session_id=0, session_epoch=FINAL_EPOCH, forgotten_topics_data=())
+
+
+def session_id(message: Any) -> int:
+    """A Fetch request's or response's session id (0 before v7, which had no sessions)."""
+    return int(getattr(message, "session_id", 0))
 
 
 def wanted(request: Any) -> dict[PartitionKey, Wanted]:
@@ -98,7 +107,7 @@ def with_answers(response: Any, answers: Mapping[PartitionKey, TierAnswer]) -> A
                     aborted_type(producer_id=pid, first_offset=first) for pid, first in answer.aborted
                 )
             parts.append(
-                dataclasses.replace(
+                replaced(
                     p,
                     error_code=answer.error,
                     high_watermark=answer.high_watermark,
@@ -109,7 +118,7 @@ def with_answers(response: Any, answers: Mapping[PartitionKey, TierAnswer]) -> A
                 )
             )
         topics.append(dataclasses.replace(t, partitions=tuple(parts)))
-    return dataclasses.replace(response, responses=tuple(topics), session_id=0)
+    return replaced(response, responses=tuple(topics), session_id=0)
 
 
 def _aborted_type(partition: Any) -> Any:
@@ -120,7 +129,7 @@ def _aborted_type(partition: Any) -> Any:
 
 
 def without_session(response: Any) -> Any:
-    return response if response.session_id == 0 else dataclasses.replace(response, session_id=0)
+    return response if session_id(response) == 0 else replaced(response, session_id=0)
 
 
 def session_not_found(response_type: Any) -> Any:

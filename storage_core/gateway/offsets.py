@@ -16,6 +16,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from storage_core.gateway.protocol import replaced as replaced_fields
+
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 TIER_QUESTIONS = frozenset({EARLIEST, LATEST_TIERED})
 
@@ -58,7 +60,7 @@ def with_tier(response: Any, tier: Mapping[Question, TierOffset | None]) -> Any:
                     continue
                 better = _better(ts, p.offset, found)
                 if better is not None:
-                    replaced = dataclasses.replace(
+                    replaced = replaced_fields(
                         p, offset=better.offset, timestamp=better.timestamp, leader_epoch=better.leader_epoch
                     )
                     changed = True
@@ -82,7 +84,7 @@ def with_errors(response: Any, errors: Mapping[tuple[str, int], ErrorCode]) -> A
     topics = []
     for t in response.topics:
         parts = tuple(
-            dataclasses.replace(p, error_code=errors[(t.name, p.partition_index)], offset=-1, timestamp=-1)
+            replaced_fields(p, error_code=errors[(t.name, p.partition_index)], offset=-1, timestamp=-1)
             if (t.name, p.partition_index) in errors
             else p
             for p in t.partitions

@@ -249,3 +249,12 @@ def produce_acks(header: RequestHeader, payload: bytes) -> int:
 def api_name(api_key: int) -> str:
     """Kafka's name of an API (``fetch``, ``list_offsets``), or ``api_<key>`` for one the codec lacks."""
     return api_key_map.get(api_key, f"api_{api_key}")
+
+
+def replaced(entity: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` for fields this version of the message has (a field a version lacks, such as
+    Fetch v4's log start offset or ListOffsets v1's leader epoch, is left out)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(entity)}
+    return dataclasses.replace(entity, **{k: v for k, v in changes.items() if k in names})

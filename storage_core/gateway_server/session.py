@@ -285,7 +285,7 @@ class ClientSession:
     # ---- Fetch ----------------------------------------------------------------------------------
     async def _fetch(self, upstream: Upstream, header: RequestHeader, payload: bytes) -> Chunks:
         request = decode_request(header, payload)
-        if request.session_id != 0:
+        if fetch_rules.session_id(request) != 0:
             from storage_core.gateway.protocol import response_type
 
             body = fetch_rules.session_not_found(response_type(FETCH, header.api_version))
@@ -295,7 +295,7 @@ class ClientSession:
             payload = b"".join(encode_request(header, plain, header.correlation_id)[1:])
         response = await self._roundtrip(upstream, payload)
         body = decode_response(FETCH, header.api_version, response)
-        changed = body.session_id != 0
+        changed = fetch_rules.session_id(body) != 0
         out_of_range = fetch_rules.out_of_range(body)
         if out_of_range:
             answers = await self._tier_answers(upstream, header, plain, body, out_of_range)
