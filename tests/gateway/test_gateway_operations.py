@@ -87,7 +87,9 @@ def test_readiness_names_an_unreachable_remote_tier_and_recovers(tiered: Tiered,
 
 
 def test_sigterm_answers_the_fetch_in_flight_then_closes(tiered: Tiered, tmp_path: Path) -> None:
-    gateway = GatewayProcess(tiered.cluster.bootstrap_servers, tiered.remote, tmp_path / "gw").start()
+    gateway = GatewayProcess(
+        tiered.cluster.bootstrap_servers, tiered.remote, tmp_path / "gw", extra=["--log-format", "json"]
+    ).start()
     assert gateway.proc is not None
     wire = Wire(gateway.bootstrap)
     try:
@@ -145,6 +147,8 @@ def test_sigterm_answers_the_fetch_in_flight_then_closes(tiered: Tiered, tmp_pat
         with pytest.raises(ConnectionError):
             wire.receive_raw()
         assert gateway.proc.wait(60) == 0
+        lines = [json.loads(line) for line in gateway.log().splitlines() if line.strip()]
+        assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     finally:
         wire.close()
         gateway.kill()
