@@ -396,8 +396,22 @@ class ClientSession:
             if t.name and topic_id is not None and topic_id.int != 0 and t.error_code == ErrorCode.none:
                 self.ctx.topic_ids[t.name] = topic_id
 
+    async def _versions(self, upstream: Upstream) -> dict[int, tuple[int, int]]:
+        """The broker's API versions on this connection: learned from the client's own ApiVersions, or
+        asked here when the client never sent one. The protocol does not require ApiVersions, and without
+        this a client that went straight to Fetch had its connection closed at its first tier answer ("no
+        common version", found by tests/gateway/test_gateway_bad_input.py)."""
+        if not upstream.broker_versions:
+            header = RequestHeader(API_VERSIONS, 0, 0, "tierkeeper-gateway", 0)
+            future = upstream.send_chunks(encode_request(header, request_type(API_VERSIONS, 0)(), 0))
+            await upstream.drain()
+            body = decode_response(API_VERSIONS, 0, await future)
+            if body.error_code == ErrorCode.none and not upstream.broker_versions:
+                upstream.broker_versions = {a.api_key: (a.min_version, a.max_version) for a in body.api_keys}
+        return upstream.broker_versions
+
     async def _ask(self, upstream: Upstream, api_key: int, body_fields: dict[str, Any]) -> tuple[int, Any]:
-        version = negotiated(upstream.broker_versions, api_key)
+        version = negotiated(await self._versions(upstream), api_key)
         if version is None:
             raise UpstreamError(f"broker {upstream.address}: no common version of API {api_key}")
         cls = request_type(api_key, version)
@@ -409,7 +423,7 @@ class ClientSession:
         return version, decode_response(api_key, version, await future)
 
     async def _ask_topic_ids(self, upstream: Upstream, names: list[str]) -> None:
-        version = negotiated(upstream.broker_versions, METADATA)
+        version = negotiated(await self._versions(upstream), METADATA)
         if version is None or version < 10:
             return
         module = __import__(request_type(METADATA, version).__module__, fromlist=["MetadataRequestTopic"])
@@ -425,7 +439,7 @@ class ClientSession:
     async def _list_offsets_query(
         self, upstream: Upstream, tps: list[TopicPartitionId], timestamp: int, isolation: int
     ) -> dict[tuple[str, int], int | ErrorCode]:
-        version = negotiated(upstream.broker_versions, LIST_OFFSETS)
+        version = negotiated(await self._versions(upstream), LIST_OFFSETS)
         if version is None:
             raise UpstreamError(f"broker {upstream.address}: no common ListOffsets version")
         module = __import__(request_type(LIST_OFFSETS, version).__module__, fromlist=["ListOffsetsTopic"])
