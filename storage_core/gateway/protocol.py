@@ -35,6 +35,20 @@ Chunks = list[bytes | memoryview]
 """An encoded frame as pieces to write in order (large record sets are not copied into one buffer)."""
 
 
+DECODE_ERRORS: tuple[type[Exception], ...] = (
+    DecodeError,
+    ValueError,  # UnicodeDecodeError included
+    IndexError,
+    TypeError,
+    OverflowError,
+    KeyError,
+)
+"""What kio's readers raise on bytes that are not a message. KeyError included: kio's native reader raises
+it for a tagged field whose tag it does not know ("Unknown tagged field tag: 0", found by
+tests/gateway/test_gateway_protocol_props.py), which reached the session as an unexpected exception
+instead of a ProtocolError."""
+
+
 class ProtocolError(TierkeeperError):
     """A frame or message that cannot be read: the connection that sent it is closed."""
 
@@ -60,7 +74,7 @@ def read_request_header(payload: bytes) -> RequestHeader:
     header_type = _request_header_type(api_key, api_version)
     try:
         header, size = entity_reader(header_type)(payload, 0)
-    except (DecodeError, ValueError, IndexError, UnicodeDecodeError) as exc:
+    except DECODE_ERRORS as exc:
         raise ProtocolError(f"malformed request header (api {api_key} v{api_version}): {exc}") from exc
     return RequestHeader(api_key, api_version, correlation_id, header.client_id, size)
 
@@ -130,7 +144,7 @@ def decode_response(api_key: int, api_version: int, payload: bytes) -> Any:
     """The response body (after its header) as a kio entity."""
     try:
         header, size = entity_reader(_response_header_type(api_key, api_version))(payload, 0)
-    except (DecodeError, ValueError, IndexError) as exc:
+    except DECODE_ERRORS as exc:
         raise ProtocolError(f"malformed response header (api {api_key} v{api_version}): {exc}") from exc
     return _decode(_response_type(api_key, api_version), payload, size, "response", None)
 
@@ -138,7 +152,7 @@ def decode_response(api_key: int, api_version: int, payload: bytes) -> Any:
 def _decode(entity_type: Any, payload: bytes, offset: int, what: str, header: RequestHeader | None) -> Any:
     try:
         body, size = entity_reader(entity_type)(payload, offset)
-    except (DecodeError, ValueError, IndexError, UnicodeDecodeError, TypeError) as exc:
+    except DECODE_ERRORS as exc:
         raise ProtocolError(f"malformed {entity_type.__name__} {what}: {exc}") from exc
     except (UnknownAPIKey, UnknownEntity) as exc:  # pragma: no cover - knows() was asked first
         raise ProtocolError(str(exc)) from exc

@@ -420,7 +420,9 @@ class ClientSession:
                 self.ctx.topic_ids[t.name] = topic_id
 
     async def _ensure_versions(self, upstream: Upstream) -> None:
-        """The broker's ApiVersions on this connection, asked by the gateway when the client did not."""
+        """The broker's ApiVersions on this connection, asked by the gateway when the client did not: the
+        protocol does not require ApiVersions, and a client that went straight to Fetch must still get its
+        tier answers (tests/gateway/test_gateway_bad_input.py)."""
         if upstream.broker_versions:
             return
         from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -429,7 +431,8 @@ class ClientSession:
         body = ApiVersionsRequest(client_software_name="tierkeeper-gateway", client_software_version="1")
         response = await self._await(upstream, upstream.send_chunks(encode_request(header, body, 0)))
         decoded = decode_response(API_VERSIONS, 3, response)
-        upstream.broker_versions = {a.api_key: (a.min_version, a.max_version) for a in decoded.api_keys}
+        if decoded.error_code == ErrorCode.none and not upstream.broker_versions:
+            upstream.broker_versions = {a.api_key: (a.min_version, a.max_version) for a in decoded.api_keys}
 
     async def _await(self, upstream: Upstream, future: asyncio.Future[bytes]) -> bytes:
         """The answer to one of the gateway's own requests, within the request timeout."""
@@ -471,6 +474,7 @@ class ClientSession:
     async def _list_offsets_query(
         self, upstream: Upstream, tps: list[TopicPartitionId], timestamp: int, isolation: int
     ) -> dict[tuple[str, int], int | ErrorCode]:
+        await self._ensure_versions(upstream)
         version = negotiated(upstream.broker_versions, LIST_OFFSETS)
         if version is None:
             raise UpstreamError(f"broker {upstream.address}: no common ListOffsets version")

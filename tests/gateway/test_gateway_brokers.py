@@ -13,9 +13,7 @@ from confluent_kafka.admin import AdminClient
 from harness.gateway import GatewayProcess
 from harness.kafka import KafkaCluster
 
-from .wire import Wire
-
-METADATA = 3
+from .rawkafka import METADATA, RawClient, metadata_frame
 
 
 def _listening(port: int) -> bool:
@@ -57,18 +55,11 @@ def test_a_broker_that_joins_gets_a_listener_and_one_that_leaves_loses_it(
 
         cluster.start_broker(4)
         _until(lambda: _listening(port_of[4]), "broker 4 gets a listener")
-        wire = Wire(gateway.bootstrap)
+        client = RawClient.at(gateway.bootstrap)
         try:
-            wire.send(
-                METADATA,
-                12,
-                topics=None,
-                allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False,
-            )
-            _, metadata = wire.receive(METADATA, 12)
+            metadata = client.call(METADATA, 12, metadata_frame("any", 1))
         finally:
-            wire.close()
+            client.close()
         assert {(b.node_id, b.host, b.port) for b in metadata.brokers} == {
             (n, "127.0.0.1", port_of[n]) for n in (1, 2, 3, 4)
         }

@@ -3,7 +3,6 @@ answers the requests in flight before the process exits."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import shutil
 import signal
@@ -12,15 +11,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from harness.gateway import GatewayProcess
+from storage_core.gateway.protocol import decode_response
 
 from .conftest import Tiered
-from .wire import Wire
-
-FETCH, METADATA = 1, 3
+from .rawkafka import FETCH, FETCH_VERSION, METADATA, RawClient, fetch_frame, leaders, metadata_frame
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:
@@ -49,18 +46,11 @@ def test_metrics_count_requests_by_api_and_health_endpoints_answer(tiered: Tiere
     assert state["ready"] is True and state["problems"] == {}
     assert _get(gateway.metrics_port, "/healthz")[0] == 200
     before = gateway.metric("tierkeeper_gateway_requests_total")
-    wire = Wire(gateway.bootstrap)
+    client = RawClient.at(gateway.bootstrap)
     try:
-        wire.send(
-            METADATA,
-            12,
-            topics=None,
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-        _, metadata = wire.receive(METADATA, 12)
+        metadata = client.call(METADATA, 12, metadata_frame(tiered.topic, 1))
     finally:
-        wire.close()
+        client.close()
     assert {b.port for b in metadata.brokers} == {gateway.port + 1 + n for n in tiered.cluster.node_ids}
     assert {b.host for b in metadata.brokers} == {"127.0.0.1"}
     assert gateway.metric("tierkeeper_gateway_requests_total") >= before + 1
@@ -91,64 +81,36 @@ def test_sigterm_answers_the_fetch_in_flight_then_closes(tiered: Tiered, tmp_pat
         tiered.cluster.bootstrap_servers, tiered.remote, tmp_path / "gw", extra=["--log-format", "json"]
     ).start()
     assert gateway.proc is not None
-    wire = Wire(gateway.bootstrap)
+    client = RawClient.at(gateway.bootstrap)
     try:
-        wire.send(
-            METADATA,
-            12,
-            topics=None,
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-        _, metadata = wire.receive(METADATA, 12)
+        leader_of, address_of = leaders(client, tiered.topic)
     finally:
-        wire.close()
-    topic = next(t for t in metadata.topics if t.name == tiered.topic)
-    leader = next(p.leader_id for p in topic.partitions if p.partition_index == 0)
-    port = next(b.port for b in metadata.brokers if b.node_id == leader)
+        client.close()
     consumer = Consumer({"bootstrap.servers": tiered.cluster.bootstrap_servers, "group.id": "probe"})
     end = consumer.get_watermark_offsets(TopicPartition(tiered.topic, 0), timeout=30)[1]
     consumer.close()
 
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-
-    wire = Wire(f"127.0.0.1:{port}")
+    client = RawClient.at(address_of[leader_of[0]])
     try:
+        fetches = gateway.metric('tierkeeper_gateway_requests_total{api="fetch"}')
         # A long poll at the partition's end: the broker holds it until max_wait, the gateway meanwhile
         # gets SIGTERM and must still deliver the answer.
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait=datetime.timedelta(seconds=20),
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(
-                FetchTopic(
-                    topic=tiered.topic,
-                    partitions=(FetchPartition(partition=0, fetch_offset=end, partition_max_bytes=1 << 20),),
-                ),
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
-        fetches = gateway.metric('tierkeeper_gateway_requests_total{api="fetch"}')
-        wire.send(FETCH, 12, request)
+        client.send(fetch_frame(tiered.topic, {0: end}, 7, max_wait_ms=20000))
         _until(
             lambda: gateway.metric('tierkeeper_gateway_requests_total{api="fetch"}') > fetches,
             "the gateway has the fetch",
         )
         gateway.proc.send_signal(signal.SIGTERM)
-        _, response = wire.receive(FETCH, 12)
+        payload = client.read_payload()
+        assert payload is not None, "the fetch in flight was not answered"
+        response = decode_response(FETCH, FETCH_VERSION, payload)
         assert response.error_code == 0
         (partition,) = response.responses[0].partitions
         assert partition.error_code == 0 and partition.high_watermark == end
-        with pytest.raises(ConnectionError):
-            wire.receive_raw()
+        assert client.read_payload() is None, "the connection closes after the answer"
         assert gateway.proc.wait(60) == 0
         lines = [json.loads(line) for line in gateway.log().splitlines() if line.strip()]
         assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     finally:
-        wire.close()
+        client.close()
         gateway.kill()

@@ -1,0 +1,312 @@
+"""Security through the gateway, as Kafka enforces it.
+
+SASL/PLAIN with ACLs: a one-broker cluster with KRaft's StandardAuthorizer and two principals. SASL
+passes through the gateway to the broker (the gateway never sees a credential it checks), so the broker
+authenticates each client and authorizes each request on the client's own connection. ``alice`` has READ
+on the topic and reads its history from offset 0 through the gateway; ``bob`` has none and gets
+TOPIC_AUTHORIZATION_FAILED, and not a byte of history: the tier is only read for a partition the broker
+answered OFFSET_OUT_OF_RANGE on that connection, which it does only after authorizing the read.
+
+TLS from client to gateway: the gateway terminates TLS with its own certificate (``--tls-cert`` /
+``--tls-key``) and a client that trusts its CA reads the history through it.
+
+What cannot pass through: client certificates (mTLS). TLS ends at the gateway, so a certificate a client
+presents is seen by the gateway, never by the broker; the broker sees the gateway's own connection (its
+own client certificate, if the gateway is configured with one for the brokers) and cannot map the
+client's certificate to a principal. Clients that must be authorized per principal use SASL through the
+gateway (PLAIN or SCRAM, over TLS to the gateway), not mTLS.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from harness.gateway import GatewayProcess, tier_and_trim
+from harness.kafka import KafkaCluster, SaslPlain
+from storage_core.gateway.protocol import request_type
+
+from .conftest import Tiered, produce, read_all
+from .rawkafka import FETCH, FETCH_VERSION, RawClient, fetch_frame, frame
+
+ADMIN = SaslPlain("admin", "admin-secret")
+ALICE = SaslPlain("alice", "alice-secret")
+BOB = SaslPlain("bob", "bob-secret")
+TOPIC = "secret"
+PARTITIONS = 1
+RECORDS = 1500
+TOPIC_AUTHORIZATION_FAILED = 29
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+@dataclass
+class Secured:
+    cluster: KafkaCluster
+    gateway: GatewayProcess
+    expected: list[tuple[int, int, bytes | None, bytes | None]]
+    log_start: int
+
+
+def _jaas() -> str:
+    users = " ".join(f'user_{u.username}="{u.password}"' for u in (ADMIN, ALICE, BOB))
+    return (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{ADMIN.username}" password="{ADMIN.password}" {users};'
+    )
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    work = tmp_path_factory.mktemp("gateway-sasl")
+    cluster = KafkaCluster(
+        work / "kafka",
+        brokers=1,
+        sasl=ADMIN,
+        broker_config={
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": _jaas(),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # The controller listener is PLAINTEXT: the broker's own requests to it come as ANONYMOUS.
+            "super.users": "User:admin;User:ANONYMOUS",
+        },
+    )
+    cluster.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **ADMIN.client_config()})
+        config = {"internal.segment.bytes": "65536", "retention.ms": "-1"}
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=config)])[TOPIC].result(60)
+        cluster.wait_topic(TOPIC, PARTITIONS)
+        produce(cluster, TOPIC, RECORDS, PARTITIONS, **ADMIN.client_config())
+        expected = read_all(cluster.bootstrap_servers, TOPIC, PARTITIONS, **ADMIN.client_config())
+        assert len(expected) == RECORDS
+        remote = f"file://{work / 'tier'}"
+        config_dir = work / "kafka-config"  # secrets are refused as --kafka-property
+        config_dir.mkdir()
+        for key, value in ADMIN.client_config().items():
+            (config_dir / key).write_text(value)
+        properties = ["--kafka-config-dir", str(config_dir)]
+        tier_and_trim(cluster, ["--remote", remote, *properties], TOPIC)
+        for binding in (
+            AclBinding(
+                ResourceType.TOPIC,
+                TOPIC,
+                ResourcePatternType.LITERAL,
+                "User:alice",
+                "*",
+                AclOperation.READ,
+                AclPermissionType.ALLOW,
+            ),
+            *(
+                AclBinding(
+                    ResourceType.GROUP,
+                    "*",
+                    ResourcePatternType.LITERAL,
+                    f"User:{user}",
+                    "*",
+                    AclOperation.READ,
+                    AclPermissionType.ALLOW,
+                )
+                for user in ("alice", "bob")
+            ),
+        ):
+            for future in admin.create_acls([binding]).values():
+                future.result(60)
+        consumer = Consumer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "probe", **ADMIN.client_config()}
+        )
+        log_start = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30)[0]
+        consumer.close()
+        assert log_start > 0
+        gateway = GatewayProcess(
+            cluster.bootstrap_servers, remote, work / "gateway", extra=properties
+        ).start()
+        try:
+            yield Secured(cluster, gateway, expected, log_start)
+        finally:
+            gateway.stop()
+    finally:
+        cluster.stop()
+
+
+def _authenticated(address: str, user: SaslPlain) -> RawClient:
+    """A raw connection through the gateway, authenticated by the broker behind it (SaslHandshake v1 and
+    SaslAuthenticate v2, both passed through)."""
+    from storage_core.gateway.protocol import decode_response
+
+    c = RawClient.at(address)
+    c.handshake()
+    c.send(frame(SASL_HANDSHAKE, 1, request_type(SASL_HANDSHAKE, 1)(mechanism="PLAIN"), 2))
+    payload = c.read_payload()
+    assert payload is not None
+    assert decode_response(SASL_HANDSHAKE, 1, payload).error_code == 0
+    token = b"\0" + user.username.encode() + b"\0" + user.password.encode()
+    c.send(frame(SASL_AUTHENTICATE, 2, request_type(SASL_AUTHENTICATE, 2)(auth_bytes=token), 3))
+    payload = c.read_payload()
+    assert payload is not None
+    assert decode_response(SASL_AUTHENTICATE, 2, payload).error_code == 0, (
+        f"{user.username} not authenticated"
+    )
+    return c
+
+
+def _broker_address(secured: Secured) -> str:
+    # One broker: node 1, at the gateway's broker port for it (base = bootstrap + 1).
+    return f"127.0.0.1:{secured.gateway.port + 1 + 1}"
+
+
+def test_a_principal_without_read_gets_topic_authorization_failed_and_no_history(secured: Secured) -> None:
+    before = secured.gateway.metric("tierkeeper_gateway_tier_bytes_total")
+    c = _authenticated(_broker_address(secured), BOB)
+    try:
+        for offset in (0, 1, secured.log_start - 1):
+            body = c.call(FETCH, FETCH_VERSION, fetch_frame(TOPIC, {0: offset}, 10 + offset))
+            (part,) = body.responses[0].partitions
+            assert part.error_code == TOPIC_AUTHORIZATION_FAILED, part.error_code
+            assert not part.records
+    finally:
+        c.close()
+    # A real client too: it is told the broker's error, and is never given a record.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": secured.gateway.bootstrap,
+            "group.id": f"bob-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            **BOB.client_config(),
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        seen_error = None
+        for _ in range(30):  # each poll waits at most 2 s; the error comes with the first answer
+            msg = consumer.poll(2)
+            if msg is None:
+                continue
+            assert msg.error() is not None, f"bob was given a record at offset {msg.offset()}"
+            seen_error = msg.error()
+            break
+        assert seen_error is not None and seen_error.code() == TOPIC_AUTHORIZATION_FAILED, seen_error
+    finally:
+        consumer.close()
+    assert secured.gateway.metric("tierkeeper_gateway_tier_bytes_total") == before
+
+
+def test_a_principal_with_read_reads_the_history_through_the_gateway(secured: Secured) -> None:
+    c = _authenticated(_broker_address(secured), ALICE)
+    try:
+        body = c.call(FETCH, FETCH_VERSION, fetch_frame(TOPIC, {0: 0}, 5))
+        (part,) = body.responses[0].partitions
+        assert part.error_code == 0 and part.records
+    finally:
+        c.close()
+    got = read_all(secured.gateway.bootstrap, TOPIC, PARTITIONS, **ALICE.client_config())
+    assert got == secured.expected
+    assert secured.gateway.metric("tierkeeper_gateway_tier_bytes_total") > 0
+
+
+# ---- TLS from client to gateway -----------------------------------------------------------------------
+def _certificates(where: Path) -> tuple[Path, Path, Path]:
+    """A CA and a certificate for 127.0.0.1 it signed: (ca.pem, cert.pem, key.pem)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tierkeeper test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    where.mkdir(parents=True, exist_ok=True)
+    paths = where / "ca.pem", where / "cert.pem", where / "key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return paths
+
+
+def test_a_tls_client_reads_the_history_through_the_gateways_own_certificate(
+    tiered: Tiered, tmp_path: Path
+) -> None:
+    ca, cert, key = _certificates(tmp_path / "pki")
+    gateway = GatewayProcess(
+        tiered.cluster.bootstrap_servers,
+        tiered.remote,
+        tmp_path / "gateway",
+        extra=["--tls-cert", str(cert), "--tls-key", str(key)],
+    ).start()
+    try:
+        tls = {"security.protocol": "SSL", "ssl.ca.location": str(ca)}
+        assert read_all(gateway.bootstrap, tiered.topic, **tls) == tiered.expected
+        assert gateway.metric("tierkeeper_gateway_tier_bytes_total") > 0
+        # Without TLS the gateway's listener does not speak Kafka: the plaintext request gets no answer.
+        c = RawClient.at(gateway.bootstrap, timeout=10)
+        try:
+            from .rawkafka import api_versions_frame
+
+            c.send(api_versions_frame(1))
+            assert c.closed_by_peer(30), "a plaintext request was answered on the TLS listener"
+        finally:
+            c.close()
+    finally:
+        gateway.stop()
