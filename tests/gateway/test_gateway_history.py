@@ -98,7 +98,8 @@ def test_byte_limits_whole_batches_at_least_one_when_min_one_none_over_the_limit
     assert one is not None and len(_batches(one.records)) == 1 and len(one.records) > 1
     none = history.read(tp, 0, len(one.records) - 1, min_one=False, read_committed=False)
     assert none is not None and none.records == b"", "no batch fits: nothing, not a partial batch"
-    for limit in (len(one.records), len(one.records) + 1, 5000, 20000, 70000):
+    size = len(one.records)
+    for limit in (size, size + 1, 2 * size + 7, 3 * size, 5 * size):  # the batches are ~16 KiB
         found = history.read(tp, 0, limit, min_one=False, read_committed=False)
         assert found is not None and 0 < len(found.records) <= limit
         headers = _batches(found.records)
