@@ -327,7 +327,13 @@ class ClientSession:
         failed: dict[fetch_rules.PartitionKey, ErrorCode] = {}
         for key in keys:
             want = wanted.get(key)
-            tp = await self._tier_partition(upstream, key[0], key[1])
+            try:
+                tp = await self._tier_partition(upstream, key[0], key[1])
+            except TierkeeperError as exc:  # the tier's listing failed: retriable, never "not tiered"
+                log.error("looking up %s in the remote tier failed: %s", key, exc)
+                self.ctx.metrics.tier_partitions.labels(outcome="error").inc()
+                failed[key] = ErrorCode.kafka_storage_error
+                continue
             if want is None or tp is None:
                 continue
             budget = max(0, min(want.max_bytes, request.max_bytes - used))
@@ -597,7 +603,12 @@ class ClientSession:
         answers: dict[offset_rules.Question, offset_rules.TierOffset | None] = {}
         errors: dict[tuple[str, int], ErrorCode] = {}
         for name, partition, ts in asked:
-            tp = await self._tier_partition(upstream, name, partition)
+            try:
+                tp = await self._tier_partition(upstream, name, partition)
+            except TierkeeperError as exc:
+                log.error("looking up %s-%d in the remote tier failed: %s", name, partition, exc)
+                errors[(name, partition)] = ErrorCode.kafka_storage_error
+                continue
             if tp is None:
                 if ts == offset_rules.LATEST_TIERED:
                     answers[(name, partition, ts)] = None
