@@ -203,6 +203,11 @@ class KafkaCluster:
             *args,
         ]
 
+    def tool_command(self, main_class: str, *args: str, heap: str = "256m") -> list[str]:
+        """The command line of one of Kafka's own tools or clients (``main_class``, from the same jars as
+        the brokers), for a test to run."""
+        return self._java(main_class, *args, heap=heap)
+
     def _format(self, node: _Node) -> None:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(

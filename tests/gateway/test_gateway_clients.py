@@ -1,0 +1,297 @@
+"""Client compatibility through the gateway (issue 27, "Tested with real parts"): Kafka's own Java tools, a
+KIP-848 consumer, timestamp lookups and seeks into the tier, ListOffsets earliest / earliest-local /
+latest-tiered, Spark's Kafka source, transactions read_committed and read_uncommitted, and every compression
+codec. Each compares with what a direct consumer read before the trim, every offset once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from harness.tierkeeper_cli import run_cli
+
+from .conftest import CODECS, PARTITIONS, RECORDS, TXN_PARTITIONS, Record, Tiered, read_all
+
+JAVA_TIMEOUT_S = 240
+
+
+def _run_java(tiered: Tiered, main_class: str, *args: str) -> str:
+    proc = subprocess.run(
+        tiered.cluster.tool_command(main_class, *args),
+        capture_output=True,
+        text=True,
+        timeout=JAVA_TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{main_class} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def _by_partition(records: list[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = {}
+    for r in records:
+        out.setdefault(r[0], []).append(r)
+    for p, rs in out.items():
+        assert [r[1] for r in rs] == list(range(len(rs))), f"partition {p}: offsets are not 0..n-1"
+    return out
+
+
+# ---- 1. Kafka's Java console consumer ------------------------------------------------------------------
+def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tiered) -> None:
+    out = _run_java(
+        tiered,
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        tiered.gateway.bootstrap,
+        "--topic",
+        tiered.topic,
+        "--from-beginning",
+        "--group",
+        f"console-{uuid.uuid4().hex[:8]}",
+        "--max-messages",
+        str(RECORDS),
+        "--timeout-ms",
+        "60000",  # no record for 60 s: the consumer gives up, prints what it has, and the test fails below
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.key=true",
+    )
+    got: list[Record] = []
+    for line in out.splitlines():
+        if not line.startswith("Partition:"):
+            continue  # the harness's log4j configuration logs to stdout too
+        fields = line.split("\t")
+        partition = next(int(f[len("Partition:") :]) for f in fields if f.startswith("Partition:"))
+        offset = next(int(f[len("Offset:") :]) for f in fields if f.startswith("Offset:"))
+        got.append((partition, offset, fields[-2].encode(), fields[-1].encode()))
+    assert len(got) == RECORDS, f"the console consumer printed {len(got)} of {RECORDS} records"
+    assert sorted(got) == tiered.expected
+
+
+# ---- 2. A KIP-848 consumer -------------------------------------------------------------------------------
+def test_a_kip848_consumer_group_reads_every_offset_once_from_zero(tiered: Tiered) -> None:
+    group = f"kip848-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": tiered.gateway.bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    got: list[Record] = []
+    try:
+        consumer.subscribe([tiered.topic])
+        while len(got) < RECORDS:
+            msg = consumer.poll(30)
+            assert msg is not None, f"stalled after {len(got)} records"
+            assert not msg.error(), msg.error()
+            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    assert sorted(got) == tiered.expected
+    # The group really is a KIP-848 ("consumer") group, and its commits landed through the gateway.
+    admin = AdminClient({"bootstrap.servers": tiered.cluster.bootstrap_servers})
+    description = admin.describe_consumer_groups([group])[group].result(30)
+    assert description.type.name == "CONSUMER", description.type
+    committed = admin.list_consumer_group_offsets([_group_request(group)])[group].result(30)
+    ends = {tp.partition: tp.offset for tp in committed.topic_partitions}
+    assert ends == {p: len([r for r in tiered.expected if r[0] == p]) for p in range(PARTITIONS)}
+
+
+def _group_request(group: str) -> Any:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    return ConsumerGroupTopicPartitions(group)
+
+
+# ---- 3. Timestamps, seeks and ListOffsets ----------------------------------------------------------------
+def test_offsets_for_times_finds_tiered_and_local_records(tiered: Tiered) -> None:
+    parts = _by_partition(tiered.history_detail)
+    questions: list[tuple[int, int, int]] = []  # (partition, timestamp, expected offset)
+    for p, records in parts.items():
+        start = tiered.log_starts[p]
+
+        def first_at(ts: int, records: list[Any] = records) -> int:
+            return next((r[1] for r in records if r[4] >= ts), -1)
+
+        for ts in (
+            0,  # older than everything: the tier's first record
+            records[1][4],  # exactly a tiered record's timestamp
+            records[start // 2][4] - 1,  # between two tiered records
+            records[start - 1][4],  # the last record below the brokers' log start
+            records[start + 3][4],  # a local record: the broker's own answer
+            records[-1][4] + 1000,  # newer than everything: no record (-1)
+        ):
+            questions.append((p, ts, first_at(ts)))
+    assert any(0 < o < tiered.log_starts[p] for p, _, o in questions)
+    consumer = Consumer({"bootstrap.servers": tiered.gateway.bootstrap, "group.id": "times"})
+    got: list[tuple[int, int, int]] = []
+    try:
+        # One question per partition and call: a ListOffsets request names each partition once.
+        for p, ts, _ in questions:
+            (found,) = consumer.offsets_for_times([TopicPartition(tiered.topic, p, ts)], timeout=60)
+            assert found.error is None, (p, ts, found.error)
+            got.append((p, ts, found.offset))
+    finally:
+        consumer.close()
+    assert got == questions
+
+
+def test_seek_into_the_tier_reads_across_the_boundary_every_offset_once(tiered: Tiered) -> None:
+    parts = _by_partition(tiered.expected)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": tiered.gateway.bootstrap,
+            "group.id": f"seek-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        # Start on the brokers' own data, then seek back into the tier.
+        consumer.assign(
+            [TopicPartition(tiered.topic, p, tiered.log_starts[p] + 5) for p in range(PARTITIONS)]
+        )
+        seen: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(seen) < PARTITIONS:
+            assert time.monotonic() < deadline, f"no local record from partitions {set(range(3)) - seen}"
+            msg = consumer.poll(1)
+            if msg is not None and not msg.error():
+                assert msg.offset() >= tiered.log_starts[msg.partition()] + 5
+                seen.add(msg.partition())
+        targets = {p: tiered.log_starts[p] // 3 for p in range(PARTITIONS)}
+        stops = {p: tiered.log_starts[p] + 20 for p in range(PARTITIONS)}
+        for p, offset in targets.items():
+            consumer.seek(TopicPartition(tiered.topic, p, offset))
+        got: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+        deadline = time.monotonic() + 60
+        while any(not got[p] or got[p][-1][1] < stops[p] for p in range(PARTITIONS)):
+            assert time.monotonic() < deadline, {p: len(rs) for p, rs in got.items()}
+            msg = consumer.poll(1)
+            if msg is None:
+                continue
+            assert not msg.error(), msg.error()
+            p = msg.partition()
+            if not got[p] and msg.offset() != targets[p]:
+                # Records fetched before the seek may still be on their way; the seek's own start
+                # with the target offset, which is below every one of them.
+                assert msg.offset() > tiered.log_starts[p], (p, msg.offset())
+                continue
+            got[p].append((p, msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    for p in range(PARTITIONS):
+        upto = [r for r in got[p] if r[1] <= stops[p]]
+        assert upto == parts[p][targets[p] : stops[p] + 1], f"partition {p}"
+
+
+def test_list_offsets_earliest_is_the_tier_start_and_latest_tiered_the_tier_end(tiered: Tiered) -> None:
+    tps = [TopicPartition(tiered.topic, p) for p in range(PARTITIONS)]
+    # librdkafka: the low watermark (ListOffsets earliest, -2) and the Admin API's earliest.
+    consumer = Consumer({"bootstrap.servers": tiered.gateway.bootstrap, "group.id": "marks"})
+    try:
+        marks = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30) for tp in tps}
+    finally:
+        consumer.close()
+    ends = {p: len([r for r in tiered.expected if r[0] == p]) for p in range(PARTITIONS)}
+    assert marks == {p: (0, ends[p]) for p in range(PARTITIONS)}
+    admin = AdminClient({"bootstrap.servers": tiered.gateway.bootstrap})
+    earliest = admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, request_timeout=30)
+    assert {tp.partition: f.result(30).offset for tp, f in earliest.items()} == dict.fromkeys(ends, 0)
+
+    # Kafka's Java AdminClient (GetOffsetShell): earliest (-2), earliest-local (-4), latest-tiered (-5).
+    def shell(time_spec: str) -> dict[int, int]:
+        out = _run_java(
+            tiered,
+            "org.apache.kafka.tools.GetOffsetShell",
+            "--bootstrap-server",
+            tiered.gateway.bootstrap,
+            "--topic",
+            tiered.topic,
+            "--time",
+            time_spec,
+        )
+        lines = [line.split(":") for line in out.splitlines() if line.startswith(f"{tiered.topic}:")]
+        return {int(partition): int(offset) for _, partition, offset in lines}
+
+    tier_ends = _tier_last_offsets(tiered)
+    assert all(tiered.log_starts[p] - 1 <= tier_ends[p] < ends[p] for p in range(PARTITIONS)), tier_ends
+    assert shell("latest-tiered") == tier_ends
+    assert shell("earliest-local") == tiered.log_starts
+    assert shell("earliest") == dict.fromkeys(ends, 0)
+
+
+def _tier_last_offsets(tiered: Tiered) -> dict[int, int]:
+    """The last offset the tier holds per partition, as ``tierkeeper ls`` lists the segments."""
+    listed = run_cli("ls", "--topic", tiered.topic, "--json", "--remote", tiered.remote)
+    assert listed.returncode == 0, listed.stderr
+    out: dict[int, int] = {}
+    for seg in _segments(json.loads(listed.stdout)):
+        p = int(seg["partition"])
+        out[p] = max(out.get(p, -1), int(seg["end_offset"]))
+    return out
+
+
+def _segments(listing: Any) -> list[dict[str, Any]]:
+    if isinstance(listing, dict):
+        listing = listing.get("segments", listing)
+    return [s for s in listing if s.get("state", "COPY_SEGMENT_FINISHED").endswith("FINISHED")]
+
+
+# ---- 4. Spark's own Kafka source -------------------------------------------------------------------------
+def test_spark_kafka_source_reads_exactly_the_expected_records(tiered: Tiered, spark: Any) -> None:
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", tiered.gateway.bootstrap)
+        .option("subscribe", tiered.topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+        .select("partition", "offset", "key", "value")
+        .collect()
+    )
+    got = [(r.partition, r.offset, bytes(r.key), bytes(r.value)) for r in rows]
+    assert len(got) == RECORDS
+    assert sorted(got) == tiered.expected
+
+
+# ---- 5. Transactions ---------------------------------------------------------------------------------------
+def test_transactions_read_committed_equal_a_direct_read_before_the_trim(tiered: Tiered) -> None:
+    below = [r for r in tiered.txn_committed if r[1] < tiered.all_log_starts[(tiered.txn_topic, r[0])]]
+    assert below, "no committed record lies below the brokers' log start: the test would prove nothing"
+    got = read_all(
+        tiered.gateway.bootstrap, tiered.txn_topic, TXN_PARTITIONS, **{"isolation.level": "read_committed"}
+    )
+    assert len(got) == len(tiered.txn_committed)
+    assert got == tiered.txn_committed
+
+
+def test_transactions_read_uncommitted_equal_a_direct_read_before_the_trim(tiered: Tiered) -> None:
+    got = read_all(
+        tiered.gateway.bootstrap, tiered.txn_topic, TXN_PARTITIONS, **{"isolation.level": "read_uncommitted"}
+    )
+    assert len(got) == len(tiered.txn_uncommitted)
+    assert got == tiered.txn_uncommitted
+
+
+# ---- 6. Compression codecs ---------------------------------------------------------------------------
+def test_every_compression_codec_passes_through(tiered: Tiered) -> None:
+    got = read_all(tiered.gateway.bootstrap, tiered.codecs_topic, len(CODECS), detail=True)
+    for p, codec in enumerate(CODECS):
+        mine = [r for r in got if r[0] == p]
+        theirs = [r for r in tiered.codecs_expected if r[0] == p]
+        assert mine[0][1] == 0 and tiered.all_log_starts[(tiered.codecs_topic, p)] > 0, codec
+        assert mine == theirs, f"{codec}: records differ"
+    assert got == tiered.codecs_expected
