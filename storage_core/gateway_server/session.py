@@ -396,8 +396,25 @@ class ClientSession:
             if t.name and topic_id is not None and topic_id.int != 0 and t.error_code == ErrorCode.none:
                 self.ctx.topic_ids[t.name] = topic_id
 
+    async def _negotiated(self, upstream: Upstream, api_key: int) -> int | None:
+        """The version of ``api_key`` for the gateway's own request on this connection. The broker's
+        versions are learned from the client's ApiVersions exchange; a client need not send one (a raw
+        Fetch, ``api.version.request=false``, a client that knows its broker), and a broker answers such a
+        client all the same, so then the gateway asks the broker itself (v0: every broker answers it)."""
+        if not upstream.broker_versions:
+            future = upstream.send_chunks(
+                encode_request(
+                    RequestHeader(API_VERSIONS, 0, 0, "tierkeeper-gateway", 0), _api_versions_v0(), 0
+                )
+            )
+            await upstream.drain()
+            body = decode_response(API_VERSIONS, 0, await future)
+            if body.error_code == ErrorCode.none:
+                upstream.broker_versions = {a.api_key: (a.min_version, a.max_version) for a in body.api_keys}
+        return negotiated(upstream.broker_versions, api_key)
+
     async def _ask(self, upstream: Upstream, api_key: int, body_fields: dict[str, Any]) -> tuple[int, Any]:
-        version = negotiated(upstream.broker_versions, api_key)
+        version = await self._negotiated(upstream, api_key)
         if version is None:
             raise UpstreamError(f"broker {upstream.address}: no common version of API {api_key}")
         cls = request_type(api_key, version)
@@ -409,7 +426,7 @@ class ClientSession:
         return version, decode_response(api_key, version, await future)
 
     async def _ask_topic_ids(self, upstream: Upstream, names: list[str]) -> None:
-        version = negotiated(upstream.broker_versions, METADATA)
+        version = await self._negotiated(upstream, METADATA)
         if version is None or version < 10:
             return
         module = __import__(request_type(METADATA, version).__module__, fromlist=["MetadataRequestTopic"])
@@ -425,7 +442,7 @@ class ClientSession:
     async def _list_offsets_query(
         self, upstream: Upstream, tps: list[TopicPartitionId], timestamp: int, isolation: int
     ) -> dict[tuple[str, int], int | ErrorCode]:
-        version = negotiated(upstream.broker_versions, LIST_OFFSETS)
+        version = await self._negotiated(upstream, LIST_OFFSETS)
         if version is None:
             raise UpstreamError(f"broker {upstream.address}: no common ListOffsets version")
         module = __import__(request_type(LIST_OFFSETS, version).__module__, fromlist=["ListOffsetsTopic"])
@@ -566,6 +583,12 @@ class ClientSession:
         if errors:
             body = offset_rules.with_errors(body, errors)
         return body
+
+
+def _api_versions_v0() -> Any:
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+    return ApiVersionsRequest()
 
 
 def _tier_offset(history: Any, tp: TopicPartitionId, ts: int) -> offset_rules.TierOffset | None:
