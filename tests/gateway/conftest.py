@@ -34,6 +34,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_RECORDS = 800
 """Per codec partition: about two segments' worth once compressed (the values are half random)."""
 TXN_PARTITIONS = 2
+TXN_LAST = 200
+"""Records of the last (aborted) transaction of the transactions topic."""
 
 Record = tuple[int, int, bytes | None, bytes | None]
 """(partition, offset, key, value)."""
@@ -134,7 +136,8 @@ def produce_codecs(cluster: KafkaCluster, topic: str, base_timestamp: int) -> No
 def produce_transactions(cluster: KafkaCluster, topic: str) -> tuple[int, int]:
     """Committed and aborted transactions of two transactional producers on TXN_PARTITIONS partitions:
     some span a segment roll (80 KB per partition, segments of 64 KB), one aborted transaction stays open
-    while the other producer commits one. Returns (records committed, records written)."""
+    while the other producer commits one, and the last one, aborted, spans the tier's end (TXN_LAST of
+    them). Returns (records committed, records written)."""
     rng = random.Random(7)
     sent = [0]
 
@@ -173,7 +176,9 @@ def produce_transactions(cluster: KafkaCluster, topic: str) -> tuple[int, int]:
     committed += 30
     send(b, 160)  # b's transaction, open across a's commit and across a segment roll, is aborted
     b.abort_transaction(60)
-    for count, commit in ((160, False), (40, True), (60, True)):
+    # Last, an aborted transaction of 100 KB per partition: it spans a roll and its last batches and abort
+    # marker stay in the active segment, so the tier ends inside it and the brokers know its end.
+    for count, commit in ((160, False), (40, True), (60, True), (200, False)):
         a.begin_transaction()
         send(a, count)
         (a.commit_transaction if commit else a.abort_transaction)(60)

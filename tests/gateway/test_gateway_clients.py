@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from harness.tierkeeper_cli import run_cli
 
-from .conftest import CODECS, PARTITIONS, RECORDS, TXN_PARTITIONS, Record, Tiered, read_all
+from .conftest import CODECS, PARTITIONS, RECORDS, TXN_LAST, TXN_PARTITIONS, Record, Tiered, read_all
 
 JAVA_TIMEOUT_S = 240
 
@@ -271,6 +271,15 @@ def test_spark_kafka_source_reads_exactly_the_expected_records(tiered: Tiered, s
 def test_transactions_read_committed_equal_a_direct_read_before_the_trim(tiered: Tiered) -> None:
     below = [r for r in tiered.txn_committed if r[1] < tiered.all_log_starts[(tiered.txn_topic, r[0])]]
     assert below, "no committed record lies below the brokers' log start: the test would prove nothing"
+    # The last transaction (aborted) begins in the tier and ends on the brokers: the tier's end is in it.
+    written = len(tiered.txn_uncommitted)
+    for p in range(TXN_PARTITIONS):
+        last = [r[1] for r in tiered.txn_uncommitted if r[0] == p and int(r[2][1:]) >= written - TXN_LAST]
+        assert min(last) < tiered.all_log_starts[(tiered.txn_topic, p)] <= max(last), (
+            p,
+            min(last),
+            max(last),
+        )
     got = read_all(
         tiered.gateway.bootstrap, tiered.txn_topic, TXN_PARTITIONS, **{"isolation.level": "read_committed"}
     )
@@ -295,3 +304,87 @@ def test_every_compression_codec_passes_through(tiered: Tiered) -> None:
         assert mine[0][1] == 0 and tiered.all_log_starts[(tiered.codecs_topic, p)] > 0, codec
         assert mine == theirs, f"{codec}: records differ"
     assert got == tiered.codecs_expected
+
+
+def test_tiered_batches_are_served_as_stored_in_their_codec(tiered: Tiered) -> None:
+    """A raw Fetch at offset 0 through the gateway: the tier's batches arrive as the producer compressed
+    them (each batch's codec bits and CRC intact), not decompressed or re-encoded on the way."""
+    from storage_core.formats.record_batch import BatchHeader, validate_crc
+
+    admin = AdminClient({"bootstrap.servers": tiered.gateway.bootstrap})
+    metadata = admin.list_topics(tiered.codecs_topic, timeout=30)
+    for p, codec in enumerate(CODECS):
+        leader = metadata.topics[tiered.codecs_topic].partitions[p].leader
+        broker = metadata.brokers[leader]
+        records = _raw_fetch(f"{broker.host}:{broker.port}", tiered.codecs_topic, p, 0)
+        pos, codecs, first = 0, set(), None
+        while pos < len(records):
+            header = BatchHeader.parse(records, pos)
+            if pos + 12 + header.batch_length > len(records):
+                break  # a partial batch at the end of the byte limit, as a broker may send
+            validate_crc(records[pos : pos + 12 + header.batch_length])
+            first = header.base_offset if first is None else first
+            codecs.add(header.attributes & 0x07)
+            pos += 12 + header.batch_length
+        assert first == 0, (codec, first)
+        assert codecs == {CODECS.index(codec)}, f"{codec}: batches came with codecs {codecs}"
+
+
+def _raw_fetch(address: str, topic: str, partition: int, offset: int) -> bytes:
+    """One Fetch v12 (topic names, sessionless) over a plain socket; the partition's records bytes."""
+    import datetime
+    import socket
+    import sys
+
+    from storage_core.gateway.protocol import (
+        SIZE,
+        RequestHeader,
+        decode_response,
+        encode_request,
+        request_type,
+    )
+
+    version = 12
+    cls = request_type(1, version)
+    module = sys.modules[cls.__module__]
+    body = cls(
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            module.FetchTopic(
+                topic=topic,
+                partitions=(
+                    module.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    frame = b"".join(encode_request(RequestHeader(1, version, 7, "raw-fetch", 0), body, 7))
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(frame)
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + SIZE.unpack_from(buf)[0]:
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the gateway closed the connection"
+            buf += chunk
+    response = decode_response(1, version, buf[4:])
+    (t,) = response.responses
+    (part,) = t.partitions
+    assert part.error_code == 0, part.error_code
+    return bytes(part.records or b"")
