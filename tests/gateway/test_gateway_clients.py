@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -68,7 +69,7 @@ def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tie
     got: list[Record] = []
     for line in out.splitlines():
         if not line.startswith("Partition:"):
-            continue  # the harness's log4j configuration logs to stdout too
+            continue
         fields = line.split("\t")
         partition = next(int(f[len("Partition:") :]) for f in fields if f.startswith("Partition:"))
         offset = next(int(f[len("Offset:") :]) for f in fields if f.startswith("Offset:"))
@@ -211,26 +212,25 @@ def test_list_offsets_earliest_is_the_tier_start_and_latest_tiered_the_tier_end(
     earliest = admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, request_timeout=30)
     assert {tp.partition: f.result(30).offset for tp, f in earliest.items()} == dict.fromkeys(ends, 0)
 
-    # Kafka's Java AdminClient (GetOffsetShell): earliest (-2), earliest-local (-4), latest-tiered (-5).
-    def shell(time_spec: str) -> dict[int, int]:
-        out = _run_java(
-            tiered,
-            "org.apache.kafka.tools.GetOffsetShell",
-            "--bootstrap-server",
-            tiered.gateway.bootstrap,
-            "--topic",
-            tiered.topic,
-            "--time",
-            time_spec,
-        )
-        lines = [line.split(":") for line in out.splitlines() if line.startswith(f"{tiered.topic}:")]
-        return {int(partition): int(offset) for _, partition, offset in lines}
-
     tier_ends = _tier_last_offsets(tiered)
     assert all(tiered.log_starts[p] - 1 <= tier_ends[p] < ends[p] for p in range(PARTITIONS)), tier_ends
-    assert shell("latest-tiered") == tier_ends
-    assert shell("earliest-local") == tiered.log_starts
-    assert shell("earliest") == dict.fromkeys(ends, 0)
+    # latest-tiered (-5) as Kafka's Java AdminClient asks it (OffsetSpec.latestTiered(), by GetOffsetShell).
+    out = _run_java(
+        tiered,
+        "org.apache.kafka.tools.GetOffsetShell",
+        "--bootstrap-server",
+        tiered.gateway.bootstrap,
+        "--topic",
+        tiered.topic,
+        "--time",
+        "latest-tiered",
+    )
+    lines = [line.split(":") for line in out.splitlines() if line.startswith(f"{tiered.topic}:")]
+    assert {int(partition): int(offset) for _, partition, offset in lines} == tier_ends
+    # earliest (-2), earliest-local (-4) and latest-tiered (-5) in raw ListOffsets requests to each leader.
+    for p, address in _leaders(tiered, tiered.topic).items():
+        answers = {ts: _raw_list_offset(address, tiered.topic, p, ts) for ts in (-2, -4, -5)}
+        assert answers == {-2: 0, -4: tiered.log_starts[p], -5: tier_ends[p]}, p
 
 
 def _tier_last_offsets(tiered: Tiered) -> dict[int, int]:
@@ -287,6 +287,39 @@ def test_transactions_read_committed_equal_a_direct_read_before_the_trim(tiered:
     assert got == tiered.txn_committed
 
 
+def test_the_java_consumer_reads_committed_transactions_as_a_direct_read_did(tiered: Tiered) -> None:
+    """Kafka's own consumer filters aborted transactions from the tier's batches (and checks their CRCs)."""
+    out = _run_java(
+        tiered,
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        tiered.gateway.bootstrap,
+        "--topic",
+        tiered.txn_topic,
+        "--from-beginning",
+        "--isolation-level",
+        "read_committed",
+        "--max-messages",
+        str(len(tiered.txn_committed)),
+        "--timeout-ms",
+        "60000",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.value=false",
+    )
+    got = []
+    for line in out.splitlines():
+        if line.startswith("Partition:"):
+            partition, offset, key = line.split("\t")[:3]
+            got.append((int(partition.split(":")[1]), int(offset.split(":")[1]), key.encode()))
+    assert sorted(got) == [r[:3] for r in tiered.txn_committed]
+
+
 def test_transactions_read_uncommitted_equal_a_direct_read_before_the_trim(tiered: Tiered) -> None:
     got = read_all(
         tiered.gateway.bootstrap, tiered.txn_topic, TXN_PARTITIONS, **{"isolation.level": "read_uncommitted"}
@@ -311,12 +344,9 @@ def test_tiered_batches_are_served_as_stored_in_their_codec(tiered: Tiered) -> N
     them (each batch's codec bits and CRC intact), not decompressed or re-encoded on the way."""
     from storage_core.formats.record_batch import BatchHeader, validate_crc
 
-    admin = AdminClient({"bootstrap.servers": tiered.gateway.bootstrap})
-    metadata = admin.list_topics(tiered.codecs_topic, timeout=30)
+    leaders = _leaders(tiered, tiered.codecs_topic)
     for p, codec in enumerate(CODECS):
-        leader = metadata.topics[tiered.codecs_topic].partitions[p].leader
-        broker = metadata.brokers[leader]
-        records = _raw_fetch(f"{broker.host}:{broker.port}", tiered.codecs_topic, p, 0)
+        records = _raw_fetch(leaders[p], tiered.codecs_topic, p, 0)
         pos, codecs, first = 0, set(), None
         while pos < len(records):
             header = BatchHeader.parse(records, pos)
@@ -330,22 +360,66 @@ def test_tiered_batches_are_served_as_stored_in_their_codec(tiered: Tiered) -> N
         assert codecs == {CODECS.index(codec)}, f"{codec}: batches came with codecs {codecs}"
 
 
-def _raw_fetch(address: str, topic: str, partition: int, offset: int) -> bytes:
-    """One Fetch v12 (topic names, sessionless) over a plain socket; the partition's records bytes."""
-    import datetime
+def _leaders(tiered: Tiered, topic: str) -> dict[int, str]:
+    """Partition -> the gateway address of its leader, as the gateway's Metadata says."""
+    metadata = AdminClient({"bootstrap.servers": tiered.gateway.bootstrap}).list_topics(topic, timeout=30)
+    brokers = metadata.brokers
+    return {
+        p: f"{brokers[info.leader].host}:{brokers[info.leader].port}"
+        for p, info in metadata.topics[topic].partitions.items()
+    }
+
+
+def _raw_request(address: str, api_key: int, version: int, body: Any) -> Any:
+    """One request over a plain socket, without ApiVersions first (a broker answers such a client)."""
     import socket
-    import sys
 
-    from storage_core.gateway.protocol import (
-        SIZE,
-        RequestHeader,
-        decode_response,
-        encode_request,
-        request_type,
+    from storage_core.gateway.protocol import SIZE, RequestHeader, decode_response, encode_request
+
+    frame = b"".join(encode_request(RequestHeader(api_key, version, 7, "raw-client", 0), body, 7))
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(frame)
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + SIZE.unpack_from(buf)[0]:
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the gateway closed the connection"
+            buf += chunk
+    return decode_response(api_key, version, buf[4:])
+
+
+def _raw_list_offset(address: str, topic: str, partition: int, timestamp: int) -> int:
+    """ListOffsets v9 (the first with latest-tiered, -5) for one partition: its offset."""
+    from storage_core.gateway.protocol import request_type
+
+    cls = request_type(2, 9)
+    module = sys.modules[cls.__module__]
+    body = cls(
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            module.ListOffsetsTopic(
+                name=topic,
+                partitions=(
+                    module.ListOffsetsPartition(
+                        partition_index=partition, current_leader_epoch=-1, timestamp=timestamp
+                    ),
+                ),
+            ),
+        ),
     )
+    ((part,),) = (t.partitions for t in _raw_request(address, 2, 9, body).topics)
+    assert part.error_code == 0, (timestamp, part.error_code)
+    return int(part.offset)
 
-    version = 12
-    cls = request_type(1, version)
+
+def _raw_fetch(address: str, topic: str, partition: int, offset: int) -> bytes:
+    """One Fetch v12 (topic names, sessionless): the partition's records bytes."""
+    import datetime
+
+    from storage_core.gateway.protocol import request_type
+
+    cls = request_type(1, 12)
     module = sys.modules[cls.__module__]
     body = cls(
         cluster_id=None,
@@ -374,17 +448,6 @@ def _raw_fetch(address: str, topic: str, partition: int, offset: int) -> bytes:
         forgotten_topics_data=(),
         rack_id="",
     )
-    frame = b"".join(encode_request(RequestHeader(1, version, 7, "raw-fetch", 0), body, 7))
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(frame)
-        buf = b""
-        while len(buf) < 4 or len(buf) < 4 + SIZE.unpack_from(buf)[0]:
-            chunk = sock.recv(1 << 16)
-            assert chunk, "the gateway closed the connection"
-            buf += chunk
-    response = decode_response(1, version, buf[4:])
-    (t,) = response.responses
-    (part,) = t.partitions
+    ((part,),) = (t.partitions for t in _raw_request(address, 1, 12, body).responses)
     assert part.error_code == 0, part.error_code
     return bytes(part.records or b"")
