@@ -12,6 +12,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -44,7 +45,10 @@ def _by_partition(records: list[Any]) -> dict[int, list[Any]]:
 
 
 # ---- 1. Kafka's Java console consumer ------------------------------------------------------------------
-def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tiered) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tiered, protocol: str) -> None:
+    """Kafka's own consumer, in a classic group and in a KIP-848 group (its new consumer, with fetch
+    sessions and topic ids), from the beginning."""
     out = _run_java(
         tiered,
         "org.apache.kafka.tools.consumer.ConsoleConsumer",
@@ -55,6 +59,8 @@ def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tie
         "--from-beginning",
         "--group",
         f"console-{uuid.uuid4().hex[:8]}",
+        "--consumer-property",
+        f"group.protocol={protocol}",
         "--max-messages",
         str(RECORDS),
         "--timeout-ms",
