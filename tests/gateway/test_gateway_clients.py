@@ -244,16 +244,10 @@ def _tier_last_offsets(tiered: Tiered) -> dict[int, int]:
     listed = run_cli("ls", "--topic", tiered.topic, "--json", "--remote", tiered.remote)
     assert listed.returncode == 0, listed.stderr
     out: dict[int, int] = {}
-    for seg in _segments(json.loads(listed.stdout)):
-        p = int(seg["partition"])
-        out[p] = max(out.get(p, -1), int(seg["end_offset"]))
+    for seg in json.loads(listed.stdout)["segments"]:
+        if seg["state"] == "COPY_FINISHED":
+            out[seg["partition"]] = max(out.get(seg["partition"], -1), seg["end_offset"])
     return out
-
-
-def _segments(listing: Any) -> list[dict[str, Any]]:
-    if isinstance(listing, dict):
-        listing = listing.get("segments", listing)
-    return [s for s in listing if s.get("state", "COPY_SEGMENT_FINISHED").endswith("FINISHED")]
 
 
 # ---- 4. Spark's own Kafka source -------------------------------------------------------------------------
