@@ -138,6 +138,7 @@ def test_offsets_for_times_finds_tiered_and_local_records(tiered: Tiered) -> Non
             records[1][4],  # exactly a tiered record's timestamp
             records[start // 2][4] - 1,  # between two tiered records
             records[start - 1][4],  # the last record below the brokers' log start
+            records[start - 1][4] + 1,  # after the tier's last record, before the brokers' first
             records[start + 3][4],  # a local record: the broker's own answer
             records[-1][4] + 1000,  # newer than everything: no record (-1)
         ):
