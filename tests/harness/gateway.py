@@ -125,26 +125,28 @@ class GatewayProcess:
 
 
 def tier_and_trim(
-    cluster: KafkaCluster, remote_flags: list[str], topic: str, env: dict[str, str] | None = None
+    cluster: KafkaCluster,
+    remote_flags: list[str],
+    topic: str | list[str],
+    env: dict[str, str] | None = None,
 ) -> None:
-    """Tier every broker's copy of ``topic`` and trim the brokers behind the tier (Tierkeeper's own
-    commands): afterwards the brokers' log start is above 0 and the history is only in the tier."""
+    """Tier every broker's copy of ``topic`` (one or several, in one pass of the commands) and trim the
+    brokers behind the tier (Tierkeeper's own commands): afterwards the brokers' log start is above 0 and
+    the history is only in the tier."""
     bootstrap = ["--bootstrap-servers", cluster.bootstrap_servers]
+    topics = [arg for name in ([topic] if isinstance(topic, str) else topic) for arg in ("--topic", name)]
     for node in cluster.node_ids:
         copied = run_cli(
             "copy",
             "--log-dir",
             str(cluster.log_dir(node)),
             *bootstrap,
-            "--topic",
-            topic,
+            *topics,
             *remote_flags,
             env=env,
         )
         if copied.returncode != 0:
             raise HarnessError(f"copy from broker {node} failed: {copied.stderr}")
-    cleaned = run_cli(
-        "cleanup", *bootstrap, "--topic", topic, "--local-retention-bytes", "0", *remote_flags, env=env
-    )
+    cleaned = run_cli("cleanup", *bootstrap, *topics, "--local-retention-bytes", "0", *remote_flags, env=env)
     if cleaned.returncode != 0:
         raise HarnessError(f"cleanup failed: {cleaned.stderr}")

@@ -38,6 +38,17 @@ logger.zk.name = org.apache.zookeeper
 logger.zk.level = WARN
 """
 
+TOOLS_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDERR
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stderr.ref = STDERR
+"""
+
 MAX_BROKERS = 6
 
 
@@ -197,6 +208,27 @@ class KafkaCluster:
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+            "-cp",
+            classpath(),
+            main_class,
+            *args,
+        ]
+
+    def tool_command(self, main_class: str, *args: str, heap: str = "256m") -> list[str]:
+        """The command line of one of Kafka's own tools or clients (``main_class``, from the same jars as
+        the brokers), for a test to run: its stdout is the tool's output alone (warnings and errors are
+        logged to stderr), and the JVM is set up for a short run (serial GC, C1 only: less CPU to start
+        on a shared machine)."""
+        config = self.workdir / "log4j2-tools.properties"
+        if not config.exists():
+            config.write_text(TOOLS_LOG4J2)
+        return [
+            java_binary(),
+            f"-Xmx{heap}",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={config}",
             "-cp",
             classpath(),
             main_class,
