@@ -39,6 +39,13 @@ class RunOutcome(ApiModel):
     result: Literal["Succeeded", "Failed"] = Field(description="Succeeded or Failed.")
     message: str = Field(default="", description="One line: what was done, or why it failed.")
     job: str | None = Field(default=None, description="The Job that ran it (Kubernetes only).")
+    failures_in_a_row: int = Field(
+        default=0,
+        ge=0,
+        description="Runs of this kind that failed in a row, this one included (0 after a success). The "
+        "resource is Stalled once it reaches 3 (storage_core.reconcile.conditions.FAILURES_BEFORE_STALLED); "
+        "before that a failure is retried and reads Reconciling.",
+    )
 
 
 class PartitionTier(ApiModel):
