@@ -26,6 +26,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m tierkeeper_operator.crdgen --out crds/ --check
+	$(PY) -m tierkeeper_operator.crdgen --out charts/tierkeeper/files/crds/ --check
 	$(PY) -m tierkeeper_operator.chartgen --check
 
 test: harness lint
@@ -40,8 +41,10 @@ format: setup
 stress-test: harness lint
 	tests/stress/run_stressed.sh 3 $(PYTEST_ARGS)
 
+# The CRDs, and the chart's copy of them (real files: Flux's source-controller drops symbolic links).
 crds: setup
 	$(PY) -m tierkeeper_operator.crdgen --out crds/
+	$(PY) -m tierkeeper_operator.crdgen --out charts/tierkeeper/files/crds/
 
 # What the chart and docs derive from the code (tierkeeper_operator.chartgen): the chart's RBAC rules
 # (tierkeeper_operator/rbac.py), the models' part of values.schema.json, docs/configuration.md.

@@ -157,8 +157,8 @@ def on_disk_crds() -> dict[str, dict[str, Any]]:
 
 def without_keep(doc: dict[str, Any]) -> dict[str, Any]:
     copy = json.loads(json.dumps(doc))
-    annotations = copy["metadata"].pop("annotations", {})
-    assert set(annotations) <= {KEEP}, annotations
+    annotations = copy["metadata"]["annotations"]
+    assert annotations.pop(KEEP, "keep") == "keep", annotations
     return dict(copy)
 
 
@@ -172,7 +172,10 @@ def test_chart_installs_exactly_the_repository_crds_and_keeps_them() -> None:
 
 def test_crds_switches() -> None:
     unkept = [d for d in render("--set", "crds.keep=false") if d["kind"] == "CustomResourceDefinition"]
-    assert len(unkept) == len(on_disk_crds()) and all("annotations" not in d["metadata"] for d in unkept)
+    assert len(unkept) == len(on_disk_crds()) and all(
+        KEEP not in d["metadata"]["annotations"] for d in unkept
+    )
+    assert {d["metadata"]["name"]: d for d in unkept} == on_disk_crds()
     assert "CustomResourceDefinition" not in kinds_of(render("--set", "crds.enabled=false"))
 
 
