@@ -128,8 +128,19 @@ class RebuildStatus(ApiModel):
     job: str | None = Field(default=None, description="The rebuild Job (requested rebuilds only).")
 
 
+class HandledRequests(ApiModel):
+    """The ids of the one-shot requests in the spec the operator has acted on (never acted on again)."""
+
+    rebuild: str | None = Field(default=None, description="spec.rebuild.requestId last acted on.")
+    fetchers: str | None = Field(default=None, description="spec.replicaFetchers.request.id last acted on.")
+
+
 class TieredBrokerStatus(ResourceStatus):
     """Observed state of a TieredBroker."""
+
+    requests: HandledRequests | None = Field(
+        default=None, description="Request ids of the spec acted on (GitOps-safe one-shot actions)."
+    )
 
     last_copy: RunOutcome | None = Field(default=None, description="The last copy Job on this broker.")
     rebuild: RebuildStatus | None = Field(
