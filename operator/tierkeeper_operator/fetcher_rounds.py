@@ -29,7 +29,7 @@ from storage_core.reconcile.conditions import recorded_conditions
 from storage_core.reconcile.fetchers import ANNOTATION, broker_conditions, health_of, parse_command
 from storage_core.reconcile.planner import Event, Plan
 from storage_core.reconcile.requests import acted_on, pending_fetchers
-from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.kube import Kube, KubeError, log_ref
 from tierkeeper_operator.metrics import Metrics
 
 log = logging.getLogger("tierkeeper.operator")
@@ -142,7 +142,12 @@ class FetcherRounds:
             self.kube.remove_annotation("tieredbrokers", obj, ANNOTATION)
         except KubeError as exc:
             log.warning(
-                "could not remove %s from %s/%s: %s", ANNOTATION, meta["namespace"], meta["name"], exc
+                "could not remove %s from %s/%s: %s",
+                ANNOTATION,
+                meta["namespace"],
+                meta["name"],
+                exc,
+                extra=log_ref(obj),
             )
 
     def _drop_status(self, obj: Mapping[str, Any]) -> None:
@@ -151,7 +156,13 @@ class FetcherRounds:
         try:
             self.kube.patch_status("tieredbrokers", meta["namespace"], meta["name"], {"fetchers": None})
         except KubeError as exc:
-            log.warning("could not clear status.fetchers of %s/%s: %s", meta["namespace"], meta["name"], exc)
+            log.warning(
+                "could not clear status.fetchers of %s/%s: %s",
+                meta["namespace"],
+                meta["name"],
+                exc,
+                extra=log_ref(obj),
+            )
 
 
 def _pending_seconds(status: FetcherStatus | None, now: datetime.datetime) -> float:

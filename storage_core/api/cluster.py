@@ -87,6 +87,11 @@ class ResourceQuantities(ApiModel):
 
     cpu: str | None = Field(default=None, description="CPU, e.g. 500m.")
     memory: str | None = Field(default=None, description="Memory, e.g. 512Mi.")
+    ephemeral_storage: str | None = Field(
+        default=None,
+        alias="ephemeral-storage",
+        description="Local scratch space (the Job's /tmp, its logs), e.g. 2Gi.",
+    )
 
 
 class JobResources(ApiModel):
@@ -155,6 +160,21 @@ class JobDefaults(ApiModel):
     )
     priority_class_name: ObjectName | None = Field(
         default=None, description="PriorityClass of every Job's pod; omit for the cluster default."
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels of every Job's pod (the operator's own labels win on a clash).",
+    )
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description='Annotations of every Job\'s pod, e.g. sidecar.istio.io/inject: "false" (a service-mesh '
+        "sidecar that never exits keeps a Job from ever finishing).",
+    )
+    tmp_size_limit: str | None = Field(
+        default=None,
+        min_length=1,
+        description="sizeLimit of the Jobs' /tmp (an emptyDir), e.g. 1Gi; omit for no limit. Spark cleanups "
+        "spill there.",
     )
     copy_parallelism: int = Field(
         default=4, ge=1, le=64, description="Partitions one copy Job copies at once."
