@@ -48,6 +48,13 @@ def rbac_text() -> str:
     body = {
         "namespaced": rbac.rules(clusterwide=False),
         "clusterwide": rbac.rules(clusterwide=True),
+        # rbac.jobNamespaces: the cluster-wide rules without the writes where Jobs run, and those writes
+        # (a Role in each of those namespaces).
+        "clusterwideWithoutJobWrites": rbac.rules(clusterwide=True, job_writes=False),
+        "jobWrites": rbac.rules(clusterwide=True, job_writes=True),
+        # rbac.aggregateToDefaultRoles: for people, aggregated into view, and into edit and admin.
+        "view": rbac.user_rules(rbac.VIEW_VERBS),
+        "edit": rbac.user_rules(rbac.EDIT_VERBS),
     }
     header = f"# {GENERATED}\n# Source: operator/tierkeeper_operator/rbac.py\n"
     return header + str(yaml.safe_dump(body, sort_keys=False))
