@@ -96,6 +96,22 @@ def test_helm_package_lints_strictly_and_renders_the_same(tmp_path: Path) -> Non
     run_tool("helm", ["lint", "--strict", str(package)])
     assert render(package) == render(CHART)
     assert len(crds_of(render(package))) == 4
+    # `helm show readme` of the package (what a chart repository shows): every value, documented.
+    readme = run_tool("helm", ["show", "readme", str(package)]).stdout
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def leaves(node: Any, prefix: str = "") -> list[str]:
+        if isinstance(node, dict) and node:
+            return [leaf for key, value in node.items() for leaf in leaves(value, f"{prefix}{key}.")]
+        return [prefix.rstrip(".")]
+
+    def documented(path: str) -> bool:  # a value, or one of its parents that links to a model's section
+        parts = path.split(".")
+        return any(f"| `{'.'.join(parts[:n])}` |" in readme for n in range(len(parts), 0, -1))
+
+    missing = [path for path in leaves(values) if not documented(path)]
+    assert readme.startswith("# tierkeeper") and not missing, missing
+    assert "### JobDefaults" in readme and "| `podAnnotations` |" in readme  # the model's fields too
 
 
 # -- prune rules -------------------------------------------------------------------------------------------
