@@ -73,7 +73,8 @@ constraints:
 
 # The two images (needs Docker with BuildKit; docs/install.md gives the details).
 IMAGE_REPO ?= tierkeeper
-IMAGE_TAG ?= dev
+# The package version and the chart's appVersion (tests/k8s/test_k8s_chart_knobs.py holds them equal).
+IMAGE_TAG ?= 0.1.0
 images:
 	docker build --target operator -t $(IMAGE_REPO)/operator:$(IMAGE_TAG) .
 	docker build --target pipeline -t $(IMAGE_REPO)/pipeline:$(IMAGE_TAG) .

@@ -12,10 +12,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from storage_core.api.fields import BootstrapServers, ObjectName, RemoteUrl
+from storage_core import __version__
+from storage_core.api.fields import BootstrapServers, LabelSafeName, ObjectName, RemoteUrl
 from storage_core.api.rules import ApiModel
 
-DEFAULT_IMAGE = "tierkeeper:0.1.0"
+PIPELINE_REPOSITORY = "tierkeeper/pipeline"
+"""The Jobs' image, one name everywhere: the Dockerfile's ``pipeline`` target as ``make images`` tags it, the
+chart's ``pipelineImage``, the examples (tests/k8s/test_k8s_chart_knobs.py holds them to it)."""
+DEFAULT_IMAGE = f"{PIPELINE_REPOSITORY}:{__version__}"
 
 _CREDENTIAL_WORDS = ("password", "secret", "token", "credential", "jaas", "private", "signature")
 _CREDENTIAL_PARTS = {"key", "keys", "sas"}
@@ -203,7 +207,10 @@ class JobDefaults(ApiModel):
 class KafkaClusterConfig(ApiModel):
     """One Kafka cluster: how to reach it and where its remote tier lives."""
 
-    name: ObjectName = Field(description="What clusterRef.name refers to.")
+    name: LabelSafeName = Field(
+        description="What clusterRef.name refers to. At most 63 characters: it is the value of the Jobs' "
+        "tierkeeper.io/cluster label and part of ConfigMap keys and names.",
+    )
     bootstrap_servers: BootstrapServers = Field(
         description="Comma-separated host:port list of the cluster's bootstrap brokers."
     )

@@ -233,3 +233,59 @@ def test_every_alert_named_anywhere_exists_and_each_threshold_names_its_alert(tm
             if f"$rule.{key}" in template.split(f"alert: {name}", 1)[1].split("- alert:", 1)[0]
         ]
         assert users and all(name in node["description"] for name in users), (key, users, node["description"])
+
+
+# -- one name for the Jobs' image; cluster names that render ----------------------------------------------
+
+
+def test_one_job_image_name_everywhere() -> None:
+    """The model's default, the chart's pipelineImage, `make images` and the examples name the Jobs' image
+    the same way (it was four different names)."""
+    from storage_core.api.cluster import DEFAULT_IMAGE, PIPELINE_REPOSITORY
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert f"{values['pipelineImage']['repository']}:{chart['appVersion']}" == DEFAULT_IMAGE
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    make_vars = dict(re.findall(r"^(IMAGE_REPO|IMAGE_TAG) \?= (\S+)$", makefile, re.M))
+    assert "-t $(IMAGE_REPO)/pipeline:$(IMAGE_TAG)" in makefile
+    assert f"{make_vars['IMAGE_REPO']}/pipeline:{make_vars['IMAGE_TAG']}" == DEFAULT_IMAGE
+    examples = [
+        REPO_ROOT / "examples" / "cluster.yaml",
+        *(REPO_ROOT / "examples" / "rebuild").glob("*.yaml"),
+        REPO_ROOT / "docs" / "rebuild.md",
+        REPO_ROOT / "docs" / "install.md",
+    ]
+    named = [
+        (p.name, image) for p in examples for image in re.findall(r"^\s*image: *(\S+)", p.read_text(), re.M)
+    ]
+    assert named, examples
+    for where, image in named:
+        if image.startswith("{") or "kafka" in image:  # a values object; the broker's own image
+            continue
+        assert image.rsplit(":", 1)[0].endswith(PIPELINE_REPOSITORY), (where, image)
+    # The Argo CD and Flux examples set both images, the operator's and the Jobs'.
+    install = (REPO_ROOT / "docs" / "install.md").read_text()
+    for section in ("## Argo CD", "## Flux"):
+        text = install.split(section, 1)[1].split("\n## ", 1)[0]
+        assert "image: {repository:" in text and "pipelineImage: {repository:" in text, section
+
+
+def test_cluster_names_that_cannot_render_are_refused(tmp_path: Path) -> None:
+    """A cluster's name is a label value of its Jobs (<= 63 characters): the schema refuses a longer one,
+    which the chart would render into Jobs the API server refuses."""
+    from pydantic import ValidationError
+
+    from storage_core.api.cluster import KafkaClusterConfig
+
+    cluster = {"bootstrapServers": "k:9092", "remote": {"url": "s3://b/p"}}
+    longest = "c" * 63
+    docs = render(tmp_path, {"clusters": [{**cluster, "name": longest}]})
+    (config_map,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-clusters")
+    ]
+    assert list(config_map["data"]) == [f"{longest}.yaml"]
+    assert "name" in refused("--set-json", 'clusters=[{"name":"' + "c" * 64 + '","bootstrapServers":"k:9092",'
+                             '"remote":{"url":"s3://b/p"}}]')  # fmt: skip
+    with pytest.raises(ValidationError, match="at most 63"):
+        KafkaClusterConfig.model_validate({**cluster, "name": "c" * 64})
