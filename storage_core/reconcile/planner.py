@@ -78,6 +78,8 @@ class Plan:
     topic_status: dict[str, TieredTopicStatus] = field(default_factory=dict)
     broker_status: dict[str, TieredBrokerStatus] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    topic_cluster: dict[str, str] = field(default_factory=dict)
+    """Key -> cluster name of every TieredTopic judged whose spec parsed (per-cluster metrics)."""
     next_due: datetime.datetime | None = None
     """The earliest time after ``now`` at which a copy or cleanup of a topic judged here falls due (a
     scheduled copy only within the next minutes), so a round runner can run its next round then rather
@@ -245,6 +247,8 @@ def plan(
         if event is not None:
             result.events.append(event)
         spec = topic.spec
+        if spec is not None:
+            result.topic_cluster[topic.key] = spec.cluster_ref.name
         if leaders is None or spec is None or spec.paused:
             continue
         cluster = spec.cluster_ref.name
