@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.control_plane import ControlPlane
+from harness.k8s import wait_until
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool
 from tierkeeper_operator import rbac
@@ -289,3 +291,55 @@ def test_cluster_names_that_cannot_render_are_refused(tmp_path: Path) -> None:
                              '"remote":{"url":"s3://b/p"}}]')  # fmt: skip
     with pytest.raises(ValidationError, match="at most 63"):
         KafkaClusterConfig.model_validate({**cluster, "name": "c" * 64})
+
+
+def test_people_bound_to_view_or_edit_get_our_resources_on_the_real_api_server(
+    k8s_control_plane: ControlPlane, k8s_namespace: str, tmp_path: Path
+) -> None:
+    """The chart's aggregated roles, created on the real API server, join the bootstrap view and edit
+    roles (kube-controller-manager's clusterrole-aggregation controller), and the API server's own
+    authorizer then answers for a user bound to view or edit in a namespace."""
+    plane, ns = k8s_control_plane, k8s_namespace
+    docs = render(tmp_path)
+    ours = [
+        d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith(("-view", "-edit"))
+    ]
+    assert len(ours) == 2
+    created = []
+    try:
+        for role in ours:
+            role["metadata"]["name"] = f"{ns}-{role['metadata']['name']}"  # cluster-wide: one per test
+            plane.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+            created.append(role["metadata"]["name"])
+        for user, role in (("viewer", "view"), ("editor", "edit")):
+            binding = {
+                "metadata": {"name": user},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+            }
+            plane.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", binding)
+
+        def allowed(user: str, verb: str, resource: str = "tieredtopics") -> bool:
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": user,
+                    "resourceAttributes": {
+                        "namespace": ns,
+                        "verb": verb,
+                        "group": "tierkeeper.io",
+                        "resource": resource,
+                    },
+                },
+            }
+            answer = plane.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+            return bool(answer["status"].get("allowed"))
+
+        assert wait_until(lambda: allowed("viewer", "list") and allowed("editor", "delete"), 30)
+        assert allowed("viewer", "watch", "tieredbrokers") and allowed("editor", "create", "tieredbrokers")
+        assert not allowed("viewer", "delete") and not allowed("viewer", "create", "tieredbrokers")
+        assert not allowed("editor", "patch", "tieredtopics/status")  # status stays the operator's
+    finally:
+        for name in created:
+            plane.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
