@@ -34,6 +34,9 @@ class Health:
     message: str
     reconciling: bool = False
     stalled: bool = False
+    warning: bool = False
+    """Worth a Warning Event when the resource enters it, though retried (Kafka unreachable). Stalled always
+    is; a failed Job already has its own Event."""
 
 
 def run_failure(reason: str, what: str, last: RunOutcome) -> Health:

@@ -29,7 +29,7 @@ from typing import Literal
 
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import ClusterMemberSpec, TieredTopicSpec
-from storage_core.api.status import STALLED, TieredBrokerStatus, TieredTopicStatus
+from storage_core.api.status import RECONCILING, STALLED, TieredBrokerStatus, TieredTopicStatus
 from storage_core.reconcile.conditions import Health, conditions_for, run_failure
 from storage_core.reconcile.eligibility import refusals
 from storage_core.reconcile.observed import BrokerInput, ClientConfigProblem, RunningWork, TopicInput
@@ -157,7 +157,7 @@ def _topic_verdict(
     if isinstance(topic.kafka_error, ClientConfigProblem):  # a person must fix the mount or the config
         return Health(False, "KafkaClientConfigInvalid", topic.kafka_error, stalled=True), None
     if topic.kafka_error is not None:  # retried every round: passing trouble, not a failure
-        return Health(False, "KafkaUnreachable", topic.kafka_error, reconciling=True), None
+        return Health(False, "KafkaUnreachable", topic.kafka_error, reconciling=True, warning=True), None
     if topic.kafka is None:
         message = f"topic {spec.topic} does not exist in Kafka cluster {cluster}"
         return Health(False, "TopicNotFound", message, stalled=True), None
@@ -200,11 +200,13 @@ def _list(numbers: Sequence[int]) -> str:
 
 
 def _event_for(key: str, previous: Sequence[object], health: Health) -> Event | None:
-    """A Warning when the resource newly stalls (or stalls for a different reason)."""
-    if not health.stalled:
+    """A Warning when the resource newly stalls, or newly meets trouble worth one while retried (or either
+    for a different reason)."""
+    if not (health.stalled or health.warning):
         return None
+    kind = STALLED if health.stalled else RECONCILING
     for old in previous:
-        if getattr(old, "type", None) == STALLED and getattr(old, "message", None) == health.message:
+        if getattr(old, "type", None) == kind and getattr(old, "message", None) == health.message:
             return None
     return Event(key, "Warning", health.reason, health.message)
 

@@ -260,7 +260,11 @@ def test_watching_namespaces_runs_on_roles_alone(
         manifest = [d for d in yaml.safe_load_all(helm(plane, "get", "manifest", release, "-n", ns)) if d]
         kinds = {(d["kind"], d["metadata"].get("namespace")) for d in manifest}
         assert ("Role", k8s_namespace) in kinds and ("RoleBinding", k8s_namespace) in kinds
-        assert not {k for k, _ in kinds} & {"ClusterRole", "ClusterRoleBinding"}
+        # No cluster-wide grant to the operator: the only ClusterRoles are the aggregated ones for people,
+        # and nothing binds them to its ServiceAccount.
+        assert "ClusterRoleBinding" not in {k for k, _ in kinds}
+        cluster_roles = {d["metadata"]["name"] for d in manifest if d["kind"] == "ClusterRole"}
+        assert cluster_roles == {f"{release}-tierkeeper-view", f"{release}-tierkeeper-edit"}, cluster_roles
         pod = running_pod(plane, ns, release, arg=f"--namespace={k8s_namespace}")
         # Watching named namespaces, the operator turns kopf's cluster-wide discovery of CRDs and
         # namespaces off (a CRD change rolls the pod through checksum/crds): nothing may be refused.

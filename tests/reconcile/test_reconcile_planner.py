@@ -343,7 +343,11 @@ def test_kafka_unreachable_is_retried_but_an_unreadable_client_config_needs_a_pe
         "Ready": ("False", "KafkaUnreachable"),
         "Reconciling": ("True", "KafkaUnreachable"),
     }
-    assert status.message == "k:9092: timed out" and result.events == [] and result.copies == []
+    assert status.message == "k:9092: timed out" and result.copies == []
+    # A Warning Event when it starts (kubectl describe shows it), not one every round while it lasts.
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "KafkaUnreachable")]
+    again = plan(CLUSTERS, [replace(down, status=status)], BROKERS, RunningWork(), T0)
+    assert again.events == []
     result = plan(CLUSTERS, [secret], BROKERS, RunningWork(), T0)
     status = result.topic_status["ns/orders"]
     reason = "KafkaClientConfigInvalid"
