@@ -20,10 +20,11 @@ from gitops_cases import CUSTOMIZATIONS, health_script
 from harness.kstatus import kstatus_of
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
-from storage_core.api.status import RebuildStatus, TieredBrokerStatus, TieredTopicStatus
+from storage_core.api.status import FetcherStatus, RebuildStatus, TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import ConfigError
 from storage_core.reconcile import outcomes
 from storage_core.reconcile.conditions import FAILURES_BEFORE_STALLED
+from storage_core.reconcile.fetchers import broker_conditions, health_of
 from storage_core.reconcile.observed import (
     BrokerInput,
     KafkaTopic,
@@ -87,6 +88,17 @@ def broker_state(broker: BrokerInput, rebuild: RebuildStatus | None = None) -> T
     if rebuild is None:
         return status
     return with_rebuild(status, rebuild, broker.status.conditions, broker.generation, T0)
+
+
+def fetcher_state(phase: str) -> TieredBrokerStatus:
+    """The broker's status as the fetcher part of a round writes it (``broker_conditions``)."""
+    status = broker_state(_broker())
+    fetchers = FetcherStatus.model_validate({"phase": phase, "mode": "auto", "message": f"fetchers {phase}"})
+    conditions = broker_conditions(health_of(status), fetchers, 1, [], T0)
+    ready = next(c for c in conditions if c.type == "Ready")
+    return status.model_copy(
+        update={"fetchers": fetchers, "conditions": conditions, "message": ready.message}
+    )
 
 
 def _rebuild(phase: str) -> RebuildStatus:
@@ -203,6 +215,22 @@ STATES: list[tuple[str, str, str, tuple[str, str], Callable[[], Any]]] = [
         FAILED,
         lambda: broker_state(_broker(), _rebuild("Failed")),
     ),
+    # A proposal waiting for a person holds no waiter: Current / Healthy (FetcherChangePending=True).
+    ("TieredBroker", "fetcher proposal pending", "Ready", CURRENT, lambda: fetcher_state("ProposalReady")),
+    (
+        "TieredBroker",
+        "fetcher change applying",
+        "FetcherChangeApplying",
+        RETRIED,
+        lambda: fetcher_state("Applying"),
+    ),
+    (
+        "TieredBroker",
+        "fetcher change failed (a person refreshes)",
+        "FetcherChangeFailed",
+        FAILED,
+        lambda: fetcher_state("Failed"),
+    ),
 ]
 
 
@@ -226,7 +254,7 @@ def test_planner_state_through_kstatus_and_argocd(
     # kstatus's shape: Ready always; exactly one of Reconciling / Stalled while not Ready, with the
     # same reason and message.
     extra = {t for t in conditions if t in ("Reconciling", "Stalled")}
-    if conditions["Ready"]["status"] == "False":
+    if conditions["Ready"]["status"] == "False" or extra:
         (other,) = extra
         assert conditions[other]["reason"] == reason
         assert conditions[other]["message"] == conditions["Ready"]["message"] == obj["status"]["message"]
