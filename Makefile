@@ -26,6 +26,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m tierkeeper_operator.crdgen --out crds/ --check
+	$(PY) -m tierkeeper_operator.crdgen --out charts/tierkeeper/files/crds/ --check
 	$(PY) -m tierkeeper_operator.chartgen --check
 
 test: harness lint
@@ -40,8 +41,10 @@ format: setup
 stress-test: harness lint
 	tests/stress/run_stressed.sh 3 $(PYTEST_ARGS)
 
+# The CRDs, and the chart's copy of them (real files: Flux's source-controller drops symbolic links).
 crds: setup
 	$(PY) -m tierkeeper_operator.crdgen --out crds/
+	$(PY) -m tierkeeper_operator.crdgen --out charts/tierkeeper/files/crds/
 
 # What the chart and docs derive from the code (tierkeeper_operator.chartgen): the chart's RBAC rules
 # (tierkeeper_operator/rbac.py), the models' part of values.schema.json, docs/configuration.md.
@@ -70,7 +73,8 @@ constraints:
 
 # The two images (needs Docker with BuildKit; docs/install.md gives the details).
 IMAGE_REPO ?= tierkeeper
-IMAGE_TAG ?= dev
+# The package version and the chart's appVersion (tests/k8s/test_k8s_chart_knobs.py holds them equal).
+IMAGE_TAG ?= 0.1.0
 images:
 	docker build --target operator -t $(IMAGE_REPO)/operator:$(IMAGE_TAG) .
 	docker build --target pipeline -t $(IMAGE_REPO)/pipeline:$(IMAGE_TAG) .

@@ -81,6 +81,8 @@ class Rounds:
         role = "active" if active else self.gate.reason
         if role != self._role:  # log the transitions, not every check
             log.info("peering: %s", role)
+            if not active:
+                self.reconciler.metrics.standby()  # no stale figures from a replica that runs no round
             self._role = role
         if not active:
             self.ready.standby(self.gate.reason)

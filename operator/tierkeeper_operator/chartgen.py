@@ -9,6 +9,8 @@
   kustomize (``--helm PATH`` renders them with that helm binary; ``make manifests``).
 - ``docs/configuration.md``: every field of TieredTopic, TieredBroker and the cluster configuration with
   its default, validation and description, the cross-field (CEL) rules, and the chart's values.
+- ``charts/tierkeeper/README.md``: what ``helm show readme`` prints: installing, and the same table of
+  values.
 
     python -m tierkeeper_operator.chartgen            # write
     python -m tierkeeper_operator.chartgen --check    # write nothing; exit 1 if a file is stale
@@ -39,6 +41,7 @@ RBAC_FILE = CHART / "files" / "rbac.yaml"
 SCHEMA_FILE = CHART / "values.schema.json"
 VALUES_FILE = CHART / "values.yaml"
 DOC_FILE = Path("docs") / "configuration.md"
+README_FILE = CHART / "README.md"
 MANIFESTS = Path("examples") / "manifests"
 MANIFEST_RELEASE = "tierkeeper"
 MANIFEST_NAMESPACE = "tierkeeper-system"
@@ -48,6 +51,13 @@ def rbac_text() -> str:
     body = {
         "namespaced": rbac.rules(clusterwide=False),
         "clusterwide": rbac.rules(clusterwide=True),
+        # rbac.jobNamespaces: the cluster-wide rules without the writes where Jobs run, and those writes
+        # (a Role in each of those namespaces).
+        "clusterwideWithoutJobWrites": rbac.rules(clusterwide=True, job_writes=False),
+        "jobWrites": rbac.rules(clusterwide=True, job_writes=True),
+        # rbac.aggregateToDefaultRoles: for people, aggregated into view, and into edit and admin.
+        "view": rbac.user_rules(rbac.VIEW_VERBS),
+        "edit": rbac.user_rules(rbac.EDIT_VERBS),
     }
     header = f"# {GENERATED}\n# Source: operator/tierkeeper_operator/rbac.py\n"
     return header + str(yaml.safe_dump(body, sort_keys=False))
@@ -77,8 +87,8 @@ def _type_of(node: Mapping[str, Any], link: bool = False) -> str:
     if "$ref" in node:
         name = str(node["$ref"]).rsplit("/", 1)[-1]
         return f"[{name}](#{name.lower()})" if link else name
-    if "anyOf" in node:
-        kinds = [_type_of(option, link) for option in node["anyOf"]]
+    if "anyOf" in node or "oneOf" in node:
+        kinds = [_type_of(option, link) for option in node.get("anyOf") or node["oneOf"]]
         return " or ".join(kind for kind in kinds if kind != "null") + (
             " (nullable)" if "null" in kinds else ""
         )
@@ -198,6 +208,47 @@ def _values_rows(schema: Mapping[str, Any], values: Any, prefix: str = "") -> It
         yield "| " + " | ".join(row) + " |"
 
 
+VALUES_TABLE_HEAD = ("| Value | Type | Default | Validation | Description |", "|---|---|---|---|---|")
+
+
+def readme_text(schema: Mapping[str, Any], values: Any) -> str:
+    """The chart's README (``helm show readme``): how to install it, and every value."""
+    return "\n".join(
+        [
+            "# tierkeeper",
+            "",
+            f"<!-- {GENERATED} -->",
+            "",
+            "The Tierkeeper operator: Kafka tiered storage on Kubernetes, driven by the TieredTopic and",
+            "TieredBroker custom resources (their CRDs are templates of this chart, kept on uninstall and",
+            "never pruned by Argo CD or Flux).",
+            "",
+            "```sh",
+            "helm install tierkeeper charts/tierkeeper -n tierkeeper-system --create-namespace \\",
+            "  --set image.repository=REGISTRY/tierkeeper/operator \\",
+            "  --set pipelineImage.repository=REGISTRY/tierkeeper/pipeline -f my-values.yaml",
+            "```",
+            "",
+            "Installing with Helm, kubectl, Argo CD or Flux: docs/install.md; running it:",
+            "docs/operations.md; health in Flux and Argo CD: docs/gitops.md; every field of the resources",
+            "and of `clusters:`: docs/configuration.md (the same repository).",
+            "",
+            "## Values",
+            "",
+            "Checked by `values.schema.json`: a wrong type or an unknown key is refused with its path.",
+            "",
+            *VALUES_TABLE_HEAD,
+            *_values_rows(schema, values),
+            "",
+            "## Cluster configuration and Job defaults",
+            "",
+            "The entries of `clusters:` and `jobDefaults` (the operator's own models).",
+            "",
+            *[line for model in _models(KafkaClusterConfig) for line in _model_section(model, "###")],
+        ]
+    )
+
+
 def configuration_text(schema: Mapping[str, Any], values: Any) -> str:
     lines = [
         "# Configuration reference",
@@ -236,8 +287,7 @@ def configuration_text(schema: Mapping[str, Any], values: Any) -> str:
         "",
         "From `charts/tierkeeper/values.yaml` (defaults) and `values.schema.json` (types and checks).",
         "",
-        "| Value | Type | Default | Validation | Description |",
-        "|---|---|---|---|---|",
+        *VALUES_TABLE_HEAD,
         *_values_rows(schema, values),
         "",
     ]
@@ -296,6 +346,7 @@ def render_all(root: Path, helm: Path | None = None) -> dict[Path, str]:
         RBAC_FILE: rbac_text(),
         SCHEMA_FILE: schema,
         DOC_FILE: configuration_text(json.loads(schema), values),
+        README_FILE: readme_text(json.loads(schema), values),
     }
     if helm is not None:
         files.update(manifest_files(root, helm))

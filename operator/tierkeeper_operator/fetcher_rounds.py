@@ -28,7 +28,8 @@ from storage_core.jobs.fetcher_changes import (
 from storage_core.reconcile.conditions import recorded_conditions
 from storage_core.reconcile.fetchers import ANNOTATION, broker_conditions, health_of, parse_command
 from storage_core.reconcile.planner import Event, Plan
-from tierkeeper_operator.kube import Kube, KubeError
+from storage_core.reconcile.requests import acted_on, pending_fetchers
+from tierkeeper_operator.kube import Kube, KubeError, log_ref
 from tierkeeper_operator.metrics import Metrics
 
 log = logging.getLogger("tierkeeper.operator")
@@ -70,6 +71,7 @@ class FetcherRounds:
         """Decide and step every managed broker; update ``planned`` (statuses, events) in place."""
         self._admin_for.refresh()
         items = []
+        from_spec: dict[str, str] = {}  # broker -> id of the spec request this round's command comes from
         for key, obj in broker_objs.items():
             spec = broker_specs[key].value
             status = planned.broker_status.get(key)
@@ -82,6 +84,10 @@ class FetcherRounds:
             if problem is not None:
                 planned.events.append(Event(key, "Warning", "FetcherCommandInvalid", problem))
                 self._clear_annotation(obj)
+            request = pending_fetchers(spec, status)
+            if command is None and problem is None and request is not None:
+                command = request.command  # GitOps: acted on once per id, recorded below
+                from_spec[key] = request.id
             items.append(
                 BrokerFetchers(
                     key=key,
@@ -112,7 +118,11 @@ class FetcherRounds:
             )
             for event in outcome.events:
                 planned.events.append(Event(item.key, event.type, event.reason, event.message))
-            if outcome.consumed:
+            if outcome.consumed and item.key in from_spec:
+                planned.broker_status[item.key] = acted_on(
+                    planned.broker_status[item.key], fetchers=from_spec[item.key]
+                )
+            elif outcome.consumed:
                 self._clear_annotation(obj)
             if outcome.status is None and item.previous is not None:
                 self._drop_status(obj)
@@ -132,7 +142,12 @@ class FetcherRounds:
             self.kube.remove_annotation("tieredbrokers", obj, ANNOTATION)
         except KubeError as exc:
             log.warning(
-                "could not remove %s from %s/%s: %s", ANNOTATION, meta["namespace"], meta["name"], exc
+                "could not remove %s from %s/%s: %s",
+                ANNOTATION,
+                meta["namespace"],
+                meta["name"],
+                exc,
+                extra=log_ref(obj),
             )
 
     def _drop_status(self, obj: Mapping[str, Any]) -> None:
@@ -141,7 +156,13 @@ class FetcherRounds:
         try:
             self.kube.patch_status("tieredbrokers", meta["namespace"], meta["name"], {"fetchers": None})
         except KubeError as exc:
-            log.warning("could not clear status.fetchers of %s/%s: %s", meta["namespace"], meta["name"], exc)
+            log.warning(
+                "could not clear status.fetchers of %s/%s: %s",
+                meta["namespace"],
+                meta["name"],
+                exc,
+                extra=log_ref(obj),
+            )
 
 
 def _pending_seconds(status: FetcherStatus | None, now: datetime.datetime) -> float:

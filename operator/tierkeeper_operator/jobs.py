@@ -69,8 +69,8 @@ def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
         "terminationMessagePath": RESULT_PATH,
         "terminationMessagePolicy": "File",
         "resources": {
-            "requests": _quantities(jobs.resources.requests.model_dump()),
-            "limits": _quantities(jobs.resources.limits.model_dump()),
+            "requests": _quantities(jobs.resources.requests.model_dump(by_alias=True)),
+            "limits": _quantities(jobs.resources.limits.model_dump(by_alias=True)),
         },
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -130,6 +130,10 @@ def _remote_args(cluster: KafkaClusterConfig) -> list[str]:
     return args
 
 
+def _tmp(size_limit: str | None) -> dict[str, str]:
+    return {"sizeLimit": size_limit} if size_limit else {}
+
+
 def _job(
     name: str,
     owner: Owner,
@@ -150,7 +154,10 @@ def _job(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}, *volumes],
+        "volumes": [{"name": "tmp", "emptyDir": _tmp(jobs.tmp_size_limit)}, *volumes],
+        # Jobs read Kafka, the log dir and the bucket, never the Kubernetes API; except Spark with a k8s://
+        # master, which starts its executors through it.
+        "automountServiceAccountToken": (jobs.spark_master or "").startswith("k8s://"),
     }
     if jobs.service_account_name:
         pod_spec["serviceAccountName"] = jobs.service_account_name
@@ -186,7 +193,13 @@ def _job(
             "backoffLimit": jobs.backoff_limit,
             "ttlSecondsAfterFinished": jobs.ttl_seconds_after_finished,
             "activeDeadlineSeconds": jobs.active_deadline_seconds,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {
+                "metadata": {
+                    "labels": {**jobs.pod_labels, **labels},
+                    "annotations": dict(jobs.pod_annotations),
+                },
+                "spec": pod_spec,
+            },
         },
     }
 

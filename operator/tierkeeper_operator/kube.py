@@ -32,6 +32,15 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def log_ref(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra=`` of a log line about ``obj``: kopf's formatters put it under the JSON line's ``object``
+    (``--log-format json``) or before the text, as they do for kopf's own per-object lines."""
+    meta = obj.get("metadata") or {}
+    keys = ("namespace", "name", "uid")
+    ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), **{k: meta.get(k) for k in keys}}
+    return {"k8s_ref": {key: value for key, value in ref.items() if value}}
+
+
 class KubeError(RuntimeError):
     def __init__(self, method: str, path: str, status: int, body: str) -> None:
         self.status = status

@@ -35,6 +35,7 @@ from storage_core.reconcile.observed import (
     RunningWork,
     TopicConfigs,
     TopicInput,
+    kafka_problem,
     observe_topics,
 )
 from storage_core.reconcile.planner import Plan, plan
@@ -127,7 +128,7 @@ class Reconciler:
                 configs = self._configs.setdefault(cluster, TopicConfigs())
                 answers = observe_topics(self._admin(cluster), names, configs, self.clock().timestamp())
             except TierkeeperError as exc:
-                answers = {name: (None, str(exc)) for name in names}
+                answers = {name: (None, kafka_problem(exc)) for name in names}
             if any(error is not None for _, error in answers.values()):
                 self._admins.discard(cluster)  # the next round asks with a fresh client
             out.update({(cluster, name): answer for name, answer in answers.items()})

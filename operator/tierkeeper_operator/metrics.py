@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from storage_core.api.status import STALLED
+from storage_core.api.status import STALLED, TieredTopicStatus
 from storage_core.reconcile.planner import Plan
 
 
@@ -48,17 +48,21 @@ class Metrics:
         self.stalled = Gauge(
             "tierkeeper_stalled_resources", "Resources with Stalled=True.", ["kind"], registry=self.registry
         )
+        # By Kafka cluster: bounded by the clusters configured, and what one cluster's alert is about.
         self.tiered_bytes = Gauge(
-            "tierkeeper_tiered_bytes", "Bytes in the remote tier.", registry=self.registry
+            "tierkeeper_tiered_bytes", "Bytes in the remote tier.", ["cluster"], registry=self.registry
         )
         self.tiered_segments = Gauge(
-            "tierkeeper_tiered_segments", "Segments in the remote tier.", registry=self.registry
+            "tierkeeper_tiered_segments", "Segments in the remote tier.", ["cluster"], registry=self.registry
         )
         self.lag_bytes = Gauge(
-            "tierkeeper_copy_lag_bytes", "Rolled bytes not yet tiered.", registry=self.registry
+            "tierkeeper_copy_lag_bytes", "Rolled bytes not yet tiered.", ["cluster"], registry=self.registry
         )
         self.lag_segments = Gauge(
-            "tierkeeper_copy_lag_segments", "Rolled segments not yet tiered.", registry=self.registry
+            "tierkeeper_copy_lag_segments",
+            "Rolled segments not yet tiered.",
+            ["cluster"],
+            registry=self.registry,
         )
         self.active = Gauge(
             "tierkeeper_active",
@@ -103,6 +107,22 @@ class Metrics:
             registry=self.registry,
         )
 
+    def cluster_gauges(self) -> tuple[Gauge, ...]:
+        return (self.tiered_bytes, self.tiered_segments, self.lag_bytes, self.lag_segments)
+
+    def standby(self) -> None:
+        """This replica stopped running rounds (peering): drop every gauge a round set, so Prometheus does
+        not see a standby repeat the figures of the time it was active next to the active replica's."""
+        for gauge in (
+            self.stalled,
+            *self.cluster_gauges(),
+            *self.topic_gauges.values(),
+            self.fetcher_imbalance,
+            self.fetcher_idle_threads,
+            self.fetcher_proposal_pending_seconds,
+        ):
+            gauge.clear()
+
     def observe_round(self, planned: Plan, seconds: float, fleet: bool = True) -> None:
         """``fleet``: the round judged every TieredTopic, so the TieredTopic gauges (Stalled, tiered
         bytes, lag) are set from it. A quick round judges a few TieredTopics and every TieredBroker: it
@@ -123,11 +143,21 @@ class Metrics:
                 self.stalled.labels(kind=kind).set(stalled)
         if not fleet:
             return
-        topics = planned.topic_status.values()
-        self.tiered_bytes.set(sum(s.remote.bytes for s in topics if s.remote))
-        self.tiered_segments.set(sum(s.remote.segments for s in topics if s.remote))
-        self.lag_bytes.set(sum(s.copy_lag.bytes for s in topics if s.copy_lag))
-        self.lag_segments.set(sum(s.copy_lag.segments for s in topics if s.copy_lag))
+        by_cluster: dict[str, list[TieredTopicStatus]] = {}
+        for key, status in planned.topic_status.items():
+            if key in planned.topic_cluster:
+                by_cluster.setdefault(planned.topic_cluster[key], []).append(status)
+        for gauge in self.cluster_gauges():
+            gauge.clear()  # a cluster with no TieredTopic left leaves no stale series
+        for cluster, topics in sorted(by_cluster.items()):
+            self.tiered_bytes.labels(cluster=cluster).set(sum(s.remote.bytes for s in topics if s.remote))
+            self.tiered_segments.labels(cluster=cluster).set(
+                sum(s.remote.segments for s in topics if s.remote)
+            )
+            self.lag_bytes.labels(cluster=cluster).set(sum(s.copy_lag.bytes for s in topics if s.copy_lag))
+            self.lag_segments.labels(cluster=cluster).set(
+                sum(s.copy_lag.segments for s in topics if s.copy_lag)
+            )
         if self.topic_labels:
             for gauge in self.topic_gauges.values():
                 gauge.clear()  # deleted topics leave no stale series

@@ -31,6 +31,9 @@ class Grant:
     """Needed only when the operator watches all namespaces (granted by the ClusterRole then)."""
     namespaced_only: bool = False
     """Needed only when the operator watches given namespaces (granted by their Roles)."""
+    job_write: bool = False
+    """A write into the namespaces where Jobs run (Jobs, the rebuild ConfigMaps): with the chart's
+    ``rbac.jobNamespaces``, granted only there (a Role each) rather than cluster-wide."""
 
 
 KUBE_GRANTS: tuple[Grant, ...] = (
@@ -49,7 +52,8 @@ KUBE_GRANTS: tuple[Grant, ...] = (
     ),
     Grant(GROUP, "tieredtopics/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
     Grant(GROUP, "tieredbrokers/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
-    Grant("batch", "jobs", ("list", "create", "patch"), "Kube.list_jobs, create_job, annotate_job"),
+    Grant("batch", "jobs", ("list",), "Kube.list_jobs"),
+    Grant("batch", "jobs", ("create", "patch"), "Kube.create_job, annotate_job", job_write=True),
     Grant(
         "",
         "pods",
@@ -57,11 +61,13 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         "Kube.job_pods (termination messages), pod_node (broker's node), list_pods (rebuild: the init "
         "container's result, which pods use a broker's volume)",
     ),
+    Grant("", "configmaps", ("get",), "Kube.apply_config_map: reads the rebuild settings it keeps"),
     Grant(
         "",
         "configmaps",
-        ("get", "create", "patch"),
+        ("create", "patch"),
         "Kube.apply_config_map: the rebuild settings (tierkeeper-rebuild-<cluster>) the init containers read",
+        job_write=True,
     ),
     Grant("", "events", ("create",), "Kube.event: Warning/Normal events on our objects"),
     Grant(
@@ -116,21 +122,49 @@ KOPF_GRANTS: tuple[Grant, ...] = (
 ALL_GRANTS: tuple[Grant, ...] = KUBE_GRANTS + KOPF_GRANTS
 
 
-def merged(grants: tuple[Grant, ...], *, clusterwide: bool) -> dict[tuple[str, str], tuple[str, ...]]:
-    """(group, resource) -> sorted verbs, of the grants a mode needs (namespaced: ``clusterwide`` False)."""
+def merged(
+    grants: tuple[Grant, ...], *, clusterwide: bool, job_writes: bool | None = None
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(group, resource) -> sorted verbs, of the grants a mode needs (namespaced: ``clusterwide`` False);
+    ``job_writes`` True or False: only the grants that are (or are not) writes where Jobs run."""
     out: dict[tuple[str, str], set[str]] = {}
     for grant in grants:
         if (grant.clusterwide_only and not clusterwide) or (grant.namespaced_only and clusterwide):
+            continue
+        if job_writes is not None and grant.job_write != job_writes:
             continue
         out.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
     return {key: tuple(sorted(verbs)) for key, verbs in sorted(out.items())}
 
 
-def rules(*, clusterwide: bool, cluster_scoped: bool | None = None) -> list[dict[str, list[str]]]:
-    """RBAC ``rules`` for a mode: one rule per resource; ``cluster_scoped`` filters by resource scope."""
+def rules(
+    *, clusterwide: bool, cluster_scoped: bool | None = None, job_writes: bool | None = None
+) -> list[dict[str, list[str]]]:
+    """RBAC ``rules`` for a mode: one rule per resource; ``cluster_scoped`` filters by resource scope,
+    ``job_writes`` by :attr:`Grant.job_write`."""
     scoped = {(g.group, g.resource): g.cluster_scoped for g in ALL_GRANTS}
     return [
         {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
-        for (group, resource), verbs in merged(ALL_GRANTS, clusterwide=clusterwide).items()
+        for (group, resource), verbs in merged(
+            ALL_GRANTS, clusterwide=clusterwide, job_writes=job_writes
+        ).items()
         if cluster_scoped is None or scoped[(group, resource)] == cluster_scoped
+    ]
+
+
+USER_RESOURCES = ("tieredtopics", "tieredbrokers")
+VIEW_VERBS = ("get", "list", "watch")
+EDIT_VERBS = (*VIEW_VERBS, "create", "update", "patch", "delete", "deletecollection")
+
+
+def user_rules(verbs: tuple[str, ...]) -> list[dict[str, list[str]]]:
+    """Rules of the chart's aggregated ClusterRoles for people (``view``: read our resources and their
+    status; ``edit``: manage them too), aggregated into Kubernetes' view, edit and admin roles."""
+    return [
+        {"apiGroups": [GROUP], "resources": list(USER_RESOURCES), "verbs": list(verbs)},
+        {
+            "apiGroups": [GROUP],
+            "resources": [f"{resource}/status" for resource in USER_RESOURCES],
+            "verbs": list(VIEW_VERBS[:1]),
+        },
     ]

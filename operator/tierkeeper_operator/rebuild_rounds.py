@@ -37,6 +37,7 @@ from storage_core.reconcile.rebuild import (
     pods_using_claim,
     with_rebuild,
 )
+from storage_core.reconcile.requests import acted_on, pending_rebuild
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
     LABEL_BROKER,
@@ -166,7 +167,9 @@ class RebuildRounds:
             ns = meta["namespace"]
             spec: TieredBrokerSpec | None = specs[key].value
             status: TieredBrokerStatus = planned.broker_status.get(key) or TieredBrokerStatus()
-            requested = (meta.get("annotations") or {}).get(REQUEST_ANNOTATION) == REQUEST_VALUE
+            annotated = (meta.get("annotations") or {}).get(REQUEST_ANNOTATION) == REQUEST_VALUE
+            request_id = pending_rebuild(spec, status)  # GitOps: acted on once per id
+            requested = annotated or request_id is not None
             job: JobView | None = None
             view = None
             pods: list[dict[str, Any]] = []
@@ -205,8 +208,10 @@ class RebuildRounds:
                     )
                 assert step.status is not None
                 step.status = step.status.model_copy(update={"job": manifest["metadata"]["name"]})
-            if step.clear_request:
+            if step.clear_request and annotated:
                 self.kube.remove_annotation("tieredbrokers", obj, REQUEST_ANNOTATION)
+            if step.clear_request and request_id is not None:
+                status = acted_on(status, rebuild=request_id)
             for event in step.events:
                 self.event(obj, "TieredBroker", event.type, event.reason, event.message)
             previous = recorded_conditions(obj.get("status"))

@@ -20,6 +20,9 @@ from tierkeeper_operator.peering import (
     own_identity,
 )
 
+LOG_REFKEY = "object"
+"""Key of the resource reference (apiVersion, kind, namespace, name, uid) in JSON log lines."""
+
 
 @dataclass(frozen=True)
 class OperatorOptions:
@@ -33,6 +36,9 @@ class OperatorOptions:
     """e.g. http://0.0.0.0:8080/healthz; None disables the probe endpoint."""
     verbose: bool = False
     """Log at DEBUG level."""
+    log_format: str = "text"
+    """``text`` (kopf's usual lines) or ``json``: one JSON object per line, with ``object`` holding the
+    resource's apiVersion, kind, namespace and name on lines about one resource."""
     cluster_files: tuple[Path, ...] = ()
     """Cluster configuration files (the chart mounts its ConfigMap of values ``clusters:``)."""
     kafka_config_dirs: tuple[str, ...] = ()
@@ -75,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text, or json: one object per line, with the resource's namespace and name under 'object'",
+    )
     parser.add_argument(
         "--cluster",
         action="append",
@@ -151,6 +163,7 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         all_namespaces=bool(args.all_namespaces),
         liveness_endpoint=args.liveness_endpoint,
         verbose=bool(args.verbose),
+        log_format=str(args.log_format),
         cluster_files=tuple(args.cluster_files),
         kafka_config_dirs=tuple(args.kafka_config_dirs),
         reconcile_interval=float(args.reconcile_interval),
@@ -162,6 +175,18 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         priority=args.priority,
         peering_lifetime=int(args.peering_lifetime),
     )
+
+
+def configure_logging(options: OperatorOptions) -> None:
+    """kopf's log handler on the root logger: text lines, or one JSON object per line (``--log-format
+    json``) with the resource a line is about under :data:`LOG_REFKEY` (kopf's per-object lines, and ours
+    logged with ``extra=kube.log_ref(obj)``)."""
+    import kopf
+
+    if options.log_format == "json":
+        kopf.configure(verbose=options.verbose, log_format=kopf.LogFormat.JSON, log_refkey=LOG_REFKEY)
+    else:  # the resource as a [namespace/name] prefix, as kopf's own command line does
+        kopf.configure(verbose=options.verbose, log_prefix=True)
 
 
 def run(options: OperatorOptions) -> int:
@@ -199,7 +224,7 @@ def run(options: OperatorOptions) -> int:
         topic_labels=options.metrics_topic_labels,
         kafka_config_dirs=config_dirs,
     )
-    kopf.configure(verbose=options.verbose)
+    configure_logging(options)
     kopf.run(
         registry=build_registry(clusters, rounds=rounds, namespaced=not options.all_namespaces),
         standalone=options.standalone,

@@ -12,10 +12,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from storage_core.api.fields import BootstrapServers, ObjectName, RemoteUrl
+from storage_core import __version__
+from storage_core.api.fields import BootstrapServers, LabelSafeName, ObjectName, RemoteUrl
 from storage_core.api.rules import ApiModel
 
-DEFAULT_IMAGE = "tierkeeper:0.1.0"
+PIPELINE_REPOSITORY = "tierkeeper/pipeline"
+"""The Jobs' image, one name everywhere: the Dockerfile's ``pipeline`` target as ``make images`` tags it, the
+chart's ``pipelineImage``, the examples (tests/k8s/test_k8s_chart_knobs.py holds them to it)."""
+DEFAULT_IMAGE = f"{PIPELINE_REPOSITORY}:{__version__}"
 
 _CREDENTIAL_WORDS = ("password", "secret", "token", "credential", "jaas", "private", "signature")
 _CREDENTIAL_PARTS = {"key", "keys", "sas"}
@@ -87,6 +91,11 @@ class ResourceQuantities(ApiModel):
 
     cpu: str | None = Field(default=None, description="CPU, e.g. 500m.")
     memory: str | None = Field(default=None, description="Memory, e.g. 512Mi.")
+    ephemeral_storage: str | None = Field(
+        default=None,
+        alias="ephemeral-storage",
+        description="Local scratch space (the Job's /tmp, its logs), e.g. 2Gi.",
+    )
 
 
 class JobResources(ApiModel):
@@ -156,6 +165,21 @@ class JobDefaults(ApiModel):
     priority_class_name: ObjectName | None = Field(
         default=None, description="PriorityClass of every Job's pod; omit for the cluster default."
     )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels of every Job's pod (the operator's own labels win on a clash).",
+    )
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description='Annotations of every Job\'s pod, e.g. sidecar.istio.io/inject: "false" (a service-mesh '
+        "sidecar that never exits keeps a Job from ever finishing).",
+    )
+    tmp_size_limit: str | None = Field(
+        default=None,
+        min_length=1,
+        description="sizeLimit of the Jobs' /tmp (an emptyDir), e.g. 1Gi; omit for no limit. Spark cleanups "
+        "spill there.",
+    )
     copy_parallelism: int = Field(
         default=4, ge=1, le=64, description="Partitions one copy Job copies at once."
     )
@@ -183,7 +207,10 @@ class JobDefaults(ApiModel):
 class KafkaClusterConfig(ApiModel):
     """One Kafka cluster: how to reach it and where its remote tier lives."""
 
-    name: ObjectName = Field(description="What clusterRef.name refers to.")
+    name: LabelSafeName = Field(
+        description="What clusterRef.name refers to. At most 63 characters: it is the value of the Jobs' "
+        "tierkeeper.io/cluster label and part of ConfigMap keys and names.",
+    )
     bootstrap_servers: BootstrapServers = Field(
         description="Comma-separated host:port list of the cluster's bootstrap brokers."
     )

@@ -73,6 +73,8 @@ RetentionMs = Annotated[int, Field(json_schema_extra={"minimum": -1}), AfterVali
 RetentionBytes = Annotated[int, Field(json_schema_extra={"minimum": -1}), AfterValidator(_check_retention)]
 TopicName = Annotated[str, Field(min_length=1, max_length=249), AfterValidator(_check_topic)]
 ObjectName = Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_check_k8s_name)]
+LabelSafeName = Annotated[str, Field(min_length=1, max_length=63), AfterValidator(_check_k8s_name)]
+"""An object name that is also used as a label value (at most 63 characters)."""
 RemoteUrl = Annotated[str, Field(min_length=4), AfterValidator(_check_url)]
 BootstrapServers = Annotated[str, Field(min_length=3), AfterValidator(_check_bootstrap)]
 AbsolutePath = Annotated[str, Field(min_length=1), AfterValidator(_check_absolute_path)]

@@ -200,6 +200,26 @@ class RebuildPolicy(ApiModel):
         le=2_147_483_647,
         description="Group a requested rebuild Job runs as (Strimzi: 0). Omit for the image's group.",
     )
+    request_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="Ask for one rebuild Job from Git: set a new value (a date, a ticket). Once the operator "
+        "has acted on it, status.requests.rebuild holds it, so re-applying the same manifest never rebuilds "
+        "again. kubectl users can annotate tierkeeper.io/rebuild=run instead.",
+    )
+
+
+class FetcherRequest(ApiModel):
+    """A one-shot fetcher command kept in Git: acted on once per id (status.requests.fetchers)."""
+
+    id: str = Field(
+        min_length=1, max_length=63, description="A new value asks again; the same one is never repeated."
+    )
+    command: Literal["approve", "refresh", "stop"] = Field(
+        description="What the annotation tierkeeper.io/fetchers would say: approve the proposal, plan again, "
+        "or stop a change."
+    )
 
 
 class ReplicaFetchers(ApiModel):
@@ -258,6 +278,11 @@ class ReplicaFetchers(ApiModel):
         le=86400,
         description="auto only: after the replica assignment changes (topics created, reassignments, "
         "leader changes, brokers added or removed), plan again at most this often.",
+    )
+    request: FetcherRequest | None = Field(
+        default=None,
+        description="A command from Git (GitOps re-applies it harmlessly: acted on once per id). kubectl "
+        "users can annotate tierkeeper.io/fetchers=approve|refresh|stop instead.",
     )
     step_timeout_seconds: int = Field(
         default=DEFAULT_FETCHERS_STEP_TIMEOUT_S,

@@ -39,6 +39,13 @@ class RunOutcome(ApiModel):
     result: Literal["Succeeded", "Failed"] = Field(description="Succeeded or Failed.")
     message: str = Field(default="", description="One line: what was done, or why it failed.")
     job: str | None = Field(default=None, description="The Job that ran it (Kubernetes only).")
+    failures_in_a_row: int = Field(
+        default=0,
+        ge=0,
+        description="Runs of this kind that failed in a row, this one included (0 after a success). The "
+        "resource is Stalled once it reaches 3 (storage_core.reconcile.conditions.FAILURES_BEFORE_STALLED); "
+        "before that a failure is retried and reads Reconciling.",
+    )
 
 
 class PartitionTier(ApiModel):
@@ -121,8 +128,19 @@ class RebuildStatus(ApiModel):
     job: str | None = Field(default=None, description="The rebuild Job (requested rebuilds only).")
 
 
+class HandledRequests(ApiModel):
+    """The ids of the one-shot requests in the spec the operator has acted on (never acted on again)."""
+
+    rebuild: str | None = Field(default=None, description="spec.rebuild.requestId last acted on.")
+    fetchers: str | None = Field(default=None, description="spec.replicaFetchers.request.id last acted on.")
+
+
 class TieredBrokerStatus(ResourceStatus):
     """Observed state of a TieredBroker."""
+
+    requests: HandledRequests | None = Field(
+        default=None, description="Request ids of the spec acted on (GitOps-safe one-shot actions)."
+    )
 
     last_copy: RunOutcome | None = Field(default=None, description="The last copy Job on this broker.")
     rebuild: RebuildStatus | None = Field(

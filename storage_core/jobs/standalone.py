@@ -39,6 +39,7 @@ from storage_core.reconcile.observed import (
     KafkaTopic,
     RunningWork,
     TopicInput,
+    kafka_problem,
     observe_topics,
 )
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan, plan
@@ -150,7 +151,7 @@ class Standalone:
         try:
             admin = self._admin(spec.cluster_ref.name)
         except TierkeeperError as exc:
-            return None, str(exc)
+            return None, kafka_problem(exc)
         observed = observe_topics(admin, [spec.topic])[spec.topic]
         if observed[1] is not None:
             self._admins.discard(spec.cluster_ref.name)  # the next round asks with a fresh client

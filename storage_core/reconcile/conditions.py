@@ -1,6 +1,12 @@
 """The kstatus conditions of a resource, from one verdict: Ready always, Reconciling and Stalled only while
 True (kstatus reads Reconciling=True as InProgress and Stalled=True as Failed, and anything else with a
 current observedGeneration as Current). Transition times move only when a condition's status flips.
+
+Stalled means what kstatus means by it: no progress without a person (an invalid spec, a refused topic, a
+client config that cannot be read, a one-shot action that failed) or a failure that keeps repeating
+(:data:`FAILURES_BEFORE_STALLED` runs in a row). Trouble the operator retries by itself (Kafka
+unreachable, a copy or cleanup Job that failed once or twice) is Ready=False with Reconciling=True and
+the same reason and message: Flux keeps waiting, Argo CD shows Progressing, nobody is paged as failed.
 """
 
 from __future__ import annotations
@@ -10,7 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from storage_core.api.status import READY, RECONCILING, STALLED, Condition
+from storage_core.api.status import READY, RECONCILING, STALLED, Condition, RunOutcome
+
+FAILURES_BEFORE_STALLED = 3
+"""Copy or cleanup runs of a resource that must fail in a row before it is Stalled (docs/gitops.md): one
+or two failures are retried by the next run as a matter of course (a Kafka leader change, a node drained
+under a Job, an object store's bad minute); a third in a row is no longer passing trouble."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +34,20 @@ class Health:
     message: str
     reconciling: bool = False
     stalled: bool = False
+    warning: bool = False
+    """Worth a Warning Event when the resource enters it, though retried (Kafka unreachable). Stalled always
+    is; a failed Job already has its own Event."""
+
+
+def run_failure(reason: str, what: str, last: RunOutcome) -> Health:
+    """The health of a resource whose last ``what`` run (copy, cleanup) failed: retried (Reconciling)
+    until :data:`FAILURES_BEFORE_STALLED` failed in a row, Stalled from then on."""
+    count = last.failures_in_a_row or 1  # a status written before the count existed: one failure
+    if count >= FAILURES_BEFORE_STALLED:
+        message = f"last {what} failed ({count} in a row): {last.message}"
+        return Health(False, reason, message, stalled=True)
+    message = f"last {what} failed ({count} in a row, retrying): {last.message}"
+    return Health(False, reason, message, reconciling=True)
 
 
 def rfc3339(now: datetime.datetime) -> str:

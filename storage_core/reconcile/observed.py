@@ -11,7 +11,7 @@ from typing import Any
 
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
-from storage_core.errors import TierkeeperError
+from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.tiering.eligibility import TIERING_CONFIG_KEYS
 
 
@@ -48,6 +48,20 @@ class TopicInput:
     kafka: KafkaTopic | None = None
     """None when the topic does not exist (or kafka_error says why it could not be looked up)."""
     kafka_error: str | None = None
+    """Why Kafka could not be asked (:func:`kafka_problem`): retried unless a :class:`ClientConfigProblem`."""
+
+
+class ClientConfigProblem(str):
+    """A ``kafka_error`` caused by the cluster's own client configuration (its Secret not mounted, a file
+    that cannot be read): no retry can help, so the planner reports it as Stalled, not KafkaUnreachable."""
+
+    __slots__ = ()
+
+
+def kafka_problem(exc: TierkeeperError) -> str:
+    """The ``kafka_error`` of a Kafka lookup that raised ``exc`` (a :class:`ClientConfigProblem` for a
+    :class:`ConfigError`): what the operator's rounds and standalone mode both pass to the planner."""
+    return ClientConfigProblem(exc) if isinstance(exc, ConfigError) else str(exc)
 
 
 @dataclass(frozen=True)

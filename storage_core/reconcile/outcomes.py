@@ -29,6 +29,14 @@ def _one_line(text: str) -> str:
     return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 3] + "..."
 
 
+def _failed(previous: RunOutcome | None, now: datetime.datetime, message: str, job: str | None) -> RunOutcome:
+    """A failed run, counted after the failures in a row before it."""
+    before = previous.failures_in_a_row if previous is not None and previous.result == "Failed" else 0
+    return RunOutcome(
+        time=rfc3339(now), result="Failed", message=_one_line(message), job=job, failures_in_a_row=before + 1
+    )
+
+
 def _with_partitions(status: TieredTopicStatus, tiers: Mapping[int, PartitionTier]) -> dict[str, Any]:
     ordered = [tiers[p] for p in sorted(tiers)]
     return {
@@ -74,8 +82,7 @@ def topic_after_copy(
     copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
     copied_bytes = sum(int(p.get("copied_bytes", 0)) for p in partitions)
     if failure is not None or errors:
-        message = _one_line("; ".join([*filter(None, [failure]), *errors]))
-        outcome = RunOutcome(time=rfc3339(now), result="Failed", message=message, job=job)
+        outcome = _failed(status.last_copy, now, "; ".join([*filter(None, [failure]), *errors]), job)
     else:
         outcome = RunOutcome(
             time=rfc3339(now),
@@ -99,7 +106,7 @@ def broker_after_copy(
     failed = [p for p in partitions if p.get("error")]
     if failure is not None or failed:
         message = failure or f"{len(failed)} of {len(partitions)} partitions failed"
-        outcome = RunOutcome(time=rfc3339(now), result="Failed", message=_one_line(message), job=job)
+        outcome = _failed(status.last_copy, now, message, job)
     else:
         copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
         outcome = RunOutcome(
@@ -137,8 +144,7 @@ def topic_after_cleanup(
         if p.get("local_trim"):
             trimmed += 1
     if failure is not None or errors:
-        message = _one_line("; ".join([*filter(None, [failure]), *errors]))
-        outcome = RunOutcome(time=rfc3339(now), result="Failed", message=message, job=job)
+        outcome = _failed(status.last_cleanup, now, "; ".join([*filter(None, [failure]), *errors]), job)
     else:
         deleted_bytes = int(report.get("bytes_deleted", 0))
         outcome = RunOutcome(

@@ -13,8 +13,10 @@ Rules:
   planned for a broker whose previous copy still runs.
 - Cleanup (remote retention, orphan sweep, local trim): per topic, on its own interval, one at a time,
   from the first finished copy round on.
-- Conditions (kstatus): Reconciling until the topic's first copy round finished; Stalled while a
-  refusal or the last run's failure stands; Ready otherwise. Scheduled rounds change neither.
+- Conditions (kstatus, :mod:`storage_core.reconcile.conditions`): Reconciling until the topic's first copy
+  round finished, while Kafka cannot be reached, and while the last runs failed fewer than
+  ``FAILURES_BEFORE_STALLED`` times in a row; Stalled while a refusal stands or past that bound; Ready
+  otherwise. Scheduled rounds change neither.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from typing import Literal
 
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import ClusterMemberSpec, TieredTopicSpec
-from storage_core.api.status import STALLED, TieredBrokerStatus, TieredTopicStatus
-from storage_core.reconcile.conditions import Health, conditions_for
+from storage_core.api.status import RECONCILING, STALLED, TieredBrokerStatus, TieredTopicStatus
+from storage_core.reconcile.conditions import Health, conditions_for, run_failure
 from storage_core.reconcile.eligibility import refusals
-from storage_core.reconcile.observed import BrokerInput, RunningWork, TopicInput
+from storage_core.reconcile.observed import BrokerInput, ClientConfigProblem, RunningWork, TopicInput
 from storage_core.reconcile.schedule import copy_due, copy_due_next, interval_due, interval_due_next
 
 
@@ -76,6 +78,8 @@ class Plan:
     topic_status: dict[str, TieredTopicStatus] = field(default_factory=dict)
     broker_status: dict[str, TieredBrokerStatus] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    topic_cluster: dict[str, str] = field(default_factory=dict)
+    """Key -> cluster name of every TieredTopic judged whose spec parsed (per-cluster metrics)."""
     next_due: datetime.datetime | None = None
     """The earliest time after ``now`` at which a copy or cleanup of a topic judged here falls due (a
     scheduled copy only within the next minutes), so a round runner can run its next round then rather
@@ -119,7 +123,7 @@ def _broker_health(broker: BrokerInput, clusters: Mapping[str, KafkaClusterConfi
         return Health(True, "Paused", "paused: no copy runs from this broker")
     last = broker.status.last_copy
     if last is not None and last.result == "Failed":
-        return Health(False, "CopyFailed", f"last copy failed: {last.message}", stalled=True)
+        return run_failure("CopyFailed", "copy", last)
     return Health(True, "Ready", f"log dir {broker.spec.log_dir.path} is used for copies")
 
 
@@ -150,8 +154,10 @@ def _topic_verdict(
     if verdict is not None or spec is None:
         return verdict or Health(False, "InvalidSpec", "invalid spec", stalled=True), None
     cluster = spec.cluster_ref.name
-    if topic.kafka_error is not None:
-        return Health(False, "KafkaUnreachable", topic.kafka_error, stalled=True), None
+    if isinstance(topic.kafka_error, ClientConfigProblem):  # a person must fix the mount or the config
+        return Health(False, "KafkaClientConfigInvalid", topic.kafka_error, stalled=True), None
+    if topic.kafka_error is not None:  # retried every round: passing trouble, not a failure
+        return Health(False, "KafkaUnreachable", topic.kafka_error, reconciling=True, warning=True), None
     if topic.kafka is None:
         message = f"topic {spec.topic} does not exist in Kafka cluster {cluster}"
         return Health(False, "TopicNotFound", message, stalled=True), None
@@ -174,8 +180,7 @@ def _topic_verdict(
     last_copy, last_cleanup = topic.status.last_copy, topic.status.last_cleanup
     for last, what in ((last_copy, "copy"), (last_cleanup, "cleanup")):
         if last is not None and last.result == "Failed":
-            reason = "CopyFailed" if what == "copy" else "CleanupFailed"
-            return Health(False, reason, f"last {what} failed: {last.message}", stalled=True), leaders
+            return run_failure("CopyFailed" if what == "copy" else "CleanupFailed", what, last), leaders
     if last_copy is None:
         if topic.kafka.empty:
             # Checked and tierable, and no record to copy: Ready now rather than after a Job that would
@@ -195,11 +200,13 @@ def _list(numbers: Sequence[int]) -> str:
 
 
 def _event_for(key: str, previous: Sequence[object], health: Health) -> Event | None:
-    """A Warning when the resource newly stalls (or stalls for a different reason)."""
-    if not health.stalled:
+    """A Warning when the resource newly stalls, or newly meets trouble worth one while retried (or either
+    for a different reason)."""
+    if not (health.stalled or health.warning):
         return None
+    kind = STALLED if health.stalled else RECONCILING
     for old in previous:
-        if getattr(old, "type", None) == STALLED and getattr(old, "message", None) == health.message:
+        if getattr(old, "type", None) == kind and getattr(old, "message", None) == health.message:
             return None
     return Event(key, "Warning", health.reason, health.message)
 
@@ -242,6 +249,8 @@ def plan(
         if event is not None:
             result.events.append(event)
         spec = topic.spec
+        if spec is not None:
+            result.topic_cluster[topic.key] = spec.cluster_ref.name
         if leaders is None or spec is None or spec.paused:
             continue
         cluster = spec.cluster_ref.name

@@ -76,6 +76,7 @@ CONTROLLERS = (
     "root-ca-cert-publisher",  # the kube-root-ca.crt ConfigMap that projected token volumes carry
     "persistentvolume-binder",  # binds PVCs to the static PersistentVolumes tests create
     "podgc",
+    "clusterrole-aggregation",  # the chart's view/edit ClusterRoles join Kubernetes' view, edit, admin
 )
 # The API server's audit log records what ServiceAccounts outside kube-system ask (verb, resource, answer):
 # what RBAC tests compare with the Roles they were given. Controllers (kube-system) are left out.

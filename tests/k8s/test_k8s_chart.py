@@ -111,7 +111,7 @@ def test_default_kinds_and_api_versions() -> None:
         [
             *["CustomResourceDefinition"] * 4,  # ours and kopf's two peering resources
             "ServiceAccount",
-            "ClusterRole",
+            *["ClusterRole"] * 3,  # the operator's, and view / edit for people (aggregated)
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
@@ -131,6 +131,7 @@ def test_every_switch_renders_its_objects(tmp_path: Path) -> None:
         [
             *["CustomResourceDefinition"] * 4,  # ours and kopf's two peering resources
             "ServiceAccount",
+            *["ClusterRole"] * 2,  # view / edit for people (aggregated); the operator's are Roles
             "Role",
             "Role",
             "RoleBinding",
@@ -157,8 +158,8 @@ def on_disk_crds() -> dict[str, dict[str, Any]]:
 
 def without_keep(doc: dict[str, Any]) -> dict[str, Any]:
     copy = json.loads(json.dumps(doc))
-    annotations = copy["metadata"].pop("annotations", {})
-    assert set(annotations) <= {KEEP}, annotations
+    annotations = copy["metadata"]["annotations"]
+    assert annotations.pop(KEEP, "keep") == "keep", annotations
     return dict(copy)
 
 
@@ -172,7 +173,10 @@ def test_chart_installs_exactly_the_repository_crds_and_keeps_them() -> None:
 
 def test_crds_switches() -> None:
     unkept = [d for d in render("--set", "crds.keep=false") if d["kind"] == "CustomResourceDefinition"]
-    assert len(unkept) == len(on_disk_crds()) and all("annotations" not in d["metadata"] for d in unkept)
+    assert len(unkept) == len(on_disk_crds()) and all(
+        KEEP not in d["metadata"]["annotations"] for d in unkept
+    )
+    assert {d["metadata"]["name"]: d for d in unkept} == on_disk_crds()
     assert "CustomResourceDefinition" not in kinds_of(render("--set", "crds.enabled=false"))
 
 
@@ -438,12 +442,17 @@ def declared(*, clusterwide: bool) -> dict[tuple[str, str], set[str]]:
     return {key: set(verbs) for key, verbs in rbac.merged(rbac.ALL_GRANTS, clusterwide=clusterwide).items()}
 
 
+def operator_cluster_role(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operator's ClusterRole: the one its ClusterRoleBinding names."""
+    name = only(docs, "ClusterRoleBinding")["roleRef"]["name"]
+    return next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name)
+
+
 def test_all_namespaces_gets_exactly_the_declared_cluster_role() -> None:
     docs = render()
-    assert grants(only(docs, "ClusterRole")["rules"]) == declared(clusterwide=True)
+    assert grants(operator_cluster_role(docs)["rules"]) == declared(clusterwide=True)
     assert "Role" not in kinds_of(docs)
     binding = only(docs, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == only(docs, "ClusterRole")["metadata"]["name"]
     assert binding["subjects"] == [
         {
             "kind": "ServiceAccount",
@@ -455,7 +464,12 @@ def test_all_namespaces_gets_exactly_the_declared_cluster_role() -> None:
 
 def test_watched_namespaces_get_a_role_each_and_no_cluster_role() -> None:
     docs = render("--set", "watchNamespaces={kafka,streams}")
-    assert "ClusterRole" not in kinds_of(docs) and "ClusterRoleBinding" not in kinds_of(docs)
+    assert "ClusterRoleBinding" not in kinds_of(docs)
+    # Only the aggregated roles for people are cluster-wide, and they grant the operator nothing.
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"} == {
+        "tk-tierkeeper-view",
+        "tk-tierkeeper-edit",
+    }
     roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
     bindings = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "RoleBinding"}
     assert set(roles) == set(bindings) == {"kafka", "streams"}
@@ -554,7 +568,11 @@ def test_network_policy_and_disruption_budget(tmp_path: Path) -> None:
         policy["spec"]["podSelector"]["matchLabels"].items()
         <= only(docs, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
     )
-    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == {"probes", "metrics"}
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    # Every port the kubelet probes or Prometheus scrapes is open (readiness was once forgotten).
+    container = container_of(docs)
+    probed = {container[p]["httpGet"]["port"] for p in ("livenessProbe", "readinessProbe", "startupProbe")}
+    assert allowed == probed | {"metrics"} == {"probes", "readiness", "metrics"}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     budget = only(docs, "PodDisruptionBudget")
     assert budget["spec"]["minAvailable"] == 1

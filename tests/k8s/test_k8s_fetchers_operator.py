@@ -5,7 +5,9 @@ The operator's rounds run as the chart's ClusterRole. Each TieredBroker gets a p
 ``status.fetchers`` and stays Ready with ``FetcherChangePending=True`` (kstatus: Current). The annotation
 ``tierkeeper.io/fetchers`` drives it as Strimzi's KafkaRebalance: ``approve`` sets one step per round
 (Reconciling while it applies), ``stop`` halts between steps and keeps the reached count, ``refresh``
-plans again from there; the operator removes each annotation it acted on, and a restarted operator
+plans again from there; the operator removes each annotation it acted on. The same commands come from
+Git as ``spec.replicaFetchers.request`` ({id, command}), acted on once per id however often the
+manifest is re-applied (``status.requests.fetchers``). A restarted operator
 carries a change on from its status. Every broker's log then shows
 the planned resizes and its fetcher threads carry the partitions the plan predicted. A new topic
 produces a new proposal. Invalid fetcher specs are refused at admission (CEL).
@@ -138,18 +140,28 @@ def test_operator_proposes_and_applies_fetcher_changes_by_annotation(
     assert conditions(x) == {"Ready": "True", "Reconciling": "True", "FetcherChangePending": "False"}
     assert value(x) == steps[0]
 
-    # stop -> no further step, the broker keeps the count it reached, round after round.
-    annotate(x, "stop")
+    # stop, from Git (spec.replicaFetchers.request, GitOps-safe) -> no further step, the broker keeps the
+    # count it reached, round after round; the id is recorded as acted on.
+    request = {"id": "stop-1", "command": "stop"}
+    plane.rest().call(
+        "PATCH",
+        f"{brokers_path}/broker-{x}",
+        {"spec": {"replicaFetchers": {"request": request}}},
+        content_type="application/merge-patch+json",
+    )
     reconciler.run_round()
     reconciler.run_round()
     assert fetchers(x)["phase"] == "Stopped" and value(x) == steps[0]
+    assert get(x)["status"]["requests"] == {"fetchers": "stop-1"}
     waiting = next(b for b in kafka.node_ids if b != x)
     assert fetchers(waiting)["phase"] == "ProposalReady" and (pending_seconds(waiting) or 0.0) > 0.0
     assert pending_seconds(x) == 0.0  # stopped: nothing waits for approval
     assert conditions(x)["Ready"] == "True" and "Reconciling" not in conditions(x)
 
-    # refresh -> a new proposal from where the broker is now.
+    # refresh (kubectl) -> a new proposal from where the broker is now. The stop still in the spec (Git
+    # re-applies it) was acted on once and is not repeated: the proposal stays ready.
     annotate(x, "refresh")
+    reconciler.run_round()
     reconciler.run_round()
     refreshed = fetchers(x)
     assert refreshed["phase"] == "ProposalReady" and refreshed["current"] == steps[0]

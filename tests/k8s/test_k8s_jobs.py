@@ -268,3 +268,47 @@ def test_a_toleration_kubernetes_would_refuse_is_refused_at_start(
     raw = {**CLUSTER.model_dump(by_alias=True), "jobs": {"tolerations": [toleration]}}
     with pytest.raises(ValidationError, match=message):
         KafkaClusterConfig.model_validate(raw)
+
+
+def test_job_pod_labels_annotations_scratch_space_and_no_api_token() -> None:
+    """A service mesh needs the Job's pods annotated (a sidecar that never exits keeps a Job running); a
+    Job needs no Kubernetes API, so its pod gets no token, except Spark on a k8s:// master."""
+    raw = CLUSTER.model_dump(by_alias=True)
+    raw["jobs"] |= {
+        "podLabels": {"team": "kafka", LABEL_KIND: "mine"},
+        "podAnnotations": {"sidecar.istio.io/inject": "false"},
+        "tmpSizeLimit": "2Gi",
+        "resources": {
+            "requests": {"cpu": "1", "ephemeral-storage": "1Gi"},
+            "limits": {"ephemeral-storage": "3Gi"},
+        },
+    }
+    cluster = KafkaClusterConfig.model_validate(raw)
+    spec = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
+    action = CleanupAction("c", "kafka/orders", "orders", spec)
+    jobs = [
+        copy_job(ACTION, cluster, BROKER, OWNER, "node-a", "r1"),
+        cleanup_job(action, cluster, OWNER, "r1"),
+        rebuild_job(BROKER, cluster, OWNER, "node-a", "r1"),
+    ]
+    for job in jobs:
+        template = job["spec"]["template"]
+        pod = template["spec"]
+        (container,) = pod["containers"]
+        assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+        assert template["metadata"]["labels"]["team"] == "kafka"
+        assert template["metadata"]["labels"][LABEL_KIND] == job["metadata"]["labels"][LABEL_KIND] != "mine"
+        assert {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}} in pod["volumes"]
+        assert container["resources"] == {
+            "requests": {"cpu": "1", "ephemeral-storage": "1Gi"},
+            "limits": {"ephemeral-storage": "3Gi"},
+        }
+        assert pod["automountServiceAccountToken"] is False
+    raw["jobs"] |= {"cleanupEngine": "spark", "sparkMaster": "k8s://https://kubernetes.default.svc"}
+    spark = cleanup_job(action, KafkaClusterConfig.model_validate(raw), OWNER, "r1")
+    assert spark["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    # The defaults: no limit on /tmp, nothing extra on the pod.
+    plain = copy_job(ACTION, CLUSTER, BROKER, OWNER, "node-a", "r1")["spec"]["template"]
+    assert {"name": "tmp", "emptyDir": {}} in plain["spec"]["volumes"] and plain["metadata"][
+        "annotations"
+    ] == {}

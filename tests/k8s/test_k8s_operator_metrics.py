@@ -15,8 +15,11 @@ def _stalled(status: bool) -> list[Condition]:
     return [Condition(type=STALLED, status=value, reason="Test", last_transition_time=NOW)]
 
 
-def _plan(topics: int, stalled_topics: int, brokers: int, stalled_brokers: int, lag: int) -> Plan:
+def _plan(
+    topics: int, stalled_topics: int, brokers: int, stalled_brokers: int, lag: int, clusters: int = 1
+) -> Plan:
     return Plan(
+        topic_cluster={f"ns/t{i}": f"c{i % clusters}" for i in range(topics)},
         topic_status={
             f"ns/t{i}": TieredTopicStatus(
                 conditions=_stalled(i < stalled_topics), copy_lag=CopyLag(segments=1, bytes=lag)
@@ -47,7 +50,34 @@ def test_a_quick_round_counts_every_object_it_judged_and_leaves_the_topic_gauges
     assert _value(metrics, "tierkeeper_reconciles_total", kind="TieredBroker") == 3 + 3
     # The TieredTopic gauges describe the whole fleet, which only a full round saw.
     assert _value(metrics, "tierkeeper_stalled_resources", kind="TieredTopic") == 2
-    assert _value(metrics, "tierkeeper_copy_lag_bytes") == 5 * 100
+    assert _value(metrics, "tierkeeper_copy_lag_bytes", cluster="c0") == 5 * 100
     # Every TieredBroker was judged, so their gauge follows the quick round.
     assert _value(metrics, "tierkeeper_stalled_resources", kind="TieredBroker") == 2
+    assert _value(metrics, "tierkeeper_reconcile_rounds_total") == 2
+
+
+def test_cluster_gauges_are_per_cluster_and_a_standby_drops_every_round_gauge() -> None:
+    metrics = Metrics(topic_labels=True)
+    metrics.observe_round(
+        _plan(topics=5, stalled_topics=1, brokers=2, stalled_brokers=0, lag=10, clusters=2), 1
+    )
+    # Topics 0, 2, 4 are on c0 and 1, 3 on c1.
+    assert _value(metrics, "tierkeeper_copy_lag_bytes", cluster="c0") == 30
+    assert _value(metrics, "tierkeeper_copy_lag_segments", cluster="c1") == 2
+    assert metrics.registry.get_sample_value("tierkeeper_copy_lag_bytes") is None  # no unlabelled series
+    # A cluster whose TieredTopics are gone leaves no series behind.
+    metrics.observe_round(_plan(topics=1, stalled_topics=0, brokers=2, stalled_brokers=0, lag=10), 1)
+    assert metrics.registry.get_sample_value("tierkeeper_copy_lag_bytes", {"cluster": "c1"}) is None
+    metrics.fetcher_imbalance.labels(cluster="c0", broker="1").set(1.5)
+    # The replica turns standby: what it showed while active must not stay next to the active one's.
+    metrics.standby()
+    for name, labels in (
+        ("tierkeeper_copy_lag_bytes", {"cluster": "c0"}),
+        ("tierkeeper_tiered_bytes", {"cluster": "c0"}),
+        ("tierkeeper_stalled_resources", {"kind": "TieredTopic"}),
+        ("tierkeeper_topic_copy_lag_bytes", {"namespace": "ns", "name": "t0"}),
+        ("tierkeeper_fetcher_imbalance", {"cluster": "c0", "broker": "1"}),
+    ):
+        assert metrics.registry.get_sample_value(name, labels) is None, name
+    # Counters are history, not state: they stay.
     assert _value(metrics, "tierkeeper_reconcile_rounds_total") == 2

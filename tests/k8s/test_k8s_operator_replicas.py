@@ -276,9 +276,9 @@ def test_two_replicas_one_active_takeover_after_kill_mid_job_and_metrics(
     assert [j["metadata"]["name"] for j in jobs_of(plane, ns)] == [job_name], b.tail()
     # Copy lag is what the last finished copy saw on the leader (the operator never reads log dirs):
     # nothing is known before the first copy.
-    assert b.metric("tierkeeper_copy_lag_segments") == 0
-    assert b.metric("tierkeeper_tiered_segments") == 0
-    assert b.metric("tierkeeper_tiered_bytes") == 0
+    assert b.metric("tierkeeper_copy_lag_segments", cluster="local") == 0
+    assert b.metric("tierkeeper_tiered_segments", cluster="local") == 0
+    assert b.metric("tierkeeper_tiered_bytes", cluster="local") == 0
     assert b.metric("tierkeeper_stalled_resources", kind="TieredTopic") == 1  # the compacted topic
     assert b.metric("tierkeeper_reconciles_total", kind="TieredTopic") >= 6
     assert b.metric("tierkeeper_reconcile_duration_seconds_count") >= 3
@@ -298,14 +298,18 @@ def test_two_replicas_one_active_takeover_after_kill_mid_job_and_metrics(
     assert finished["metadata"]["annotations"][ANNOTATION_RECORDED] == "true"
     copies = [j for j in jobs_of(plane, ns) if j["metadata"]["labels"][LABEL_KIND] == "copy"]
     assert len(copies) == 1, [j["metadata"]["name"] for j in copies]
-    wait_for(lambda: b.metric("tierkeeper_tiered_segments") > 0, "the metrics to show the copy", DEADLINE)
+    wait_for(
+        lambda: b.metric("tierkeeper_tiered_segments", cluster="local") > 0,
+        "the metrics to show the copy",
+        DEADLINE,
+    )
     status = plane.request("GET", f"{API}/{ns}/tieredtopics/orders")["status"]
-    assert b.metric("tierkeeper_copy_lag_bytes") == status["copyLag"]["bytes"]
-    assert b.metric("tierkeeper_copy_lag_segments") == status["copyLag"]["segments"]
+    assert b.metric("tierkeeper_copy_lag_bytes", cluster="local") == status["copyLag"]["bytes"]
+    assert b.metric("tierkeeper_copy_lag_segments", cluster="local") == status["copyLag"]["segments"]
     per_topic = b.metric("tierkeeper_topic_copy_lag_bytes", namespace=ns, name="orders")
     assert per_topic == status["copyLag"]["bytes"]
     assert b.metric("tierkeeper_jobs_total", kind="copy", result="Succeeded") == 1
-    assert b.metric("tierkeeper_tiered_bytes") > 0
+    assert b.metric("tierkeeper_tiered_bytes", cluster="local") > 0
     assert b.metric("tierkeeper_topic_tiered_segments", namespace=ns, name="orders") > 0
     # Any Job after the takeover (the cleanup that follows the first copy) is B's.
     later = [j for j in jobs_of(plane, ns) if j["metadata"]["name"] != job_name]

@@ -115,7 +115,8 @@ def test_operator_tiers_a_topic_on_a_sasl_broker_with_credentials_from_files(
         assert unmounted.run_round().created == []
         obj = plane.request("GET", f"{base}/tieredtopics/orders")
         stalled = {c["type"]: c for c in obj["status"]["conditions"]}["Stalled"]
-        assert stalled["status"] == "True", obj["status"]
+        # A person must mount the Secret: Stalled (kstatus Failed), not retried as an unreachable Kafka.
+        assert stalled["status"] == "True" and stalled["reason"] == "KafkaClientConfigInvalid", obj["status"]
         assert (
             stalled["message"]
             == f"cluster secure: clientConfigSecretRef kafka-client: directory {absent}: not a directory"

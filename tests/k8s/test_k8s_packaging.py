@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 
@@ -66,3 +67,46 @@ def test_nothing_is_importable_as_operator_from_the_repository() -> None:
 
 
 # The Dockerfile's rules are checked in tests/packaging/, the e2e scripts in tests/e2e/.
+
+
+LOG_SCRIPT = """
+import logging, sys
+from tierkeeper_operator import cli
+from tierkeeper_operator.kube import log_ref
+from tierkeeper_operator.run import configure_logging, options_from_args
+import argparse
+import json
+parser = argparse.ArgumentParser(prog="tierkeeper")
+cli.register(parser.add_subparsers(dest="command"))
+configure_logging(options_from_args(parser.parse_args(sys.argv[1:])))
+obj = {"apiVersion": "tierkeeper.io/v1alpha1", "kind": "TieredBroker",
+       "metadata": {"namespace": "kafka", "name": "broker-0", "uid": "u1"}}
+logging.getLogger("tierkeeper_operator.x").warning("about %s", "it", extra=log_ref(obj))
+logging.getLogger("tierkeeper_operator.x").info("not about an object")
+"""
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_log_format_json_is_one_object_per_line_naming_the_resource(log_format: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", LOG_SCRIPT, "operator", "-A", "--log-format", log_format],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2, proc.stderr
+    if log_format == "text":
+        assert "[kafka/broker-0] about it" in lines[0] and not lines[0].startswith("{")
+        return
+    about, other = (json.loads(line) for line in lines)
+    assert about["message"] == "about it" and about["severity"] == "warn"
+    assert about["object"] == {
+        "apiVersion": "tierkeeper.io/v1alpha1",
+        "kind": "TieredBroker",
+        "namespace": "kafka",
+        "name": "broker-0",
+        "uid": "u1",
+    }
+    assert other["message"] == "not about an object" and "object" not in other

@@ -12,8 +12,18 @@ import pytest
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
+from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.reconcile import outcomes
-from storage_core.reconcile.observed import BrokerInput, KafkaTopic, PartitionLeader, RunningWork, TopicInput
+from storage_core.reconcile.conditions import FAILURES_BEFORE_STALLED
+from storage_core.reconcile.observed import (
+    BrokerInput,
+    ClientConfigProblem,
+    KafkaTopic,
+    PartitionLeader,
+    RunningWork,
+    TopicInput,
+    kafka_problem,
+)
 from storage_core.reconcile.planner import plan
 
 T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
@@ -268,16 +278,84 @@ def test_the_plan_says_when_the_next_copy_or_cleanup_falls_due() -> None:
     assert len(due.copies) == 3 and due.next_due is None
 
 
-def test_a_failed_partition_stalls_until_a_round_succeeds() -> None:
-    failed = outcomes.topic_after_copy(
-        TieredTopicStatus(), [copy_result(0, error="orders-0: object store unreachable")], T0
-    )
-    stalled = plan(CLUSTERS, [topic(status=failed)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
-    assert conditions(stalled)["Stalled"] == ("True", "CopyFailed")
-    assert "object store unreachable" in stalled.message
-    healed = outcomes.topic_after_copy(stalled, [copy_result(p) for p in range(4)], T0)
+def test_failed_copies_are_retried_then_stalled_past_the_bound_until_a_round_succeeds() -> None:
+    """kstatus: a failed copy is passing trouble (Ready=False, Reconciling, same reason and message, no
+    Warning about stalling) until FAILURES_BEFORE_STALLED failed in a row; then Stalled, until one
+    succeeds. The copies keep being planned at the copy interval either way."""
+    status = TieredTopicStatus()
+    seen = []
+    for _ in range(FAILURES_BEFORE_STALLED):
+        failed = outcomes.topic_after_copy(
+            status, [copy_result(0, error="orders-0: object store unreachable")], T0
+        )
+        result = plan(CLUSTERS, [topic(status=failed)], BROKERS, RunningWork(), T0)
+        status = result.topic_status["ns/orders"]
+        assert result.next_due == T0 + datetime.timedelta(minutes=5)  # retried at the copy interval
+        seen.append((conditions(status), [e.reason for e in result.events]))
+        assert "object store unreachable" in status.message
+        assert {c.message for c in status.conditions} == {status.message}
+    retrying = {"Ready": ("False", "CopyFailed"), "Reconciling": ("True", "CopyFailed")}
+    stalled = {"Ready": ("False", "CopyFailed"), "Stalled": ("True", "CopyFailed")}
+    assert seen == [(retrying, []), (retrying, []), (stalled, ["CopyFailed"])]
+    assert "(3 in a row)" in status.message
+    healed = outcomes.topic_after_copy(status, [copy_result(p) for p in range(4)], T0)
+    assert healed.last_copy is not None and healed.last_copy.failures_in_a_row == 0
     after = plan(CLUSTERS, [topic(status=healed)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
     assert conditions(after) == {"Ready": ("True", "Tiering")}
+    # After a success the count starts again: one failure is retried, not Stalled.
+    again = outcomes.topic_after_copy(healed, [], T0, failure="Job deadline exceeded")
+    assert again.last_copy is not None and again.last_copy.failures_in_a_row == 1
+    retried = plan(CLUSTERS, [topic(status=again)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
+    assert conditions(retried) == retrying
+
+
+def test_failed_cleanups_and_broker_copies_follow_the_same_bound() -> None:
+    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    cleanup, broker_status = done, TieredBrokerStatus()
+    verdicts = []
+    for _ in range(FAILURES_BEFORE_STALLED):
+        cleanup = outcomes.topic_after_cleanup(cleanup, {"errors": ["DeleteRecords: not authorized"]}, T0)
+        broker_status = outcomes.broker_after_copy(broker_status, [], T0, failure="pod evicted")
+        failing = replace(broker(1), status=broker_status)
+        result = plan(CLUSTERS, [topic(status=cleanup)], [failing, *BROKERS[1:]], RunningWork(), T0)
+        verdicts.append(
+            (conditions(result.topic_status["ns/orders"]), conditions(result.broker_status["ns/b1"]))
+        )
+    first, _, last = verdicts
+    assert first == (
+        {"Ready": ("False", "CleanupFailed"), "Reconciling": ("True", "CleanupFailed")},
+        {"Ready": ("False", "CopyFailed"), "Reconciling": ("True", "CopyFailed")},
+    )
+    assert last == (
+        {"Ready": ("False", "CleanupFailed"), "Stalled": ("True", "CleanupFailed")},
+        {"Ready": ("False", "CopyFailed"), "Stalled": ("True", "CopyFailed")},
+    )
+
+
+def test_kafka_unreachable_is_retried_but_an_unreadable_client_config_needs_a_person() -> None:
+    down = replace(topic(), kafka=None, kafka_error="k:9092: timed out")
+    secret = replace(
+        topic(), kafka=None, kafka_error=kafka_problem(ConfigError("directory /x: not a directory"))
+    )
+    result = plan(CLUSTERS, [down], BROKERS, RunningWork(), T0)
+    status = result.topic_status["ns/orders"]
+    assert conditions(status) == {
+        "Ready": ("False", "KafkaUnreachable"),
+        "Reconciling": ("True", "KafkaUnreachable"),
+    }
+    assert status.message == "k:9092: timed out" and result.copies == []
+    # A Warning Event when it starts (kubectl describe shows it), not one every round while it lasts.
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "KafkaUnreachable")]
+    again = plan(CLUSTERS, [replace(down, status=status)], BROKERS, RunningWork(), T0)
+    assert again.events == []
+    result = plan(CLUSTERS, [secret], BROKERS, RunningWork(), T0)
+    status = result.topic_status["ns/orders"]
+    reason = "KafkaClientConfigInvalid"
+    assert conditions(status) == {"Ready": ("False", reason), "Stalled": ("True", reason)}
+    assert status.message == "directory /x: not a directory"
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", reason)]
+    # Any other error of ours (the client refused to connect) is retried like an unreachable Kafka.
+    assert not isinstance(kafka_problem(TierkeeperError("refused")), ClientConfigProblem)
 
 
 def test_cleanup_outcome_moves_the_remote_start() -> None:
