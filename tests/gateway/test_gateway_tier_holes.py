@@ -31,7 +31,8 @@ def test_an_offset_in_a_quarantined_segment_is_an_error_not_skipped(
     shutil.copytree(Path(tiered.remote.removeprefix("file://")), copy)
     url = f"file://{copy}"
     store = RemoteStore(url, {})
-    ((topic, topic_id),) = list_topics(store, RemoteLayout(store.root))
+    topic = tiered.topic
+    (topic_id,) = [tid for name, tid in list_topics(store, RemoteLayout(store.root)) if name == topic]
     tp = TopicPartitionId(topic, topic_id, 0)
     with ThreadPoolExecutor(4) as pool:
         history = TierHistory(store, BlockCache(store.get_range, pool))
