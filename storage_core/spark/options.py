@@ -50,6 +50,9 @@ OffsetSpec = str | dict[int, int]
 """``"earliest"``, ``"latest"`` or a per-partition offset map (-2 earliest, -1 latest)."""
 
 
+DEFAULT_REFRESH_INTERVAL_MS = 10_000
+
+
 @dataclass(frozen=True)
 class ScanOptions:
     storage: StorageSpec
@@ -70,6 +73,8 @@ class ScanOptions:
     max_split_bytes: int = DEFAULT_SPLIT_BYTES
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    refresh_interval_ms: int = DEFAULT_REFRESH_INTERVAL_MS
+    """Streaming: a trigger reuses the manifests read less than this long ago (no listing at all)."""
 
 
 _KNOWN = {
@@ -90,6 +95,7 @@ _KNOWN = {
     "includeheaders",
     "failondataloss",
     "maxbytespersplit",
+    "manifestrefreshintervalms",
     "endpointurl",
     "region",
     "pathstyle",
@@ -176,6 +182,12 @@ def _storage(opts: Mapping[str, str]) -> StorageSpec:
     return StorageSpec(url, options)
 
 
+def parse_include_headers(options: Mapping[str, str]) -> bool:
+    """``includeHeaders`` alone (what the schema depends on), for batch and streaming reads alike."""
+    raw = next((v for k, v in options.items() if k.lower() == "includeheaders"), "false")
+    return _bool("includeHeaders", raw)
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
     """Parse the DataSource options (raising ``ConfigError`` with a one-line reason for bad ones)."""
     opts = {k.lower(): v for k, v in options.items()}
@@ -221,6 +233,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
     split_bytes = _int("maxBytesPerSplit", opts.get("maxbytespersplit", str(DEFAULT_SPLIT_BYTES)))
     if split_bytes < 1:
         raise ConfigError(f"option maxBytesPerSplit must be >= 1, got {split_bytes}")
+    refresh = _optional_int(opts, "manifestRefreshIntervalMs", minimum=0)
     return ScanOptions(
         storage=_storage(opts),
         topic=topic,
@@ -238,6 +251,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         max_split_bytes=split_bytes,
         min_partitions=_optional_int(opts, "minPartitions", minimum=1),
         max_records_per_partition=_optional_int(opts, "maxRecordsPerPartition", minimum=1),
+        refresh_interval_ms=DEFAULT_REFRESH_INTERVAL_MS if refresh is None else refresh,
     )
 
 
