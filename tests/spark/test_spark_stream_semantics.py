@@ -126,7 +126,7 @@ def own_tier(tiered_topic: str, spark_dataset: Dataset, kafka_broker: KafkaClust
     return tier
 
 
-# ---- 1. startingOffsets=latest ------------------------------------------------------------------------
+# ---- 1. startingOffsets=latest ---
 
 
 def test_stream_from_latest_reads_only_what_is_tiered_after_it_started(
@@ -161,7 +161,7 @@ def test_stream_from_latest_reads_only_what_is_tiered_after_it_started(
     assert want and len(rows) == len(set(rows)) and set(rows) == want
 
 
-# ---- 2. every pushed filter is used correctly or left to Spark ---------------------------------------------
+# ---- 2. every pushed filter is used correctly or left to Spark ---
 
 
 def test_filters_that_cannot_prune_prune_nothing_and_never_fail() -> None:
@@ -226,7 +226,7 @@ def test_every_filter_spark_pushes_gives_the_rows_spark_would(
         assert sorted((r["partition"], r["offset"]) for r in got) == want, where
 
 
-# ---- 3. the starting options decide the initial offset only -------------------------------------------------
+# ---- 3. the starting options decide the initial offset only ---
 
 
 def test_json_start_below_the_tier_later_does_not_fail_later_triggers(
@@ -276,7 +276,7 @@ def test_by_timestamp_start_and_a_partition_added_later(
     assert len(rows) == len(set(rows)) and set(rows) == want
 
 
-# ---- 4. failOnDataLoss for every planned range, checkpointed ones included --------------------------------
+# ---- 4. failOnDataLoss for every planned range, checkpointed ones included ---
 
 
 def test_a_checkpointed_start_below_the_tier_fails_naming_partition_and_offsets(
@@ -322,7 +322,7 @@ def test_a_hole_inside_a_planned_range_is_data_loss(own_tier: Tier, tiered_topic
     }
 
 
-# ---- 5. the end offset never moves backwards ------------------------------------------------------------------
+# ---- 5. the end offset never moves backwards ---
 
 
 def test_quarantining_the_last_segment_does_not_move_the_end_back(own_tier: Tier, tiered_topic: str) -> None:
@@ -344,7 +344,7 @@ def test_quarantining_the_last_segment_does_not_move_the_end_back(own_tier: Tier
     )
 
 
-# ---- 6. manifests refreshed at most once per interval ---------------------------------------------------------
+# ---- 6. manifests refreshed at most once per interval ---
 
 
 def test_idle_triggers_reuse_the_manifests_until_the_interval_passes(
@@ -375,7 +375,7 @@ def test_idle_triggers_reuse_the_manifests_until_the_interval_passes(
     assert parse_options({"remote": "memory://x", "topic": "t"}, streaming=True).refresh_interval_ms == 10_000
 
 
-# ---- 7. the incarnation hint names the option -------------------------------------------------------------------
+# ---- 7. the incarnation hint names the option ---
 
 
 def test_several_incarnations_hint_names_the_topic_id_option(tmp_path: Path) -> None:
