@@ -131,8 +131,8 @@ def pruning_from_filters(filters: Sequence[Any]) -> Pruning:
         equal = isinstance(f, EqualTo | EqualNullSafe)
         if column == "partition":
             wanted: set[int] | None = None
-            if equal and _offset_value(value) is not None:
-                wanted = {value}
+            if equal and (number := _offset_value(value)) is not None:
+                wanted = {number}
             elif (
                 isinstance(f, In)
                 and isinstance(value, tuple | list)
@@ -254,12 +254,14 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 # below the checkpoint. Spark starts the next batch at ``stop``; [stop, begin) was read.
                 self._read_to[p] = max(begin, self._read_to.get(p, begin))
             begin = max(begin, self._read_to.get(p, begin))
-        if known is None or known[1].start_offset is None or known[1].end_offset is None:
+        manifest = known[1] if known is not None else None
+        first = manifest.start_offset if manifest is not None else None
+        last = manifest.end_offset if manifest is not None else None
+        if known is None or manifest is None or first is None or last is None:
             if begin is not None and begin < stop:
                 self._data_loss(p, begin, stop, "the remote tier holds nothing of the partition now")
             return []
-        tp, manifest = known
-        first, after_last = manifest.start_offset, manifest.end_offset + 1
+        tp, after_last = known[0], last + 1
         if begin is None:
             # As the Kafka source does with an added partition: read from its start, which should be 0.
             if first > 0:
