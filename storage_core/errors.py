@@ -62,3 +62,7 @@ class RemoteObjectNotFound(RemoteStoreError):
 
 class OffsetOutOfRangeError(TierkeeperError):
     """A read asked for an offset or timestamp the remote tier does not hold."""
+
+
+class DataLossError(TierkeeperError):
+    """A stream's planned offsets are no longer in the remote tier (failOnDataLoss=true)."""

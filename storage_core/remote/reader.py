@@ -111,7 +111,10 @@ class RemoteReader:
         self.close()
 
     # ---- locating -------------------------------------------------------------------------------
-    def resolve(self, topic: str, partition: int, topic_id: str | None = None) -> TopicPartitionId:
+    def resolve(
+        self, topic: str, partition: int, topic_id: str | None = None, *, choose_with: str = "--topic-id"
+    ) -> TopicPartitionId:
+        """``choose_with`` names how the caller's user passes a topic id (a CLI flag, an option)."""
         ids = [tid for name, tid in list_topics(self.store, self.layout) if name == topic]
         if topic_id is not None:
             if topic_id not in ids:
@@ -124,7 +127,7 @@ class RemoteReader:
         if len(ids) > 1:
             raise ConfigError(
                 f"topic {topic} has several incarnations in the remote tier ({', '.join(ids)}); "
-                "choose one with --topic-id"
+                f"choose one with {choose_with}"
             )
         return TopicPartitionId(topic, ids[0], partition)
 

@@ -2,14 +2,15 @@
 
 Names and meanings follow Spark's Kafka source where they apply (``startingOffsets``, ``endingOffsets``,
 ``startingTimestamp``, ``endingTimestamp``, ``startingOffsetsByTimestamp``, ``endingOffsetsByTimestamp``,
-``startingOffsetsByTimestampStrategy``, ``isolation.level``, ``includeHeaders``, ``failOnDataLoss``,
+``startingOffsetsByTimestampStrategy``, ``kafka.isolation.level`` (Kafka's default read_uncommitted;
+the old name ``isolation.level`` is refused with the new one), ``includeHeaders``, ``failOnDataLoss``,
 ``minPartitions``, ``maxRecordsPerPartition``, and ``subscribe`` naming one topic); options of the Kafka
-source that cannot apply to the remote tier (broker connection ``kafka.*``, ``assign``,
-``subscribePattern``, the streaming rate limits) are refused with a one-line reason. The rest say where
-the remote tier is: ``remote`` (URL), ``topic``, ``topicId`` (when a name has several incarnations),
-``endpointUrl`` / ``region`` / ``pathStyle`` / ``anonymous`` (as the CLI flags) and ``storage.<key>``
-for any other fsspec storage option (value parsed as JSON when it parses). Option names are
-case-insensitive, as Spark's are.
+source that cannot apply to the remote tier (broker connection ``kafka.*`` but the isolation level,
+``assign``, ``subscribePattern``, the streaming rate limits) are refused with a one-line reason. The
+rest say where the remote tier is: ``remote`` (URL), ``topic``, ``topicId`` (when a name has several
+incarnations), ``endpointUrl`` / ``region`` / ``pathStyle`` / ``anonymous`` (as the CLI flags) and
+``storage.<key>`` for any other fsspec storage option (value parsed as JSON when it parses). Option
+names are case-insensitive, as Spark's are.
 
 Storage options can hold credentials: they live only in :class:`StorageSpec`, whose ``repr`` shows the
 option names, never values, and no error message built here quotes a storage option's value.
@@ -50,6 +51,9 @@ OffsetSpec = str | dict[int, int]
 """``"earliest"``, ``"latest"`` or a per-partition offset map (-2 earliest, -1 latest)."""
 
 
+DEFAULT_REFRESH_INTERVAL_MS = 10_000
+
+
 @dataclass(frozen=True)
 class ScanOptions:
     storage: StorageSpec
@@ -64,12 +68,16 @@ class ScanOptions:
     no_match_starts_at_latest: bool = False
     """startingOffsetsByTimestampStrategy=latest: a start timestamp newer than every tiered record starts
     at the remote end instead of failing the query (the Kafka source's default is to fail)."""
-    isolation: Isolation = Isolation.READ_COMMITTED
+    isolation: Isolation = Isolation.READ_UNCOMMITTED
+    """``kafka.isolation.level``; Kafka's consumer default, so a union with ``format("kafka")`` (same
+    option, same default) drops aborted records on both sides or on neither."""
     include_headers: bool = False
     fail_on_data_loss: bool = True
     max_split_bytes: int = DEFAULT_SPLIT_BYTES
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    refresh_interval_ms: int = DEFAULT_REFRESH_INTERVAL_MS
+    """Streaming: a trigger reuses the manifests read less than this long ago (no listing at all)."""
 
 
 _KNOWN = {
@@ -86,10 +94,11 @@ _KNOWN = {
     "minpartitions",
     "maxrecordsperpartition",
     "subscribe",
-    "isolation.level",
+    "kafka.isolation.level",
     "includeheaders",
     "failondataloss",
     "maxbytespersplit",
+    "manifestrefreshintervalms",
     "endpointurl",
     "region",
     "pathstyle",
@@ -176,11 +185,22 @@ def _storage(opts: Mapping[str, str]) -> StorageSpec:
     return StorageSpec(url, options)
 
 
+def parse_include_headers(options: Mapping[str, str]) -> bool:
+    """``includeHeaders`` alone (what the schema depends on), for batch and streaming reads alike."""
+    raw = next((v for k, v in options.items() if k.lower() == "includeheaders"), "false")
+    return _bool("includeHeaders", raw)
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
     """Parse the DataSource options (raising ``ConfigError`` with a one-line reason for bad ones)."""
     opts = {k.lower(): v for k, v in options.items()}
     for key in sorted(opts):
-        if key in _NOT_APPLICABLE or key.startswith("kafka."):
+        if key == "isolation.level":
+            raise ConfigError(
+                "option isolation.level is now kafka.isolation.level, as in the Kafka source "
+                "(default read_uncommitted, Kafka's)"
+            )
+        if key in _NOT_APPLICABLE or (key.startswith("kafka.") and key not in _KNOWN):
             why = _NOT_APPLICABLE.get(key, "the remote tier is read from object storage, not from brokers")
             raise ConfigError(f"option {key} of the Kafka source does not apply to format tierkeeper: {why}")
     unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("storage."))
@@ -193,12 +213,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         raise ConfigError(f"option subscribe names several topics ({topic}); format tierkeeper reads one")
     if not topic:
         raise ConfigError("option topic is required")
-    isolation_raw = opts.get("isolation.level", Isolation.READ_COMMITTED.value)
+    isolation_raw = opts.get("kafka.isolation.level", Isolation.READ_UNCOMMITTED.value).strip().lower()
     try:
         isolation = Isolation(isolation_raw)
     except ValueError:
         raise ConfigError(
-            f"option isolation.level must be read_committed or read_uncommitted, got {isolation_raw!r}"
+            f"option kafka.isolation.level must be read_committed or read_uncommitted, got {isolation_raw!r}"
         ) from None
     starting = _offsets(
         "startingOffsets", opts.get("startingoffsets"), "latest" if streaming else "earliest", topic
@@ -221,6 +241,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
     split_bytes = _int("maxBytesPerSplit", opts.get("maxbytespersplit", str(DEFAULT_SPLIT_BYTES)))
     if split_bytes < 1:
         raise ConfigError(f"option maxBytesPerSplit must be >= 1, got {split_bytes}")
+    refresh = _optional_int(opts, "manifestRefreshIntervalMs", minimum=0)
     return ScanOptions(
         storage=_storage(opts),
         topic=topic,
@@ -238,6 +259,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         max_split_bytes=split_bytes,
         min_partitions=_optional_int(opts, "minPartitions", minimum=1),
         max_records_per_partition=_optional_int(opts, "maxRecordsPerPartition", minimum=1),
+        refresh_interval_ms=DEFAULT_REFRESH_INTERVAL_MS if refresh is None else refresh,
     )
 
 

@@ -15,7 +15,10 @@ and index entries; Spark still evaluates every filter on the rows, so pruning on
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,9 +30,12 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
+from storage_core.errors import DataLossError
+from storage_core.remote.layout import TopicPartitionId
+from storage_core.remote.metadata import Manifest
 from storage_core.remote.reader import ReadOptions, RemoteReader
 from storage_core.remote.scan_plan import PartitionWindow, ScanSplit, plan_partition, read_split
-from storage_core.spark.options import ScanOptions, parse_options
+from storage_core.spark.options import ScanOptions, parse_include_headers, parse_options
 from storage_core.spark.windows import Pruning, partition_window, plan_batch, topic_partitions
 
 SHORT_NAME = "tierkeeper"
@@ -38,6 +44,8 @@ SCHEMA = (
     "timestampType int"
 )
 HEADERS_COLUMN = ", headers array<struct<key: string, value: binary>>"
+
+_log = logging.getLogger(__name__)
 
 
 class SplitPartition(InputPartition):  # type: ignore[misc]
@@ -80,13 +88,28 @@ class _BatchReader(DataSourceReader):  # type: ignore[misc]
 def _millis(value: Any) -> int | None:
     if isinstance(value, datetime):
         # Spark hands timestamps as naive local-time datetimes (or aware ones): .timestamp() handles both.
-        return int(value.timestamp() * 1000)
+        # Rounded down, so a bound in the middle of a millisecond still keeps that millisecond's records.
+        return math.floor(value.timestamp() * 1000)
     return None
 
 
+def _offset_value(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def pruning_from_filters(filters: Sequence[Any]) -> Pruning:
-    """What the AND of pushed filters allows leaving out (filters it cannot use prune nothing)."""
-    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
+    """What the AND of pushed filters allows leaving out. A filter it cannot use prunes nothing: any other
+    column, ``Not`` (Spark hands ``a <> 1`` as ``Not(EqualTo)``), null tests, string matches, values of
+    an unexpected type. Nothing here may fail: Spark evaluates every filter on the rows anyway."""
+    from pyspark.sql.datasource import (
+        EqualNullSafe,
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        LessThan,
+        LessThanOrEqual,
+    )
 
     partitions: set[int] | None = None
     lo: int | None = None
@@ -102,35 +125,37 @@ def pruning_from_filters(filters: Sequence[Any]) -> Pruning:
         hi = v if hi is None else min(hi, v)
 
     for f in filters:
-        column = f.attribute[0] if len(f.attribute) == 1 else None
+        attribute = getattr(f, "attribute", None)
+        column = attribute[0] if isinstance(attribute, tuple) and len(attribute) == 1 else None
         value = getattr(f, "value", None)
+        equal = isinstance(f, EqualTo | EqualNullSafe)
         if column == "partition":
             wanted: set[int] | None = None
-            if isinstance(f, EqualTo) and isinstance(value, int):
-                wanted = {value}
+            if equal and (number := _offset_value(value)) is not None:
+                wanted = {number}
             elif (
                 isinstance(f, In)
                 and isinstance(value, tuple | list)
-                and all(isinstance(v, int) for v in value)
+                and all(_offset_value(v) is not None for v in value)
             ):
                 wanted = set(value)
             if wanted is not None:
                 partitions = wanted if partitions is None else partitions & wanted
-        elif column == "offset" and isinstance(value, int) and not isinstance(value, bool):
-            if isinstance(f, EqualTo):
-                tighten_lo(value)
-                tighten_hi(value + 1)
+        elif column == "offset" and (offset := _offset_value(value)) is not None:
+            if equal:
+                tighten_lo(offset)
+                tighten_hi(offset + 1)
             elif isinstance(f, GreaterThan):
-                tighten_lo(value + 1)
+                tighten_lo(offset + 1)
             elif isinstance(f, GreaterThanOrEqual):
-                tighten_lo(value)
+                tighten_lo(offset)
             elif isinstance(f, LessThan):
-                tighten_hi(value)
+                tighten_hi(offset)
             elif isinstance(f, LessThanOrEqual):
-                tighten_hi(value + 1)
+                tighten_hi(offset + 1)
         elif column == "timestamp":
             ms = _millis(value)
-            if ms is not None and isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
+            if ms is not None and (equal or isinstance(f, GreaterThan | GreaterThanOrEqual)):
                 # Only a lower bound prunes: a segment's oldest record is not known, its newest is.
                 ts_lo = ms if ts_lo is None else max(ts_lo, ms)
     return Pruning(frozenset(partitions) if partitions is not None else None, lo, hi, ts_lo)
@@ -146,44 +171,126 @@ class _PushdownBatchReader(_BatchReader):
 class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
     """Offsets are ``{"<partition>": next offset}``; the latest is each partition's remote end + 1, so a
     newly tiered segment becomes the next micro-batch. Spark checkpoints the offsets, which is what makes
-    a restart read every record exactly once."""
+    a restart read every record exactly once.
 
-    def __init__(self, opts: ScanOptions) -> None:
+    As in the Kafka source: the starting options decide the initial offset only; a partition that
+    appears later is read from its first tiered offset; every planned range is checked for offsets the
+    remote tier no longer holds (``failOnDataLoss``); the latest offset never moves backwards (a
+    quarantined last segment must not make Spark commit a lower offset and read it again). Manifests are
+    refreshed at most once per ``manifestRefreshIntervalMs``: Spark asks for the latest offset every few
+    milliseconds when idle, and each refresh lists every partition of the topic."""
+
+    def __init__(self, opts: ScanOptions, clock: Callable[[], float] = time.monotonic) -> None:
         self.opts = opts
+        self._clock = clock
+        self._manifests: dict[str, tuple[TopicPartitionId, Manifest]] = {}
+        self._refreshed_at: float | None = None
+        self._high: dict[str, int] = {}
+        """Per partition, the highest offset handed to (or received from) Spark: latest never goes below."""
+        self._read_to: dict[str, int] = {}
+        """Per partition, a batch's start that was above its end (after a restart, the tier's end having
+        gone back): every offset below it was read before, so the next batches begin there at least."""
 
-    def _bounds(self) -> dict[str, tuple[int, int]]:
-        with _open_reader(self.opts) as reader:
-            out = {}
-            for tp in topic_partitions(reader, self.opts):
-                manifest = reader.manifest(tp, refresh=True)
-                window = partition_window(reader, self.opts, tp, manifest, Pruning())
-                if manifest.start_offset is not None and manifest.end_offset is not None:
-                    start = window.start if window is not None else manifest.end_offset + 1
-                    out[str(tp.partition)] = (start, manifest.end_offset + 1)
-            return out
+    def _refresh(
+        self, reader: RemoteReader, *, force: bool = False
+    ) -> dict[str, tuple[TopicPartitionId, Manifest]]:
+        now = self._clock()
+        due = self._refreshed_at is None or (now - self._refreshed_at) * 1000 >= self.opts.refresh_interval_ms
+        if force or due:
+            self._manifests = {
+                str(tp.partition): (tp, reader.manifest(tp, refresh=True))
+                for tp in topic_partitions(reader, self.opts)
+            }
+            self._refreshed_at = now
+        return self._manifests
+
+    def _raise_high(self, offsets: dict[str, int]) -> None:
+        for p, offset in offsets.items():
+            self._high[p] = max(self._high.get(p, offset), offset)
 
     def initialOffset(self) -> dict[str, int]:
-        return {p: start for p, (start, _) in self._bounds().items()}
+        out: dict[str, int] = {}
+        with _open_reader(self.opts) as reader:
+            for p, (tp, manifest) in self._refresh(reader, force=True).items():
+                if manifest.start_offset is None or manifest.end_offset is None:
+                    continue
+                window = partition_window(reader, self.opts, tp, manifest, Pruning())
+                out[p] = window.start if window is not None else manifest.end_offset + 1
+        self._raise_high(out)
+        return out
 
     def latestOffset(self) -> dict[str, int]:
-        return {p: end for p, (_, end) in self._bounds().items()}
+        with _open_reader(self.opts) as reader:
+            manifests = self._refresh(reader)
+        self._raise_high({p: m.end_offset + 1 for p, (_, m) in manifests.items() if m.end_offset is not None})
+        return dict(self._high)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        self._raise_high(end)
+        self._raise_high(start)
         out: list[InputPartition] = []
         with _open_reader(self.opts) as reader:
-            for tp in topic_partitions(reader, self.opts):
-                p = str(tp.partition)
-                if p not in end:
-                    continue
-                manifest = reader.manifest(tp, refresh=True)
-                # A partition first seen after the query started is read from its first tiered offset.
-                first = start.get(p, manifest.start_offset if manifest.start_offset is not None else end[p])
-                if first >= end[p]:
-                    continue
-                window = PartitionWindow(tp, first, end[p])
-                splits = plan_partition(reader, manifest, window, max_split_bytes=self.opts.max_split_bytes)
-                out.extend(SplitPartition(s) for s in splits)
+            manifests = self._manifests
+            if any(p not in manifests for p in end):
+                manifests = self._refresh(reader, force=True)
+            for p, stop in sorted(end.items(), key=lambda item: int(item[0])):
+                planned = self._plan(reader, manifests.get(p), p, start.get(p), stop)
+                out.extend(SplitPartition(s) for s in planned)
         return out
+
+    def _plan(
+        self,
+        reader: RemoteReader,
+        known: tuple[TopicPartitionId, Manifest] | None,
+        p: str,
+        begin: int | None,
+        stop: int,
+    ) -> list[ScanSplit]:
+        """The splits of [begin, stop) of partition ``p``; every offset of it the tier does not hold is
+        data loss (failOnDataLoss). ``begin`` None: a partition that appeared after the query started."""
+        if begin is not None:
+            if stop < begin:
+                # Only after a restart (latest never goes back in one reader): the tier's end went back
+                # below the checkpoint. Spark starts the next batch at ``stop``; [stop, begin) was read.
+                self._read_to[p] = max(begin, self._read_to.get(p, begin))
+            begin = max(begin, self._read_to.get(p, begin))
+        manifest = known[1] if known is not None else None
+        first = manifest.start_offset if manifest is not None else None
+        last = manifest.end_offset if manifest is not None else None
+        if known is None or manifest is None or first is None or last is None:
+            if begin is not None and begin < stop:
+                self._data_loss(p, begin, stop, "the remote tier holds nothing of the partition now")
+            return []
+        tp, after_last = known[0], last + 1
+        if begin is None:
+            # As the Kafka source does with an added partition: read from its start, which should be 0.
+            if first > 0:
+                self._data_loss(p, 0, first, "a partition added after the query started begins there")
+            begin = first
+        if begin >= stop:
+            return []
+        if begin < first:
+            self._data_loss(p, begin, first, "deleted by remote retention or quarantined")
+            begin = first
+        if stop > after_last:
+            self._data_loss(
+                p, max(begin, after_last), stop, "no longer at the remote tier's end (quarantined?)"
+            )
+            stop = after_last
+        for lo, hi in _holes(manifest, begin, stop):
+            self._data_loss(p, lo, hi, "a hole inside the remote tier (a quarantined or missing segment)")
+        if begin >= stop:
+            return []
+        window = PartitionWindow(tp, begin, stop)
+        return plan_partition(reader, manifest, window, max_split_bytes=self.opts.max_split_bytes)
+
+    def _data_loss(self, p: str, lo: int, hi: int, why: str) -> None:
+        what = f"{self.opts.topic}-{p}: offsets {lo}..{hi - 1} are not in the remote tier ({why})"
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}; some data may have been lost. Set failOnDataLoss=false to skip them with a warning"
+            )
+        _log.warning("%s: skipped (failOnDataLoss=false)", what)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
@@ -191,6 +298,20 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to acknowledge: the remote tier is read, never consumed."""
+        self._raise_high(end)
+
+
+def _holes(manifest: Manifest, lo: int, hi: int) -> list[tuple[int, int]]:
+    """Offset ranges inside [lo, hi) that no served segment holds. Offsets between a segment's last offset
+    and its ``next_offset`` (the next segment's base on the broker) never existed, so they are no hole."""
+    out = []
+    ranges = manifest.cover().ranges
+    for prev, nxt in zip(ranges, ranges[1:], strict=False):
+        held_to = max(prev.last_offset + 1, prev.segment.next_offset)
+        a, b = max(held_to, lo), min(nxt.first_offset, hi)
+        if a < b:
+            out.append((a, b))
+    return out
 
 
 class TierkeeperDataSource(DataSource):  # type: ignore[misc]
@@ -201,7 +322,9 @@ class TierkeeperDataSource(DataSource):  # type: ignore[misc]
         return SHORT_NAME
 
     def schema(self) -> str:
-        headers = parse_options(self.options).include_headers
+        # The same for batch and streaming reads: no other option is looked at here (Spark calls schema()
+        # before it says which kind of read this is; the reader or streamReader parses the options).
+        headers = parse_include_headers(self.options)
         return SCHEMA + (HEADERS_COLUMN if headers else "")
 
     def reader(self, schema: Any) -> DataSourceReader:

@@ -35,7 +35,7 @@ class Pruning:
 
 
 def topic_partitions(reader: RemoteReader, opts: ScanOptions) -> list[TopicPartitionId]:
-    tp0 = reader.resolve(opts.topic, 0, opts.topic_id)
+    tp0 = reader.resolve(opts.topic, 0, opts.topic_id, choose_with="option topicId")
     return list_partitions(reader.store, reader.layout, tp0.topic, tp0.topic_id)
 
 

@@ -66,7 +66,7 @@ def test_transactional_topic_rows_equal_a_real_consumer_on_file_and_s3(
     want = _consumer_rows(spark_dataset, file_tier, topic, isolation)
     assert len(want) > 1000
     for tier in (file_tier, s3_tier):
-        df = _load(tk_spark, tier, topic, **{"isolation.level": isolation, "includeHeaders": "true"})
+        df = _load(tk_spark, tier, topic, **{"kafka.isolation.level": isolation, "includeHeaders": "true"})
         assert _rows(df) == want, tier.url
 
 

@@ -20,7 +20,7 @@ def test_kafka_source_options_parse_case_insensitively() -> None:
             "topic": "orders",
             "startingOffsets": '{"orders": {"0": 12, "1": -2}}',
             "endingoffsets": "latest",
-            "Isolation.Level": "read_uncommitted",
+            "Kafka.Isolation.Level": "read_uncommitted",
             "includeHeaders": "true",
             "endpointUrl": "http://127.0.0.1:9",
             "pathStyle": "true",
@@ -41,7 +41,11 @@ def test_kafka_source_options_parse_case_insensitively() -> None:
     [
         ({"topic": "t"}, "option remote is required"),
         ({"remote": "memory://x"}, "option topic is required"),
-        ({"remote": "memory://x", "topic": "t", "isolation.level": "x"}, "isolation.level"),
+        ({"remote": "memory://x", "topic": "t", "kafka.isolation.level": "x"}, "kafka.isolation.level"),
+        (
+            {"remote": "memory://x", "topic": "t", "isolation.level": "read_committed"},
+            "now kafka.isolation.level",
+        ),
         ({"remote": "memory://x", "topic": "t", "startingOffsets": "latest"}, "batch query"),
         ({"remote": "memory://x", "topic": "t", "endingOffsets": "earliest"}, "endingOffsets"),
         ({"remote": "memory://x", "topic": "t", "startingOffsets": '{"other": {"0": 1}}'}, "other"),
@@ -56,6 +60,15 @@ def test_bad_options_are_one_line_config_errors(options: dict[str, str], message
         parse_options({**options, "storage.secret": "s3cr3t"})
     assert message in str(err.value) and "\n" not in str(err.value)
     assert "s3cr3t" not in str(err.value)
+
+
+def test_isolation_level_is_kafkas_option_with_kafkas_default() -> None:
+    base = {"remote": "memory://x", "topic": "t"}
+    assert parse_options(base).isolation is Isolation.READ_UNCOMMITTED
+    committed = parse_options({**base, "kafka.isolation.level": "read_committed"})
+    assert committed.isolation is Isolation.READ_COMMITTED
+    with pytest.raises(ConfigError, match="not from brokers"):
+        parse_options({**base, "kafka.fetch.min.bytes": "1"})
 
 
 def test_streaming_defaults_to_latest_and_refuses_ending_offsets() -> None:

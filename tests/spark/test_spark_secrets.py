@@ -37,7 +37,8 @@ print("rows", df.count())
 df.where("offset < 10").explain(mode="extended")
 df.where("offset < 10").explain(mode="formatted")
 print("first", df.select("offset").head())
-for extra in ({"isolation.level": "serializable"}, {"topic": "no-such-topic"}, {"startingOffsets": "{bad"}):
+bad = ({"kafka.isolation.level": "serializable"}, {"topic": "no-such-topic"}, {"startingOffsets": "{bad"})
+for extra in bad:
     try:
         merged = {**options, "topic": topic, **extra}
         spark.read.format("tierkeeper").options(**merged).load().count()

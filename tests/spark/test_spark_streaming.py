@@ -53,6 +53,7 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
             tk_spark.readStream.format("tierkeeper")
             .option("topic", topic)
             .option("startingOffsets", "earliest")
+            .option("manifestRefreshIntervalMs", "0")  # processAllAvailable right after each copy
         )
         for key, value in tier.df_options.items():
             stream = stream.option(key, value)
