@@ -49,9 +49,6 @@ class TierSlice:
     """The first offset the tier holds: the partition's log start as a client sees it through the gateway."""
     aborted: tuple[tuple[int, int], ...]
     """(producer id, first offset) of every aborted transaction overlapping the served batches."""
-    aborted_complete: bool
-    """False when some transaction in the served batches may have ended after the tier's last segment: the
-    broker knows the rest (its own aborted transactions from its log start on)."""
     upper_offset: int
     """One past the last offset served (Kafka's upper bound for collecting aborted transactions)."""
 
@@ -203,11 +200,8 @@ class TierHistory:
         records, upper, producers = self._batches(
             served, max(offset, served.first_offset), max_bytes, min_one
         )
-        aborted: tuple[tuple[int, int], ...] = ()
-        complete = True
-        if committed and producers:
-            aborted, complete = self._aborted(cover, index, offset, upper, producers)
-        return TierSlice(records, cover.start_offset, aborted, complete, upper)
+        aborted = self._aborted(served.segment, offset, upper, producers) if committed and producers else ()
+        return TierSlice(records, cover.start_offset, aborted, upper)
 
     def _refuse_quarantined(self, tp: TopicPartitionId, offset: int) -> None:
         """A quarantined segment holding ``offset`` is damaged history, not history that was never there:
@@ -286,25 +280,23 @@ class TierHistory:
         return read_remote_log_entry(bytes_fetcher(log_index), entry_pos).data_id.position
 
     def _aborted(
-        self, cover: Cover, index: int, offset: int, upper: int, producers: set[int]
-    ) -> tuple[tuple[tuple[int, int], ...], bool]:
-        """Kafka's collection (UnifiedLog.collectAbortedTransactions): the aborted transactions with
-        last offset >= ``offset`` and first offset < ``upper``, from the serving segment's txn index and
-        the later ones', until an entry whose last stable offset reaches ``upper`` proves that no later
-        entry can start below it. Only segments that hold transactions have entries."""
+        self, meta: SegmentMetadata, offset: int, upper: int, producers: set[int]
+    ) -> tuple[tuple[int, int], ...]:
+        """The aborted transactions overlapping the served batches (last offset >= ``offset``, first offset
+        < ``upper``) of the producers whose transactional batches were served. The serving segment's txn
+        index is enough: unlike a broker's, a tiered one lists every aborted transaction overlapping the
+        segment, its ABORT marker in a later segment or not (docs/remote-layout.md), so the walk over later
+        segments that Kafka's UnifiedLog.collectAbortedTransactions needs, and the question to the broker
+        about transactions ending past the tier, are not."""
+        if not meta.has_transactions or SegmentObject.TXN_INDEX not in meta.objects:
+            return ()
+        with self._index_lock:
+            data = self._indexes.get(meta, SegmentObject.TXN_INDEX)
         found: dict[tuple[int, int], None] = {}  # ordered, without repeats
-        for served in cover.ranges[index:]:
-            meta = served.segment
-            if not meta.has_transactions or SegmentObject.TXN_INDEX not in meta.objects:
-                continue
-            with self._index_lock:
-                data = self._indexes.get(meta, SegmentObject.TXN_INDEX)
-            for txn in iter_txn_index(bytes_fetcher(data)):
-                if txn.last_offset >= offset and txn.first_offset < upper and txn.producer_id in producers:
-                    found[(txn.producer_id, txn.first_offset)] = None
-                if txn.last_stable_offset >= upper:
-                    return tuple(found), True
-        return tuple(found), False
+        for txn in iter_txn_index(bytes_fetcher(data)):
+            if txn.last_offset >= offset and txn.first_offset < upper and txn.producer_id in producers:
+                found[(txn.producer_id, txn.first_offset)] = None
+        return tuple(found)
 
     # ---- timestamps -----------------------------------------------------------------------------
     def offset_for_timestamp(self, tp: TopicPartitionId, timestamp: int) -> TimestampHit | None:

@@ -298,7 +298,7 @@ class ClientSession:
         changed = fetch_rules.session_id(body) != 0
         out_of_range = fetch_rules.out_of_range(body)
         if out_of_range:
-            answers = await self._tier_answers(upstream, header, plain, body, out_of_range)
+            answers = await self._tier_answers(upstream, plain, body, out_of_range)
             if answers:
                 body = fetch_rules.with_answers(body, answers)
                 changed = True
@@ -315,7 +315,6 @@ class ClientSession:
     async def _tier_answers(
         self,
         upstream: Upstream,
-        header: RequestHeader,
         request: Any,
         response: Any,
         keys: list[fetch_rules.PartitionKey],
@@ -377,19 +376,12 @@ class ClientSession:
                 continue
             assert mark is not None
             hwm, lso = mark
-            aborted: tuple[tuple[int, int], ...] | None = found.aborted if committed else None
-            if committed and not found.aborted_complete:
-                more = await self._broker_aborted(upstream, header, request, key, tp, found.upper_offset)
-                if isinstance(more, ErrorCode):
-                    answers[key] = _error_answer(more)
-                    continue
-                aborted = tuple(dict.fromkeys((*found.aborted, *more)))
             answers[key] = fetch_rules.TierAnswer(
                 records=found.records,
                 high_watermark=hwm,
                 last_stable_offset=lso,
                 log_start_offset=found.log_start_offset,
-                aborted=aborted,
+                aborted=found.aborted if committed else None,
             )
             self.ctx.metrics.tier_partitions.labels(outcome="served").inc()
             self.ctx.metrics.tier_bytes.inc(len(found.records))
@@ -552,48 +544,6 @@ class ClientSession:
                     self._hwm[(tp.topic, tp.partition, 1)] = (now, lso_v)
                     out[key] = (hwm_v, lso_v)
         return out
-
-    async def _broker_aborted(
-        self,
-        upstream: Upstream,
-        header: RequestHeader,
-        request: Any,
-        key: fetch_rules.PartitionKey,
-        tp: TopicPartitionId,
-        upper: int,
-    ) -> tuple[tuple[int, int], ...] | ErrorCode:
-        """Aborted transactions that began in the served batches but ended after the tier's last segment:
-        the broker lists them for a read_committed fetch at its log start."""
-        starts = await self._list_offsets_query(upstream, [tp], offset_rules.EARLIEST, 0)
-        start = starts.get((tp.topic, tp.partition), ErrorCode.unknown_topic_or_partition)
-        if isinstance(start, ErrorCode):
-            return start
-        topic = next(t for t in request.topics if fetch_rules.topic_key(t) == key[0])
-        part = next(p for p in topic.partitions if p.partition == key[1])
-        probe = dataclasses.replace(
-            request,
-            max_wait=datetime.timedelta(0),
-            min_bytes=0,
-            max_bytes=1,
-            isolation_level=READ_COMMITTED,
-            topics=(
-                dataclasses.replace(
-                    topic, partitions=(dataclasses.replace(part, fetch_offset=start, partition_max_bytes=1),)
-                ),
-            ),
-        )
-        response = await self._await(upstream, upstream.send_chunks(encode_request(header, probe, 0)))
-        body = decode_response(FETCH, header.api_version, response)
-        for t in body.responses:
-            for p in t.partitions:
-                if p.error_code != ErrorCode.none:
-                    return _retriable(p.error_code)
-                return tuple(
-                    (a.producer_id, a.first_offset)
-                    for a in (p.aborted_transactions or ())
-                    if a.first_offset < upper
-                )
-        return ()
 
     # ---- ListOffsets ----------------------------------------------------------------------------
     async def _list_offsets(self, upstream: Upstream, request: Any, response: Any) -> Any:
