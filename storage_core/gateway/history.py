@@ -30,7 +30,7 @@ from storage_core.formats.remote_index import (
 from storage_core.formats.source import bytes_fetcher
 from storage_core.gateway.block_cache import BlockCache
 from storage_core.remote.catalog import PartitionCatalog, list_topics
-from storage_core.remote.cover import Cover, ServedRange
+from storage_core.remote.cover import Cover, ServedRange, check_on_boundary
 from storage_core.remote.index_cache import IndexCache
 from storage_core.remote.layout import RemoteLayout, SegmentObject, SegmentState, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -239,15 +239,7 @@ class TierHistory:
             if header.last_offset < offset:
                 position += batch_size
                 continue
-            if header.base_offset < served.first_offset:
-                raise DivergentDataError(
-                    f"batch {header.base_offset}..{header.last_offset} crosses offset {served.first_offset}, "
-                    "where the segment before it ends: overlapping segments with different batches",
-                    topic=meta.topic,
-                    partition=meta.partition,
-                    offset=served.first_offset,
-                    path=key,
-                )
+            check_on_boundary(served, header.base_offset, header.last_offset, key)
             if taken + batch_size > max_bytes and (taken or not min_one):
                 break
             batch = self.blocks.read(key, position, position + batch_size, size)

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from storage_core.errors import DivergentDataError
 from storage_core.remote.layout import SegmentState
 
 if TYPE_CHECKING:
@@ -167,3 +168,18 @@ def epochs_over(segment: SegmentMetadata, first: int, last: int) -> tuple[tuple[
     lineage = [(entries[i][1], first)]
     lineage.extend((epoch, start) for start, epoch in entries[i + 1 :] if start <= last)
     return tuple(lineage)
+
+
+def check_on_boundary(served: ServedRange, base_offset: int, last_offset: int, path: str) -> None:
+    """Refuse a batch that starts below the range it is read for: replicas hold the leader's batches byte
+    for byte, so the previous range ends on a batch boundary of this segment too, and a batch across it
+    means the two copies are not the same log."""
+    if base_offset < served.first_offset:
+        raise DivergentDataError(
+            f"batch {base_offset}..{last_offset} crosses offset {served.first_offset}, "
+            "where the segment before it ends: overlapping segments with different batches",
+            topic=served.segment.topic,
+            partition=served.segment.partition,
+            offset=served.first_offset,
+            path=path,
+        )

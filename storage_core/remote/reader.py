@@ -36,7 +36,7 @@ from storage_core.formats.remote_index import (
 )
 from storage_core.formats.source import bytes_fetcher
 from storage_core.remote.catalog import PartitionCatalog, list_topics
-from storage_core.remote.cover import Divergence, ServedRange
+from storage_core.remote.cover import Divergence, ServedRange, check_on_boundary
 from storage_core.remote.index_cache import IndexCache
 from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
 from storage_core.remote.metadata import Manifest, SegmentMetadata
@@ -303,17 +303,7 @@ class RemoteReader:
             if min_timestamp is not None and header.max_timestamp < min_timestamp:
                 _left_out(batch, key, unchecked)
                 continue
-            if header.base_offset < served.first_offset:
-                # Replicas hold the leader's batches byte for byte, so the previous range ends on a batch
-                # boundary of this segment too; a batch across it means the two copies are not the same log.
-                raise DivergentDataError(
-                    f"batch {header.base_offset}..{header.last_offset} crosses offset {served.first_offset}, "
-                    "where the segment before it ends: overlapping segments with different batches",
-                    topic=meta.topic,
-                    partition=meta.partition,
-                    offset=served.first_offset,
-                    path=key,
-                )
+            check_on_boundary(served, header.base_offset, header.last_offset, key)
             divergence = next(
                 (
                     d
