@@ -19,8 +19,6 @@ gateway (PLAIN or SCRAM, over TLS to the gateway), not mTLS.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +37,7 @@ from confluent_kafka.admin import (
 
 from harness.gateway import GatewayProcess, tier_and_trim
 from harness.kafka import KafkaCluster, SaslPlain
+from harness.tls import loopback_certificates
 from storage_core.gateway.protocol import request_type
 
 from .conftest import Tiered, produce, read_all
@@ -196,76 +195,10 @@ def test_a_principal_with_read_reads_the_history_through_the_gateway(secured: Se
 
 
 # ---- TLS from client to gateway -----------------------------------------------------------------------
-def _certificates(where: Path) -> tuple[Path, Path, Path]:
-    """A CA and a certificate for 127.0.0.1 it signed: (ca.pem, cert.pem, key.pem)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tierkeeper test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
-        )
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    where.mkdir(parents=True, exist_ok=True)
-    paths = where / "ca.pem", where / "cert.pem", where / "key.pem"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return paths
-
-
 def test_a_tls_client_reads_the_history_through_the_gateways_own_certificate(
     tiered: Tiered, tmp_path: Path
 ) -> None:
-    ca, cert, key = _certificates(tmp_path / "pki")
+    ca, cert, key = loopback_certificates(tmp_path / "pki")
     gateway = GatewayProcess(
         tiered.cluster.bootstrap_servers,
         tiered.remote,

@@ -108,6 +108,9 @@ class KafkaCluster:
     broker cores of its own, as on its own machine. Nodes not listed run anywhere."""
     sasl: SaslPlain | None = None
     """Clients must authenticate with SASL/PLAIN as this user (``client_config`` holds the properties)."""
+    tls: Path | None = None
+    """A directory for a CA and a certificate for 127.0.0.1 (harness.tls): the client listener (and the
+    brokers' own connections) then use TLS with them; ``client_config`` names the CA."""
     _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
     _cluster_id: str = field(default_factory=_cluster_id, init=False)
 
@@ -142,11 +145,35 @@ class KafkaCluster:
 
     @property
     def client_config(self) -> dict[str, str]:
-        """What a client needs besides bootstrap.servers: the SASL properties, or nothing."""
-        return {} if self.sasl is None else self.sasl.client_config()
+        """What a client needs besides bootstrap.servers: the SASL and TLS properties, or nothing."""
+        config = {} if self.sasl is None else self.sasl.client_config()
+        if self.tls is not None:
+            config |= {
+                "security.protocol": "SASL_SSL" if self.sasl is not None else "SSL",
+                "ssl.ca.location": str(self.tls / "ca.pem"),
+            }
+        return config
+
+    def _tls_properties(self) -> dict[str, str]:
+        if self.tls is None:
+            return {}
+        from harness.tls import loopback_certificates
+
+        if not (self.tls / "ca.pem").exists():
+            loopback_certificates(self.tls)
+        keystore = self.tls / "keystore.pem"  # Kafka's PEM keystore: the key and its certificate chain
+        keystore.write_text((self.tls / "key.pem").read_text() + (self.tls / "cert.pem").read_text())
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.tls / "ca.pem"),
+        }
 
     def _listener_properties(self, node: _Node, is_voter: bool) -> dict[str, str]:
         name = "PLAINTEXT" if self.sasl is None else "SASL_PLAINTEXT"
+        if self.tls is not None:
+            name = "SSL" if self.sasl is None else "SASL_SSL"
         props = {
             "listeners": f"{name}://127.0.0.1:{node.port}"
             + (f",CONTROLLER://127.0.0.1:{node.controller_port}" if is_voter else ""),
@@ -161,12 +188,12 @@ class KafkaCluster:
                 "sasl.enabled.mechanisms": "PLAIN",
                 "sasl.mechanism.inter.broker.protocol": "PLAIN",
                 # The broker's own login (inter-broker) and the one user it accepts (user_<name>).
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                f"listener.name.{name.lower()}.plain.sasl.jaas.config": (
                     "org.apache.kafka.common.security.plain.PlainLoginModule required "
                     f'username="{user}" password="{password}" user_{user}="{password}";'
                 ),
             }
-        return props
+        return props | self._tls_properties()
 
     def _properties(self, node: _Node) -> dict[str, str]:
         rf = str(min(self.brokers, 3))
