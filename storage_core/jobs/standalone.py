@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from storage_core.reconcile.observed import (
 )
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan, plan
 from storage_core.reconcile.rebuild import RebuildResult, replaces, status_from_result, with_rebuild
+from storage_core.reconcile.requests import cleanup_request, copy_request
 
 Clock = Callable[[], datetime.datetime]
 
@@ -122,6 +122,7 @@ class Standalone:
     ) -> None:
         self.clusters = dict(clusters)
         dirs = dict(kafka_config_dirs or {})
+        self._kafka_config_dirs = dirs
         self._fetcher_admins = ClusterClients(self.clusters, dirs, fetcher_admin_factory or fetcher_admin)
         self._fetchers = FetcherChanges(
             self._fetcher_admins,
@@ -303,34 +304,27 @@ class Standalone:
             if replaces(new, old.rebuild):
                 self.broker_status[obj.key] = old.model_copy(update={"rebuild": new})
 
+    def _config_dir(self, cluster: str) -> str | None:
+        directory = self._kafka_config_dirs.get(cluster)
+        return str(directory) if directory is not None else None
+
     def _run_copy(self, action: CopyAction) -> None:
-        from storage_core.tiering.partition_copy import copy_partition
-        from storage_core.tiering.plan import CopyTask
+        """The copy Job's work, in this process: the same request, the same ``jobs.copy`` run."""
+        from storage_core.jobs.copy import copy_options, run_copy
 
         cluster = self.clusters[action.cluster]
         broker = self.broker_specs[action.broker_key].value
         assert broker is not None  # the planner only copies from usable brokers
-        wanted = [(w.topic, p) for w in action.work for p in w.partitions]
+        request = copy_request(action, cluster, broker, config_dir=self._config_dir(action.cluster))
         results: list[dict[str, Any]] = []
         failure = None
         try:
-            store = self._store_factory(cluster)
-            lso = self._admin(action.cluster).last_stable_offsets(wanted)
-            tasks = [
-                CopyTask(
-                    log_dir=broker.log_dir.path,
-                    topic=topic,
-                    partition=partition,
-                    remote_url=cluster.remote.url,
-                    storage_options=dict(cluster.remote.storage_options),
-                    last_stable_offset=lso.get((topic, partition)),
-                    high_watermark=None,
-                    broker_id=action.broker_id,
-                )
-                for topic, partition in wanted
-            ]
-            with ThreadPoolExecutor(max_workers=cluster.jobs.copy_parallelism) as pool:
-                results = [dict(r.__dict__) for r in pool.map(lambda t: copy_partition(t, store), tasks)]
+            report = run_copy(
+                copy_options(request, self._admins.config(action.cluster)),
+                self._store_factory(cluster),
+                admin_factory=lambda _servers, _config: self._admin(action.cluster),
+            )
+            results = report.rows()
         except TierkeeperError as exc:
             failure = str(exc)
         now = self.clock()
@@ -346,26 +340,21 @@ class Standalone:
         )
 
     def _run_cleanup(self, action: CleanupAction) -> None:
-        from storage_core.jobs.cleanup import CleanupOptions, run_cleanup
+        """The cleanup Job's work, in this process: the same request (the topic's copy interval
+        included), the same ``jobs.cleanup`` run, on the cluster's cleanup engine."""
+        from storage_core.jobs.cleanup import cleanup_options, run_cleanup, run_cleanup_on_spark
 
         cluster = self.clusters[action.cluster]
-        spec = action.spec
+        request = cleanup_request(action, cluster, config_dir=self._config_dir(action.cluster))
+        options = cleanup_options(request, self._admins.config(action.cluster))
         report: dict[str, Any] | None = None
         failure = None
         try:
-            report = run_cleanup(
-                self._store_factory(cluster),
-                CleanupOptions(
-                    topics={action.topic},
-                    bootstrap_servers=cluster.bootstrap_servers,
-                    # The same properties as the observing client (a Job gets them as flags and files).
-                    kafka_config=self._admins.config(action.cluster),
-                    remote_retention_ms=spec.remote_retention_ms,
-                    remote_retention_bytes=spec.remote_retention_bytes,
-                    local_retention_ms=spec.local_retention_ms,
-                    local_retention_bytes=spec.local_retention_bytes,
-                ),
-            )
+            store = self._store_factory(cluster)
+            if request.engine == "spark":
+                report = run_cleanup_on_spark(store, options, request.spark_master, dict(request.spark_conf))
+            else:
+                report = run_cleanup(store, options)
         except TierkeeperError as exc:
             failure = str(exc)
         status = self.topic_status[action.topic_key]
