@@ -17,9 +17,8 @@ dir holds data or a broker holds its lock; a half-restored dir is completed), re
 from __future__ import annotations
 
 import datetime
-from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +29,22 @@ from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.jobs.fetcher_changes import BrokerFetchers, FetcherChanges, fetcher_admin
-from storage_core.reconcile import outcomes
+from storage_core.jobs.in_process import InProcessExecutor, remote_store
 from storage_core.reconcile.conditions import rfc3339
 from storage_core.reconcile.fetchers import broker_conditions, health_of
 from storage_core.reconcile.observed import (
-    BrokerInput,
-    KafkaTopic,
     RunningWork,
-    TopicInput,
-    observe_topics,
 )
-from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan, plan
+from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan
 from storage_core.reconcile.rebuild import RebuildResult, replaces, status_from_result, with_rebuild
-from storage_core.reconcile.requests import cleanup_request, copy_request
+from storage_core.reconcile.round import (
+    KafkaObserver,
+    Resource,
+    Statuses,
+    broker_inputs,
+    execute,
+    topic_inputs,
+)
 
 Clock = Callable[[], datetime.datetime]
 
@@ -122,7 +124,6 @@ class Standalone:
     ) -> None:
         self.clusters = dict(clusters)
         dirs = dict(kafka_config_dirs or {})
-        self._kafka_config_dirs = dirs
         self._fetcher_admins = ClusterClients(self.clusters, dirs, fetcher_admin_factory or fetcher_admin)
         self._fetchers = FetcherChanges(
             self._fetcher_admins,
@@ -133,7 +134,7 @@ class Standalone:
         )
         self.clock = clock
         self._admins = ClusterClients(self.clusters, dirs, admin_factory or _kafka_admin)
-        self._store_factory = store_factory or _remote_store
+        self._store_factory = store_factory or remote_store
         self.topics = [o for o in manifests.objects if o.kind == "TieredTopic"]
         self.brokers = [o for o in manifests.objects if o.kind == "TieredBroker"]
         self.topic_specs = {o.key: parse_spec(TieredTopicSpec, o.spec) for o in self.topics}
@@ -142,82 +143,41 @@ class Standalone:
         self.broker_status: dict[str, TieredBrokerStatus] = {
             o.key: TieredBrokerStatus() for o in self.brokers
         }
-
-    # ---- observe ---------------------------------------------------------------------------------
-    def _admin(self, cluster: str) -> Any:
-        return self._admins(cluster)
-
-    def _observe_topic(self, spec: TieredTopicSpec) -> tuple[KafkaTopic | None, str | None]:
-        try:
-            admin = self._admin(spec.cluster_ref.name)
-        except TierkeeperError as exc:
-            return None, str(exc)
-        observed = observe_topics(admin, [spec.topic])[spec.topic]
-        if observed[1] is not None:
-            self._admins.discard(spec.cluster_ref.name)  # the next round asks with a fresh client
-        return observed
-
-    def _inputs(self, observe: bool) -> tuple[list[TopicInput], list[BrokerInput]]:
-        topics = []
-        for obj in self.topics:
-            parsed = self.topic_specs[obj.key]
-            kafka, error = None, None
-            if observe and parsed.value is not None and parsed.value.cluster_ref.name in self.clusters:
-                kafka, error = self._observe_topic(parsed.value)
-            topics.append(
-                TopicInput(
-                    obj.key,
-                    obj.generation,
-                    parsed.value,
-                    parsed.problem,
-                    self.topic_status[obj.key],
-                    kafka,
-                    error,
-                )
-            )
-        brokers = []
-        for obj in self.brokers:
-            parsed_broker = self.broker_specs[obj.key]
-            problem = None
-            if parsed_broker.value is not None and not Path(parsed_broker.value.log_dir.path).is_dir():
-                problem = f"log dir {parsed_broker.value.log_dir.path} is not a directory on this machine"
-            brokers.append(
-                BrokerInput(
-                    obj.key,
-                    obj.generation,
-                    parsed_broker.value,
-                    parsed_broker.problem,
-                    self.broker_status[obj.key],
-                    problem_on_platform=problem,
-                )
-            )
-        return topics, brokers
+        self._topic_resources = [Resource(o.key, o.generation, self.topic_specs[o.key]) for o in self.topics]
+        self._broker_resources = [
+            Resource(o.key, o.generation, self.broker_specs[o.key]) for o in self.brokers
+        ]
+        # Configs read again every round: a poll every few seconds, no 10,000-topic fleet to spare.
+        self._observer = KafkaObserver(self._admins, clock, config_max_age=0.0)
+        self._executor = InProcessExecutor(
+            self.clusters,
+            lambda key: self.broker_specs[key].value,
+            self._admins,
+            self._store_factory,
+            dirs,
+        )
 
     # ---- one round ---------------------------------------------------------------------------------
     def run_round(self) -> RoundReport:
         """Rebuild empty log dirs, observe, plan, run every planned action to its end, fold the results in,
-        plan the status."""
+        plan the status (:func:`storage_core.reconcile.round.execute`)."""
         before = dict(self.broker_status)
         self._admins.refresh()  # client properties read again from their directories each round
         self._fetcher_admins.refresh()
         self._run_rebuilds()
-        topics, brokers = self._inputs(observe=True)
-        first = plan(self.clusters, topics, brokers, RunningWork(), self.clock())
-        self._store(first)
-        report = RoundReport(plan=first, events=list(first.events))
-        for copy in first.copies:
-            self._run_copy(copy)
-            report.copies.append(copy)
-        # Planned again with the copies' outcomes (same observations): cleanups follow the copies they
-        # trim behind, in the same round.
-        after_copies = self._replan(topics, brokers)
-        for cleanup in after_copies.cleanups:
-            self._run_cleanup(cleanup)
-            report.cleanups.append(cleanup)
-        final = self._replan(topics, brokers)  # the conditions and messages the round ends with
-        self._store(final)
-        report.plan = final
-        report.events.extend(e for e in final.events if e not in report.events)
+        topics = topic_inputs(self._topic_resources, self.topic_status, self.clusters, self._observer)
+        brokers = broker_inputs(self._broker_resources, self.broker_status, _platform_problem)
+        done = execute(
+            self.clusters,
+            topics,
+            brokers,
+            RunningWork(),
+            Statuses(self.topic_status, self.broker_status),
+            self._executor,
+            self.clock,
+            self._store,
+        )
+        report = RoundReport(plan=done.plan, copies=done.copies, cleanups=done.cleanups, events=done.events)
         self._run_fetchers(before, report)
         return report
 
@@ -251,15 +211,6 @@ class Standalone:
             )
             report.events.extend(Event(key, e.type, e.reason, e.message) for e in outcome.events)
 
-    def _replan(self, topics: list[TopicInput], brokers: list[BrokerInput]) -> Plan:
-        return plan(
-            self.clusters,
-            [replace(t, status=self.topic_status[t.key]) for t in topics],
-            [replace(b, status=self.broker_status[b.key]) for b in brokers],
-            RunningWork(),
-            self.clock(),
-        )
-
     def _store(self, planned: Plan) -> None:
         self.topic_status.update(planned.topic_status)
         for obj in self.brokers:
@@ -292,7 +243,7 @@ class Standalone:
                     spec.log_dir.path,
                     self._store_factory(cluster),
                     lambda spec=spec: assigned_partitions(  # type: ignore[misc]
-                        self._admin(spec.cluster_ref.name), spec.broker_id, set()
+                        self._admins(spec.cluster_ref.name), spec.broker_id, set()
                     ),
                     options,
                 )
@@ -304,78 +255,14 @@ class Standalone:
             if replaces(new, old.rebuild):
                 self.broker_status[obj.key] = old.model_copy(update={"rebuild": new})
 
-    def _config_dir(self, cluster: str) -> str | None:
-        directory = self._kafka_config_dirs.get(cluster)
-        return str(directory) if directory is not None else None
 
-    def _run_copy(self, action: CopyAction) -> None:
-        """The copy Job's work, in this process: the same request, the same ``jobs.copy`` run."""
-        from storage_core.jobs.copy import copy_options, run_copy
-
-        cluster = self.clusters[action.cluster]
-        broker = self.broker_specs[action.broker_key].value
-        assert broker is not None  # the planner only copies from usable brokers
-        request = copy_request(action, cluster, broker, config_dir=self._config_dir(action.cluster))
-        results: list[dict[str, Any]] = []
-        failure = None
-        try:
-            report = run_copy(
-                copy_options(request, self._admins.config(action.cluster)),
-                self._store_factory(cluster),
-                admin_factory=lambda _servers, _config: self._admin(action.cluster),
-            )
-            results = report.rows()
-        except TierkeeperError as exc:
-            failure = str(exc)
-        now = self.clock()
-        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in results:
-            by_topic[r["topic"]].append(r)
-        for work in action.work:
-            self.topic_status[work.topic_key] = outcomes.topic_after_copy(
-                self.topic_status[work.topic_key], by_topic.get(work.topic, []), now, failure=failure
-            )
-        self.broker_status[action.broker_key] = outcomes.broker_after_copy(
-            self.broker_status[action.broker_key], results, now, failure=failure
-        )
-
-    def _run_cleanup(self, action: CleanupAction) -> None:
-        """The cleanup Job's work, in this process: the same request (the topic's copy interval
-        included), the same ``jobs.cleanup`` run, on the cluster's cleanup engine."""
-        from storage_core.jobs.cleanup import cleanup_options, run_cleanup, run_cleanup_on_spark
-
-        cluster = self.clusters[action.cluster]
-        request = cleanup_request(action, cluster, config_dir=self._config_dir(action.cluster))
-        options = cleanup_options(request, self._admins.config(action.cluster))
-        report: dict[str, Any] | None = None
-        failure = None
-        try:
-            store = self._store_factory(cluster)
-            if request.engine == "spark":
-                report = run_cleanup_on_spark(store, options, request.spark_master, dict(request.spark_conf))
-            else:
-                report = run_cleanup(store, options)
-        except TierkeeperError as exc:
-            failure = str(exc)
-        status = self.topic_status[action.topic_key]
-        if report is not None and status.topic_id is not None:
-            # Older incarnations of a recreated topic are cleaned too; the status is about the current one.
-            report = {
-                **report,
-                "partitions": [p for p in report["partitions"] if p.get("topic_id") == status.topic_id],
-            }
-        self.topic_status[action.topic_key] = outcomes.topic_after_cleanup(
-            status, report, self.clock(), failure=failure
-        )
+def _platform_problem(spec: TieredBrokerSpec) -> str | None:
+    if not Path(spec.log_dir.path).is_dir():
+        return f"log dir {spec.log_dir.path} is not a directory on this machine"
+    return None
 
 
 def _kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
     from storage_core.adapters.kafka_admin import KafkaAdmin
 
     return KafkaAdmin(bootstrap_servers, config)
-
-
-def _remote_store(cluster: KafkaClusterConfig) -> Any:
-    from storage_core.adapters.store import RemoteStore
-
-    return RemoteStore(cluster.remote.url, dict(cluster.remote.storage_options))
