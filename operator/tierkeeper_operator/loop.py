@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage_core.adapters.kafka_client_config import ClusterClients
+from storage_core.adapters.kafka_client_config import ClusterClients, kafka_admin
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import Parsed, parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
@@ -108,7 +108,7 @@ class Reconciler:
         # Where each cluster's clientConfigSecretRef Secret is mounted in this pod: the operator reads
         # its own Kafka credentials as files, never through the Secrets API (its RBAC has no secrets).
         dirs = dict(kafka_config_dirs or {})
-        self._admins = ClusterClients(self.clusters, dirs, admin_factory or _kafka_admin)
+        self._admins = ClusterClients(self.clusters, dirs, admin_factory or kafka_admin)
         self._observer = KafkaObserver(self._admins, clock)
         """Per cluster: its topics' configs are re-read only once stale (the costliest observation)."""
         self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics, kafka_config_dirs=dirs)
@@ -480,9 +480,3 @@ class JobStarter:
 def _owner(kind: str, obj: Mapping[str, Any]) -> Owner:
     meta = obj["metadata"]
     return Owner(kind, meta["name"], meta["namespace"], meta["uid"])
-
-
-def _kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
-    from storage_core.adapters.kafka_admin import KafkaAdmin
-
-    return KafkaAdmin(bootstrap_servers, config)

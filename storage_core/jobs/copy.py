@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage_core.adapters.kafka_client_config import kafka_admin
 from storage_core.errors import ConfigError
 from storage_core.formats.segment_files import KAFKA_INTERNAL_TOPICS, TopicPartition
 from storage_core.logdir import LogDir
@@ -105,18 +106,12 @@ def copy_options(request: CopyRequest, kafka_config: Mapping[str, str]) -> CopyO
 AdminFactory = Callable[[str, dict[str, str]], Any]
 
 
-def _kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
-    from storage_core.adapters.kafka_admin import KafkaAdmin
-
-    return KafkaAdmin(bootstrap_servers, config)
-
-
 def run_copy(
     options: CopyOptions,
     store: ObjectStore,
     *,
     progress: Callable[[int], None] | None = None,
-    admin_factory: AdminFactory = _kafka_admin,
+    admin_factory: AdminFactory = kafka_admin,
 ) -> CopyReport:
     """Copy what ``options`` names; a partition's failure is in its result, never raised. Raises
     ``TierkeeperError`` only for what stops the whole run (an unreadable log dir, Kafka unreachable)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage_core.adapters.kafka_client_config import ClusterClients
+from storage_core.adapters.kafka_client_config import ClusterClients, kafka_admin
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import ManifestSet, parse_cluster_config, parse_manifests, parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
@@ -133,7 +133,7 @@ class Standalone:
             how_to_approve="--approve-fetchers or spec.replicaFetchers.autoApprove",
         )
         self.clock = clock
-        self._admins = ClusterClients(self.clusters, dirs, admin_factory or _kafka_admin)
+        self._admins = ClusterClients(self.clusters, dirs, admin_factory or kafka_admin)
         self._store_factory = store_factory or remote_store
         self.topics = [o for o in manifests.objects if o.kind == "TieredTopic"]
         self.brokers = [o for o in manifests.objects if o.kind == "TieredBroker"]
@@ -260,9 +260,3 @@ def _platform_problem(spec: TieredBrokerSpec) -> str | None:
     if not Path(spec.log_dir.path).is_dir():
         return f"log dir {spec.log_dir.path} is not a directory on this machine"
     return None
-
-
-def _kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
-    from storage_core.adapters.kafka_admin import KafkaAdmin
-
-    return KafkaAdmin(bootstrap_servers, config)

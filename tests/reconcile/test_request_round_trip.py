@@ -5,6 +5,7 @@ parsed by the ``tierkeeper`` command the Job runs, come back as exactly what the
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,13 @@ import pytest
 from storage_core.adapters.kafka_client_config import cluster_client_config
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.cli.cleanup import cleanup_options_from_args
 from storage_core.cli.common import storage_options
 from storage_core.cli.copy import copy_options_from_args
 from storage_core.cli.main import build_parser
 from storage_core.jobs.cleanup import cleanup_options
-from storage_core.jobs.copy import copy_options
+from storage_core.jobs.copy import CopyReport, copy_options
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
 from storage_core.reconcile.requests import (
     cleanup_request,
@@ -27,6 +29,9 @@ from storage_core.reconcile.requests import (
     delete_request,
     rebuild_request,
 )
+from storage_core.reconcile.results import decode_cleanup, decode_copy, encode_cleanup, encode_copy
+from storage_core.reconcile.round import CleanupOutcome, CopyOutcome, Statuses, fold_cleanup, fold_copy
+from storage_core.tiering.partition_copy import PartitionCopyResult
 from tierkeeper_operator.jobs import job_args
 
 
@@ -149,3 +154,99 @@ def test_a_rebuild_request_parses_back(secret_dir: Path) -> None:
     )
     assert (args.remote, storage_options(args)) == (request.remote.url, dict(request.remote.storage_options))
     assert args.kafka_config_dir == str(secret_dir)
+
+
+NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+def test_the_same_copy_outcome_folds_into_the_same_status_through_a_job_result_or_in_process() -> None:
+    report = CopyReport(
+        partitions=[
+            PartitionCopyResult(
+                "orders",
+                0,
+                copied_segments=3,
+                copied_bytes=3000,
+                remote_end_offset=299,
+                topic_id="T1",
+                remote_start_offset=0,
+                remote_segments=3,
+                remote_bytes=3000,
+                untiered_segments=1,
+                untiered_bytes=1000,
+            ),
+            PartitionCopyResult("orders", 3, error="orders-3: CRC mismatch", topic_id="T1"),
+            PartitionCopyResult(
+                "a=b", 1, copied_segments=1, copied_bytes=10, remote_end_offset=9, topic_id="T2"
+            ),
+        ]
+    )
+    work = [("kafka/orders", "orders"), ("kafka/a=b", "a=b")]
+
+    def fold(rows: list[dict[str, Any]]) -> Statuses:
+        statuses = Statuses(
+            {"kafka/orders": TieredTopicStatus(), "kafka/a=b": TieredTopicStatus()},
+            {"kafka/broker-2": TieredBrokerStatus()},
+        )
+        fold_copy(statuses, work, "kafka/broker-2", CopyOutcome(rows, None, "job"), NOW)
+        return statuses
+
+    by_topic, failure = decode_copy(encode_copy(report.rows()))
+    assert failure is None
+    through_job = fold([row for rows in by_topic.values() for row in rows])
+    in_process = fold(report.rows())
+    assert through_job == in_process
+    orders = in_process.topics["kafka/orders"]
+    assert orders.last_copy is not None and orders.last_copy.result == "Failed"  # partition 3 failed
+    assert orders.remote is not None and orders.remote.partitions[0].end_offset == 299
+
+
+def test_the_same_cleanup_outcome_folds_alike_and_only_the_current_incarnation_counts() -> None:
+    status = TieredTopicStatus.model_validate(
+        {
+            "topicId": "T1",
+            "remote": {
+                "segments": 5,
+                "bytes": 500,
+                "partitions": [
+                    {"partition": 0, "startOffset": 0, "endOffset": 499, "segments": 5, "bytes": 500}
+                ],
+            },
+        }
+    )
+    report = {
+        "partitions": [
+            {
+                "topic": "orders",
+                "topic_id": "T1",
+                "partition": 0,
+                "remote_start_offset": 200,
+                "deleted": [{}, {}],
+                "bytes_deleted": 200,
+                "local_trim": {"from": 0, "to": 300},
+            },
+            # An older incarnation of the topic, cleaned in the same run: not this status's tier.
+            {
+                "topic": "orders",
+                "topic_id": "T0",
+                "partition": 0,
+                "remote_start_offset": 900,
+                "deleted": [{}],
+                "bytes_deleted": 100,
+                "local_trim": None,
+            },
+        ],
+        "errors": [],
+        "bytes_deleted": 300,
+    }
+
+    def fold(outcome_report: dict[str, Any] | None) -> TieredTopicStatus:
+        statuses = Statuses({"kafka/orders": status}, {})
+        fold_cleanup(statuses, ["kafka/orders"], CleanupOutcome(outcome_report, None, "job"), NOW)
+        return statuses.topics["kafka/orders"]
+
+    decoded, failure = decode_cleanup(encode_cleanup(report))
+    assert failure is None
+    assert fold(decoded) == fold(report)
+    (tier,) = fold(report).remote.partitions  # type: ignore[union-attr]
+    assert (tier.start_offset, tier.segments, tier.bytes) == (200, 3, 300)
