@@ -21,11 +21,23 @@ from harness.spark import local_session
 from harness.spark_kafka import connector_jars
 
 # ---- the fast lane (`make check`) -------------------------------------------------------------------------
-# The tests that need no Kafka, Spark or control plane: everything else runs in `make test`. A test is left
-# out when it uses a fixture that starts one of them (directly or through other fixtures), when its module
-# starts one itself, or when its whole directory is about them.
+# The tests that need no Kafka, Spark, control plane or tool the harness builds or downloads (helm, kubectl,
+# the kstatus and Prometheus rules checkers, ShellCheck), so they run on a fresh clone after `make setup`:
+# everything else runs in `make test`. A test is left out when it uses a fixture that starts one of them
+# (directly or through other fixtures), when its module starts or uses one itself, or when its whole
+# directory is about them.
 HEAVY_FIXTURES = frozenset({"kafka_broker", "kafka_cluster_factory", "spark", "k8s_control_plane"})
-HEAVY_SOURCE = ("KafkaCluster(", "local_session(", "ControlPlane(", '"--engine", "spark"', "spark_session(")
+HEAVY_SOURCE = (
+    "KafkaCluster(",
+    "local_session(",
+    "ControlPlane(",
+    '"--engine", "spark"',
+    "spark_session(",
+    "harness.tools",
+    "harness.kstatus",
+    "harness.promrules",
+    "harness.shellcheck",
+)
 HEAVY_DIRS = frozenset({"packaging", "e2e", "stress", "crash"})
 
 

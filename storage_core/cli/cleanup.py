@@ -92,6 +92,14 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
+RETENTION_FLAGS = (
+    "remote_retention_ms",
+    "remote_retention_bytes",
+    "local_retention_ms",
+    "local_retention_bytes",
+)
+
+
 def cleanup_options_from_args(args: argparse.Namespace) -> Any:
     """The :class:`~storage_core.jobs.cleanup.CleanupOptions` these flags ask for (the operator's cleanup
     Jobs pass a ``CleanupRequest``'s arguments; a test proves they come back as the in-process
@@ -100,22 +108,15 @@ def cleanup_options_from_args(args: argparse.Namespace) -> Any:
     from storage_core.tiering.eligibility import TrimTiming
 
     require_positive(args, "copy_interval_ms")
+    # The flags are spelled as the options' fields.
+    same = ("bootstrap_servers", "log_dir", "orphan_grace_ms", "dry_run", *RETENTION_FLAGS)
     return CleanupOptions(
         topics=set(args.topic) if args.topic else None,
-        bootstrap_servers=args.bootstrap_servers,
         kafka_config=kafka_client_config(args),
-        log_dir=args.log_dir,
-        remote_retention_ms=args.remote_retention_ms,
-        remote_retention_bytes=args.remote_retention_bytes,
-        local_retention_ms=args.local_retention_ms,
-        local_retention_bytes=args.local_retention_bytes,
-        orphan_grace_ms=args.orphan_grace_ms,
         use_log_start=not args.ignore_log_start,
-        dry_run=args.dry_run,
         now_ms=int(time.time() * 1000),
-        trim_timing=TrimTiming(copy_interval_ms=args.copy_interval_ms)
-        if args.copy_interval_ms is not None
-        else TrimTiming(),
+        trim_timing=TrimTiming() if args.copy_interval_ms is None else TrimTiming(args.copy_interval_ms),
+        **{name: getattr(args, name) for name in same},
     )
 
 

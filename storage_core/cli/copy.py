@@ -106,21 +106,18 @@ def copy_options_from_args(args: argparse.Namespace) -> Any:
             "without --bootstrap-servers the topics' cleanup.policy and remote.storage.enable cannot be "
             "checked; pass --bootstrap-servers, or --assume-tierable to assert they are tierable"
         )
+    # The flags are spelled as the options' fields.
+    same = ("log_dir", "broker_id", "parallelism", "segments_in_flight", "max_bytes_per_second", "engine")
     return CopyOptions(
-        log_dir=args.log_dir,
         remote_url=args.remote,
         storage_options=storage_options(args),
         bootstrap_servers=args.bootstrap_servers or None,
         kafka_config=kafka_client_config(args) if args.bootstrap_servers else {},
         assignment=tuple(parse_assignments(args.assignment)) if args.assignment else None,
         topics=frozenset(args.topic) if args.topic else None,
-        broker_id=args.broker_id,
-        parallelism=args.parallelism,
-        segments_in_flight=args.segments_in_flight,
-        max_bytes_per_second=args.max_bytes_per_second,
         fsync=not args.no_fsync,
-        engine=args.engine,
         spark_conf=parse_conf(args.spark_conf),
+        **{name: getattr(args, name) for name in same},
     )
 
 

@@ -59,6 +59,23 @@ class RemoteTier:
         return out
 
 
+def _broker_dir_args(
+    verb: str, log_dir: str, kafka: KafkaClient, broker_id: int, parallelism: int
+) -> list[str]:
+    """The head the commands working on one broker's log dir share."""
+    return [
+        verb,
+        "--log-dir",
+        log_dir,
+        "--bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--broker-id",
+        str(broker_id),
+        "--parallelism",
+        str(parallelism),
+    ]
+
+
 @dataclass(frozen=True)
 class CopyRequest:
     """Copy exactly these partitions from one broker's log dir (``tierkeeper copy --assignment``)."""
@@ -73,17 +90,7 @@ class CopyRequest:
     max_bytes_per_second: int | None = None
 
     def args(self) -> list[str]:
-        out = [
-            "copy",
-            "--log-dir",
-            self.log_dir,
-            "--bootstrap-servers",
-            self.kafka.bootstrap_servers,
-            "--broker-id",
-            str(self.broker_id),
-            "--parallelism",
-            str(self.parallelism),
-        ]
+        out = _broker_dir_args("copy", self.log_dir, self.kafka, self.broker_id, self.parallelism)
         if self.max_bytes_per_second:
             out += ["--max-bytes-per-second", str(self.max_bytes_per_second)]
         for topic, partitions in self.assignment:
@@ -161,19 +168,8 @@ class RebuildRequest:
     parallelism: int = 4
 
     def args(self) -> list[str]:
-        return [
-            "rebuild",
-            "--log-dir",
-            self.log_dir,
-            "--bootstrap-servers",
-            self.kafka.bootstrap_servers,
-            "--broker-id",
-            str(self.broker_id),
-            "--parallelism",
-            str(self.parallelism),
-            *self.remote.args(),
-            *self.kafka.args(),
-        ]
+        head = _broker_dir_args("rebuild", self.log_dir, self.kafka, self.broker_id, self.parallelism)
+        return [*head, *self.remote.args(), *self.kafka.args()]
 
 
 Request = CopyRequest | CleanupRequest | DeleteRequest | RebuildRequest
