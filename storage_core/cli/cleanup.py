@@ -49,8 +49,8 @@ def register(subparsers: Any) -> None:
         "--copy-interval-ms",
         type=int,
         help="how often copy and cleanup run (default 1 h): the local trim is refused for topics whose "
-        "Kafka retention.ms is shorter than the local window + this + a 1 h margin, since Kafka could "
-        "delete segments before they are tiered (docs/reliability.md)",
+        "Kafka retention could delete segments before they are tiered with this interval "
+        "(docs/reliability.md, 'The retention rules, precisely')",
     )
     p.add_argument(
         "--orphan-grace-ms",
