@@ -32,13 +32,14 @@ HEAVY_SOURCE = (
     "local_session(",
     "ControlPlane(",
     '"--engine", "spark"',
+    "--spark-master",
     "spark_session(",
     "harness.tools",
     "harness.kstatus",
     "harness.promrules",
     "harness.shellcheck",
 )
-HEAVY_DIRS = frozenset({"packaging", "e2e", "stress", "crash"})
+HEAVY_DIRS = frozenset({"packaging", "e2e", "stress", "crash", "spark"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
