@@ -170,7 +170,7 @@ def run(options: OperatorOptions) -> int:
 
     from storage_core.adapters.kafka_client_config import parse_config_dirs
     from storage_core.errors import ConfigError
-    from storage_core.jobs.standalone import load_clusters
+    from storage_core.jobs.resource_files import load_clusters
     from tierkeeper_operator.background import RoundsOptions
     from tierkeeper_operator.handlers import build_registry
 

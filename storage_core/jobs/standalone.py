@@ -1,10 +1,11 @@
 """Standalone mode: the operator's reconcile decisions without Kubernetes.
 
-Reads TieredTopic/TieredBroker manifests (log dirs as local paths) and cluster configurations, observes
-Kafka through the Admin API, runs :func:`storage_core.reconcile.planner.plan`, executes its actions in
-this process with the storage core (copy from each leader's log dir, cleanup with the local trim), folds
-each run's result into the statuses with :mod:`storage_core.reconcile.outcomes`, and plans again for the
-status to show. TieredBrokers with ``replicaFetchers`` get a fetcher proposal
+Takes TieredTopic/TieredBroker manifests (log dirs as local paths) and cluster configurations
+(:mod:`storage_core.jobs.resource_files` reads them) and runs the operator's round
+(:mod:`storage_core.reconcile.round`) with the in-process executor (:mod:`storage_core.jobs.in_process`):
+copies from each leader's log dir and cleanups run here, through the same requests and ``jobs``
+functions as the operator's Jobs, and their outcomes are folded into the statuses at once.
+TieredBrokers with ``replicaFetchers`` get a fetcher proposal
 (:mod:`storage_core.jobs.fetcher_changes`); it is applied, each change to its end in the same round, when
 ``autoApprove`` is set or the caller approves every proposal (``--approve-fetchers``). The statuses live
 in memory: a restarted standalone run starts with every topic due.
@@ -17,17 +18,17 @@ dir holds data or a broker holds its lock; a half-restored dir is completed), re
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from storage_core.adapters.kafka_client_config import ClusterClients, kafka_admin
 from storage_core.api.cluster import KafkaClusterConfig
-from storage_core.api.parse import ManifestSet, parse_cluster_config, parse_manifests, parse_spec
+from storage_core.api.parse import ManifestSet, parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
-from storage_core.errors import ConfigError, TierkeeperError
+from storage_core.errors import TierkeeperError
 from storage_core.jobs.fetcher_changes import BrokerFetchers, FetcherChanges, fetcher_admin
 from storage_core.jobs.in_process import InProcessExecutor, remote_store
 from storage_core.reconcile.conditions import rfc3339
@@ -51,52 +52,6 @@ Clock = Callable[[], datetime.datetime]
 
 def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def load_clusters(
-    paths: Sequence[Path], *, secrets_allowed: bool = False, mounted: Collection[str] = ()
-) -> dict[str, KafkaClusterConfig]:
-    """Cluster configurations by name from YAML files. ``secrets_allowed``: the operator resolves Secret
-    references (Jobs mount them; its own clients read them as mounted files). Standalone mode has no
-    Secrets: it refuses a ``storageOptionsSecretRef`` rather than run without credentials, and a
-    ``clientConfigSecretRef`` unless ``mounted`` names the cluster (``--kafka-config-dir CLUSTER=DIR``,
-    a directory laid out as the Secret would be mounted)."""
-    clusters: dict[str, KafkaClusterConfig] = {}
-    for path in paths:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read cluster configuration {path}: {exc.strerror}") from None
-        for cluster in parse_cluster_config(text, str(path)):
-            if cluster.name in clusters:
-                raise ConfigError(f"{path}: cluster {cluster.name!r} is defined twice")
-            if not secrets_allowed and cluster.remote.storage_options_secret_ref:
-                raise ConfigError(
-                    f"{path}: cluster {cluster.name!r} references a Secret; standalone mode reads no "
-                    "Secrets (put non-secret values in remote.storageOptions and credentials in the "
-                    "storage provider's environment)"
-                )
-            if not secrets_allowed and cluster.client_config_secret_ref and cluster.name not in mounted:
-                raise ConfigError(
-                    f"{path}: cluster {cluster.name!r} has a clientConfigSecretRef; standalone mode reads "
-                    f"no Secrets: give --kafka-config-dir {cluster.name}=DIR, a directory with one file "
-                    "per client property"
-                )
-            clusters[cluster.name] = cluster
-    return clusters
-
-
-def load_manifests(directory: Path) -> ManifestSet:
-    if not directory.is_dir():
-        raise ConfigError(f"--manifests {directory}: not a directory")
-    out = ManifestSet()
-    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-        parse_manifests(path.read_text(encoding="utf-8"), str(path), out)
-    keys = [(o.kind, o.key) for o in out.objects]
-    duplicates = sorted({f"{kind} {key}" for kind, key in keys if keys.count((kind, key)) > 1})
-    if duplicates:
-        raise ConfigError(f"{directory}: defined more than once: {', '.join(duplicates)}")
-    return out
 
 
 @dataclass

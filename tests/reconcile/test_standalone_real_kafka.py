@@ -23,7 +23,8 @@ from harness.kafka import KafkaCluster
 from harness.paths import REPO_ROOT
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.store import RemoteStore
-from storage_core.jobs.standalone import Standalone, load_clusters, load_manifests
+from storage_core.jobs.resource_files import load_clusters, load_manifests
+from storage_core.jobs.standalone import Standalone
 from storage_core.remote.catalog import list_topics
 from storage_core.remote.layout import RemoteLayout
 from storage_core.remote.reader import RemoteReader
