@@ -7,6 +7,7 @@ stays readable from one tier or the other.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -261,7 +262,7 @@ def _cleanup_one(
         orphan_grace_ms=options.orphan_grace_ms,
         dry_run=options.dry_run,
     )
-    out: dict[str, Any] = dict(result.__dict__)
+    out: dict[str, Any] = dataclasses.asdict(result)
     out["topic_id"] = tp.topic_id
     if admin is not None and current and view.local is not None and log_start is not None:
         out["local_trim"] = _trim(catalog, admin, tp, log_start, view.local, options)
