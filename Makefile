@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: test stress-test demo setup harness lint format crds chart docs manifests constraints images clean
+.PHONY: test check stress-test demo setup harness lint format crds chart docs manifests constraints images clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,12 @@ lint: setup
 
 test: harness lint
 	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast lane for whoever changes the code: everything `lint` checks, then the tests that need no Kafka,
+# Spark, control plane or harness-built tool (tests/conftest.py, --fast-lane). Under 3 minutes here;
+# `make test` stays the full suite CI runs.
+check: lint
+	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest -q -p no:cacheprovider --fast-lane $(PYTEST_ARGS)
 
 format: setup
 	$(VENV)/bin/ruff format .

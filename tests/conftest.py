@@ -20,6 +20,58 @@ from harness.s3_faults import FaultPlan, FaultProxy
 from harness.spark import local_session
 from harness.spark_kafka import connector_jars
 
+# ---- the fast lane (`make check`) -------------------------------------------------------------------------
+# The tests that need no Kafka, Spark, control plane or tool the harness builds or downloads (helm, kubectl,
+# the kstatus and Prometheus rules checkers, ShellCheck), so they run on a fresh clone after `make setup`:
+# everything else runs in `make test`. A test is left out when it uses a fixture that starts one of them
+# (directly or through other fixtures), when its module starts or uses one itself, or when its whole
+# directory is about them.
+HEAVY_FIXTURES = frozenset({"kafka_broker", "kafka_cluster_factory", "spark", "k8s_control_plane"})
+HEAVY_SOURCE = (
+    "KafkaCluster(",
+    "local_session(",
+    "ControlPlane(",
+    '"--engine", "spark"',
+    "--spark-master",
+    "spark_session(",
+    "harness.tools",
+    "harness.kstatus",
+    "harness.promrules",
+    "harness.shellcheck",
+)
+HEAVY_DIRS = frozenset({"packaging", "e2e", "stress", "crash", "spark"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast-lane",
+        action="store_true",
+        help="only the tests that need no Kafka, Spark or Kubernetes control plane (make check)",
+    )
+
+
+def _needs_heavy(item: pytest.Item, sources: dict[Path, str]) -> bool:
+    path = Path(str(item.path))
+    if HEAVY_DIRS & set(path.relative_to(Path(__file__).parent).parts[:-1]):
+        return True
+    if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    if path not in sources:
+        sources[path] = path.read_text(encoding="utf-8")
+    return any(marker in sources[path] for marker in HEAVY_SOURCE)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--fast-lane"):
+        return
+    sources: dict[Path, str] = {}
+    kept, dropped = [], []
+    for item in items:
+        (dropped if _needs_heavy(item, sources) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:

@@ -42,6 +42,9 @@ SCHEMA_FILE = CHART / "values.schema.json"
 VALUES_FILE = CHART / "values.yaml"
 DOC_FILE = Path("docs") / "configuration.md"
 README_FILE = CHART / "README.md"
+DESIGN_FILE = Path("operator") / "tierkeeper_operator" / "DESIGN.md"
+PERMISSIONS_BEGIN = "<!-- permissions: generated from rbac.py by `make chart`; do not edit -->"
+PERMISSIONS_END = "<!-- end of permissions -->"
 MANIFESTS = Path("examples") / "manifests"
 MANIFEST_RELEASE = "tierkeeper"
 MANIFEST_NAMESPACE = "tierkeeper-system"
@@ -61,6 +64,34 @@ def rbac_text() -> str:
     }
     header = f"# {GENERATED}\n# Source: operator/tierkeeper_operator/rbac.py\n"
     return header + str(yaml.safe_dump(body, sort_keys=False))
+
+
+def permissions_text() -> str:
+    """The operator's permissions as a list for its DESIGN.md: one line per resource, verbs and why."""
+    lines = []
+    for grant_key in sorted({(g.group, g.resource) for g in rbac.ALL_GRANTS}):
+        grants = [g for g in rbac.ALL_GRANTS if (g.group, g.resource) == grant_key]
+        verbs = sorted({v for g in grants for v in g.verbs})
+        group, resource = grant_key
+        scope = (
+            " (watching all namespaces only)"
+            if all(g.clusterwide_only for g in grants)
+            else " (watching given namespaces only)"
+            if all(g.namespaced_only for g in grants)
+            else ""
+        )
+        why = "; ".join(dict.fromkeys(g.why for g in grants))
+        lines.append(f"- `{resource}` ({group or 'core'}): {', '.join(verbs)}{scope}. {why}.")
+    return "\n".join(lines) + "\n"
+
+
+def design_text(current: str) -> str:
+    """The operator's DESIGN.md with its permissions list regenerated between the markers."""
+    head, begin, rest = current.partition(PERMISSIONS_BEGIN)
+    _, end, tail = rest.partition(PERMISSIONS_END)
+    if not begin or not end:
+        raise SystemExit(f"{DESIGN_FILE}: the permission markers are missing")
+    return f"{head}{PERMISSIONS_BEGIN}\n{permissions_text()}{PERMISSIONS_END}{tail}"
 
 
 def model_defs() -> dict[str, Any]:
@@ -347,6 +378,7 @@ def render_all(root: Path, helm: Path | None = None) -> dict[Path, str]:
         SCHEMA_FILE: schema,
         DOC_FILE: configuration_text(json.loads(schema), values),
         README_FILE: readme_text(json.loads(schema), values),
+        DESIGN_FILE: design_text((root / DESIGN_FILE).read_text()),
     }
     if helm is not None:
         files.update(manifest_files(root, helm))

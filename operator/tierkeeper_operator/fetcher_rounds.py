@@ -28,7 +28,7 @@ from storage_core.jobs.fetcher_changes import (
 from storage_core.reconcile.conditions import recorded_conditions
 from storage_core.reconcile.fetchers import ANNOTATION, broker_conditions, health_of, parse_command
 from storage_core.reconcile.planner import Event, Plan
-from storage_core.reconcile.requests import acted_on, pending_fetchers
+from storage_core.reconcile.request_ids import acted_on, pending_fetchers
 from tierkeeper_operator.kube import Kube, KubeError, log_ref
 from tierkeeper_operator.metrics import Metrics
 

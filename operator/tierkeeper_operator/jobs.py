@@ -22,8 +22,13 @@ from typing import Any
 from storage_core.api import API_VERSION
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.reconcile.eligibility import trim_timing
 from storage_core.reconcile.planner import CleanupAction, CopyAction
+from storage_core.reconcile.requests import (
+    Request,
+    cleanup_request,
+    copy_request,
+    delete_request,
+)
 
 MANAGED_BY = "tierkeeper-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -92,42 +97,21 @@ KAFKA_CONFIG_DIR = "/etc/tierkeeper/kafka-client"
 
 
 def _with_kafka_client(
-    cluster: KafkaClusterConfig, args: list[str], container: dict[str, Any], volumes: list[dict[str, Any]]
+    cluster: KafkaClusterConfig, container: dict[str, Any], volumes: list[dict[str, Any]]
 ) -> None:
-    """Give a Job that talks to Kafka the cluster's client properties: the non-secret ``clientConfig`` as
-    ``--kafka-property`` flags, the Secret of ``clientConfigSecretRef`` as a read-only volume (one file
-    per property) read through ``--kafka-config-dir``; its values never appear in the Job."""
-    for key, value in sorted(cluster.client_config.items()):
-        args += ["--kafka-property", f"{key}={value}"]
+    """Mount the Secret of the cluster's ``clientConfigSecretRef`` read-only (one file per property) where
+    the request's ``--kafka-config-dir`` points; its values never appear in the Job."""
     secret = cluster.client_config_secret_ref
     if secret is not None:
-        args += ["--kafka-config-dir", KAFKA_CONFIG_DIR]
         container["volumeMounts"].append(
             {"name": "kafka-client", "mountPath": KAFKA_CONFIG_DIR, "readOnly": True}
         )
         volumes.append({"name": "kafka-client", "secret": {"secretName": secret.name}})
 
 
-def _engine_args(cluster: KafkaClusterConfig) -> list[str]:
-    """``--engine spark`` and its master and settings when the cluster runs cleanups on Spark."""
-    jobs = cluster.jobs
-    if jobs.cleanup_engine != "spark":
-        return []
-    args = ["--engine", "spark"]
-    if jobs.spark_master:
-        args += ["--spark-master", jobs.spark_master]
-    for key, value in sorted(jobs.spark_conf.items()):
-        args += ["--spark-conf", f"{key}={value}"]
-    return args
-
-
-def _remote_args(cluster: KafkaClusterConfig) -> list[str]:
-    args = ["--remote", cluster.remote.url]
-    for key, value in sorted(cluster.remote.storage_options.items()):
-        # The CLI reads a value as JSON when it parses (nested options such as client_kwargs).
-        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-        args += ["--storage-option", f"{key}={text}"]
-    return args
+def job_args(request: Request) -> list[str]:
+    """The request's command line, plus where the Job leaves its result (the termination message)."""
+    return [*request.args(), "--result-file", RESULT_PATH, "--json"]
 
 
 def _tmp(size_limit: str | None) -> dict[str, str]:
@@ -215,28 +199,10 @@ def copy_job(
     """The Job copying ``action``'s partitions from the broker's log dir (claim mounted read-only)."""
     if broker.log_dir.claim_name is None:
         raise ValueError(f"TieredBroker {owner.namespace}/{owner.name} has no logDir.claimName")
-    args = [
-        "copy",
-        "--log-dir",
-        broker.log_dir.path,
-        "--bootstrap-servers",
-        cluster.bootstrap_servers,
-        "--broker-id",
-        str(action.broker_id),
-        "--parallelism",
-        str(cluster.jobs.copy_parallelism),
-        "--result-file",
-        RESULT_PATH,
-        "--json",
-    ]
-    if cluster.jobs.max_bytes_per_second:
-        args += ["--max-bytes-per-second", str(cluster.jobs.max_bytes_per_second)]
-    for work in action.work:
-        args += ["--assignment", f"{work.topic}={','.join(str(p) for p in work.partitions)}"]
-    args += _remote_args(cluster)
+    args = job_args(copy_request(action, cluster, broker, config_dir=KAFKA_CONFIG_DIR))
     container = _container(cluster, args)
     volumes: list[dict[str, Any]] = []
-    _with_kafka_client(cluster, args, container, volumes)
+    _with_kafka_client(cluster, container, volumes)
     mount: dict[str, Any] = {"name": "log-dir", "mountPath": broker.log_dir.mount_path, "readOnly": True}
     if broker.log_dir.sub_path:
         mount["subPath"] = broker.log_dir.sub_path
@@ -264,33 +230,10 @@ def cleanup_job(
     action: CleanupAction, cluster: KafkaClusterConfig, owner: Owner, round_key: str
 ) -> dict[str, Any]:
     """The Job running remote retention, the orphan sweep and the local trim for one topic."""
-    spec = action.spec
-    args = [
-        "cleanup",
-        "--bootstrap-servers",
-        cluster.bootstrap_servers,
-        "--topic",
-        action.topic,
-        "--remote-retention-ms",
-        str(spec.remote_retention_ms),
-        "--remote-retention-bytes",
-        str(spec.remote_retention_bytes),
-        "--local-retention-ms",
-        str(spec.local_retention_ms),
-        "--local-retention-bytes",
-        str(spec.local_retention_bytes),
-        # The copy interval the planner judged Kafka's retention with: the Job's local-trim check agrees.
-        "--copy-interval-ms",
-        str(trim_timing(spec).copy_interval_ms),
-        "--result-file",
-        RESULT_PATH,
-        "--json",
-        *_remote_args(cluster),
-        *_engine_args(cluster),
-    ]
+    args = job_args(cleanup_request(action, cluster, config_dir=KAFKA_CONFIG_DIR))
     container = _container(cluster, args)
     volumes: list[dict[str, Any]] = []
-    _with_kafka_client(cluster, args, container, volumes)
+    _with_kafka_client(cluster, container, volumes)
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: "cleanup",
@@ -307,18 +250,7 @@ def delete_job(
 ) -> dict[str, Any]:
     """The Job deleting one topic incarnation's remote tier (deletionPolicy Delete), crash-safe and
     idempotent: a retry after a partial run finishes it, and a tier already gone is not an error."""
-    args = [
-        "cleanup",
-        "--delete-topic",
-        topic,
-        "--topic-id",
-        topic_id,
-        "--missing-ok",
-        "--result-file",
-        RESULT_PATH,
-        "--json",
-        *_remote_args(cluster),
-    ]
+    args = job_args(delete_request(topic, topic_id, cluster))
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: "delete",

@@ -21,25 +21,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage_core.adapters.kafka_client_config import ClusterClients
+from storage_core.adapters.kafka_client_config import ClusterClients, kafka_admin
 from storage_core.api.cluster import KafkaClusterConfig
-from storage_core.api.parse import parse_spec
+from storage_core.api.parse import Parsed, parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
-from storage_core.errors import TierkeeperError
-from storage_core.reconcile import outcomes
 from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION, decide_deletion, needs_finalizer
-from storage_core.reconcile.observed import (
-    BrokerInput,
-    KafkaTopic,
-    RunningWork,
-    TopicConfigs,
-    TopicInput,
-    kafka_problem,
-    observe_topics,
-)
-from storage_core.reconcile.planner import Plan, plan
+from storage_core.reconcile.observed import RunningWork
+from storage_core.reconcile.planner import CleanupAction, CopyAction, Plan
 from storage_core.reconcile.results import decode_cleanup, decode_copy
+from storage_core.reconcile.round import (
+    CleanupOutcome,
+    CopyOutcome,
+    KafkaObserver,
+    Resource,
+    Statuses,
+    broker_inputs,
+    execute,
+    fold_cleanup,
+    fold_copy,
+    topic_inputs,
+)
 from tierkeeper_operator.fetcher_rounds import FetcherRounds
 from tierkeeper_operator.jobs import (
     ANNOTATION_CREATED_BY,
@@ -106,33 +108,10 @@ class Reconciler:
         # Where each cluster's clientConfigSecretRef Secret is mounted in this pod: the operator reads
         # its own Kafka credentials as files, never through the Secrets API (its RBAC has no secrets).
         dirs = dict(kafka_config_dirs or {})
-        self._admins = ClusterClients(self.clusters, dirs, admin_factory or _kafka_admin)
-        self._configs: dict[str, TopicConfigs] = {}
-        """Per cluster: its topics' configs, re-read only once stale (they are the costliest observation)."""
+        self._admins = ClusterClients(self.clusters, dirs, admin_factory or kafka_admin)
+        self._observer = KafkaObserver(self._admins, clock)
+        """Per cluster: its topics' configs are re-read only once stale (the costliest observation)."""
         self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics, kafka_config_dirs=dirs)
-
-    # ---- observe ---------------------------------------------------------------------------------
-    def _admin(self, cluster: str) -> Any:
-        return self._admins(cluster)
-
-    def _observe(
-        self, specs: list[TieredTopicSpec]
-    ) -> dict[tuple[str, str], tuple[KafkaTopic | None, str | None]]:
-        """Kafka's view of every topic named, by (cluster, topic): a few batched requests per cluster."""
-        by_cluster: dict[str, set[str]] = {}
-        for spec in specs:
-            by_cluster.setdefault(spec.cluster_ref.name, set()).add(spec.topic)
-        out: dict[tuple[str, str], tuple[KafkaTopic | None, str | None]] = {}
-        for cluster, names in by_cluster.items():
-            try:
-                configs = self._configs.setdefault(cluster, TopicConfigs())
-                answers = observe_topics(self._admin(cluster), names, configs, self.clock().timestamp())
-            except TierkeeperError as exc:
-                answers = {name: (None, kafka_problem(exc)) for name in names}
-            if any(error is not None for _, error in answers.values()):
-                self._admins.discard(cluster)  # the next round asks with a fresh client
-            out.update({(cluster, name): answer for name, answer in answers.items()})
-        return out
 
     # ---- results of finished Jobs -------------------------------------------------------------------
     def _record(
@@ -150,33 +129,20 @@ class Reconciler:
         now = self.clock()
         name = meta["name"]
         # A readable result speaks for itself (per-partition errors); without one the whole run failed.
-        failure = None
+        statuses = Statuses(topics, brokers)
+        work = [(key, topic) for key, topic, _ in work_of(job)]
         if kind == "copy":
             by_topic, problem = decode_copy(message or "")
-            if problem is not None:
-                failure = f"Job {name} {state.lower()}: {problem}"
-            all_rows = [row for rows in by_topic.values() for row in rows]
-            for key, topic, _ in work_of(job):
-                if key in topics:
-                    topics[key] = outcomes.topic_after_copy(
-                        topics[key], by_topic.get(topic, []), now, job=name, failure=failure
-                    )
+            failure = None if problem is None else f"Job {name} {state.lower()}: {problem}"
+            rows = [row for rows in by_topic.values() for row in rows]
             broker_key = broker_keys.get(
                 (meta["labels"].get(LABEL_CLUSTER, ""), int(meta["labels"].get(LABEL_BROKER, -1)))
             )
-            if broker_key in brokers:
-                brokers[broker_key] = outcomes.broker_after_copy(
-                    brokers[broker_key], all_rows, now, job=name, failure=failure
-                )
+            fold_copy(statuses, work, broker_key, CopyOutcome(rows, failure, name), now)
         elif kind == "cleanup":
             report, problem = decode_cleanup(message or "")
-            if problem is not None:
-                failure = f"Job {name} {state.lower()}: {problem}"
-            for key, _, _ in work_of(job):
-                if key in topics:
-                    topics[key] = outcomes.topic_after_cleanup(
-                        topics[key], report, now, job=name, failure=failure
-                    )
+            failure = None if problem is None else f"Job {name} {state.lower()}: {problem}"
+            fold_cleanup(statuses, [key for key, _ in work], CleanupOutcome(report, failure, name), now)
         self.metrics.jobs.labels(kind=kind or "unknown", result=state).inc()
         for key, _, _ in work_of(job):
             obj, status = objects.get(key), topics.get(key)
@@ -310,39 +276,74 @@ class Reconciler:
         started = self.clock()
         full = only is None
         self._admins.refresh()  # a rotated or newly created Secret is read again each round
+        listed = self._list(only)
+        self._add_finalizers(listed)
+        running, recorded = self._fold_finished_jobs(listed, full)
+        executed = self._plan_and_start(listed, running)
+        planned = executed.plan
+        if full:
+            self.fetchers.run(listed.broker_objs, listed.broker_specs, planned)
+        self._post_events(listed, planned)
+        result = RoundResult(plan=planned, created=executed.created, recorded=recorded)
+        if full:
+            rebuilds = RebuildRounds(self.kube, self.clusters, self._event)
+            result.created += rebuilds.run(listed.broker_objs, listed.broker_specs, planned, self.clock())
+        self._write_statuses(listed, planned)
+        self.metrics.observe_round(planned, (self.clock() - started).total_seconds(), fleet=full)
+        return result
+
+    def _list(self, only: list[dict[str, Any]] | None) -> _Listed:
+        """Observe Kubernetes: the operator's Jobs, the TieredTopics (or ``only`` those) and TieredBrokers,
+        their parsed specs and current statuses; a TieredTopic being deleted gets its deletionPolicy
+        carried out instead (no new copies or cleanups for it)."""
         jobs = self.kube.list_jobs(f"{LABEL_MANAGED_BY}={MANAGED_BY}")
         topic_objs = {}
         for obj in self.kube.list_resources("tieredtopics") if only is None else only:
             if not obj["metadata"].get("deletionTimestamp"):
                 topic_objs[_key(obj)] = obj
             else:
-                self._finalize(obj, jobs)  # being deleted: no new copies or cleanups for it
-        topic_specs = {k: parse_spec(TieredTopicSpec, o.get("spec") or {}) for k, o in topic_objs.items()}
-        # The finalizer goes on the live objects whose deletion has work to do (deletionPolicy Delete), a few
-        # writes at a time; a Retain object needs none, so 10,000 new ones cost no finalizer write.
-        missing_finalizer = []
-        for key, obj in topic_objs.items():
-            live_spec = topic_specs[key].value
+                self._finalize(obj, jobs)
+        broker_objs = {_key(o): o for o in self.kube.list_resources("tieredbrokers")}
+        return _Listed(
+            jobs=jobs,
+            topic_objs=topic_objs,
+            broker_objs=broker_objs,
+            topic_specs={k: parse_spec(TieredTopicSpec, o.get("spec") or {}) for k, o in topic_objs.items()},
+            broker_specs={
+                k: parse_spec(TieredBrokerSpec, o.get("spec") or {}) for k, o in broker_objs.items()
+            },
+            statuses=Statuses(
+                {k: _status(TieredTopicStatus, o) for k, o in topic_objs.items()},
+                {k: _status(TieredBrokerStatus, o) for k, o in broker_objs.items()},
+            ),
+        )
+
+    def _add_finalizers(self, listed: _Listed) -> None:
+        """The finalizer goes on the live objects whose deletion has work to do (deletionPolicy Delete), a
+        few writes at a time; a Retain object needs none, so 10,000 new ones cost no finalizer write."""
+        missing = []
+        for key, obj in listed.topic_objs.items():
+            live_spec = listed.topic_specs[key].value
             policy = live_spec.deletion_policy if live_spec is not None else None
             if needs_finalizer(policy) and FINALIZER not in (obj["metadata"].get("finalizers") or []):
-                missing_finalizer.append(obj)
+                missing.append(obj)
         self._parallel(
             lambda obj: self._set_finalizers(obj, [*(obj["metadata"].get("finalizers") or []), FINALIZER]),
-            missing_finalizer,
+            missing,
         )
-        broker_objs = {_key(o): o for o in self.kube.list_resources("tieredbrokers")}
-        broker_specs = {k: parse_spec(TieredBrokerSpec, o.get("spec") or {}) for k, o in broker_objs.items()}
-        topic_status = {k: _status(TieredTopicStatus, o) for k, o in topic_objs.items()}
-        broker_status = {k: _status(TieredBrokerStatus, o) for k, o in broker_objs.items()}
+
+    def _fold_finished_jobs(self, listed: _Listed, full: bool) -> tuple[RunningWork, list[str]]:
+        """Running copy and cleanup Jobs become :class:`RunningWork`; in a full round, every finished,
+        unrecorded one is folded into the statuses (a quick round may not hold the topics it concerns)."""
         broker_keys = {
             (p.value.cluster_ref.name, p.value.broker_id): k
-            for k, p in broker_specs.items()
+            for k, p in listed.broker_specs.items()
             if p.value is not None
         }
         recorded = []
         copy_busy: set[tuple[str, int]] = set()
         cleanup_busy: set[str] = set()
-        for job in jobs:
+        for job in listed.jobs:
             meta = job["metadata"]
             labels = meta.get("labels") or {}
             if labels.get(LABEL_KIND) in ("delete", "rebuild"):
@@ -353,94 +354,58 @@ class Reconciler:
                 else:
                     cleanup_busy.update(key for key, _, _ in work_of(job))
             elif full and (meta.get("annotations") or {}).get(ANNOTATION_RECORDED) != "true":
-                # Only a full round: a Job's result concerns topics a quick round may not hold.
-                self._record(job, topic_status, broker_status, broker_keys, topic_objs)
-                recorded.append(meta["name"])
-
-        observed = self._observe(
-            [
-                p.value
-                for p in topic_specs.values()
-                if p.value is not None and p.value.cluster_ref.name in self.clusters
-            ]
-        )
-        topics = []
-        for key, obj in topic_objs.items():
-            parsed = topic_specs[key]
-            kafka, error = None, None
-            if parsed.value is not None and parsed.value.cluster_ref.name in self.clusters:
-                kafka, error = observed[(parsed.value.cluster_ref.name, parsed.value.topic)]
-            generation = obj["metadata"].get("generation")
-            topics.append(
-                TopicInput(key, generation, parsed.value, parsed.problem, topic_status[key], kafka, error)
-            )
-        brokers = []
-        for key, obj in broker_objs.items():
-            parsed_broker = broker_specs[key]
-            problem = None
-            if parsed_broker.value is not None and parsed_broker.value.log_dir.claim_name is None:
-                problem = "logDir.claimName is required on Kubernetes (copy Jobs mount the claim read-only)"
-            generation = obj["metadata"].get("generation")
-            brokers.append(
-                BrokerInput(
-                    key, generation, parsed_broker.value, parsed_broker.problem, broker_status[key], problem
+                self._record(
+                    job, listed.statuses.topics, listed.statuses.brokers, broker_keys, listed.topic_objs
                 )
-            )
-        planned = plan(
+                recorded.append(meta["name"])
+        return RunningWork(frozenset(copy_busy), frozenset(cleanup_busy)), recorded
+
+    def _plan_and_start(self, listed: _Listed, running: RunningWork) -> _Started:
+        """Observe Kafka, plan, and start the planned copy and cleanup Jobs
+        (:func:`storage_core.reconcile.round.execute` with the Job executor)."""
+        topics = topic_inputs(
+            [
+                Resource(k, o["metadata"].get("generation"), listed.topic_specs[k])
+                for k, o in listed.topic_objs.items()
+            ],
+            listed.statuses.topics,
+            self.clusters,
+            self._observer,
+        )
+        brokers = broker_inputs(
+            [
+                Resource(k, o["metadata"].get("generation"), listed.broker_specs[k])
+                for k, o in listed.broker_objs.items()
+            ],
+            listed.statuses.brokers,
+            _platform_problem,
+        )
+        starter = JobStarter(self, listed, self.clock().strftime("%Y%m%dT%H%M%S"))
+        executed = execute(
             self.clusters,
             topics,
             brokers,
-            RunningWork(frozenset(copy_busy), frozenset(cleanup_busy)),
-            self.clock(),
+            running,
+            listed.statuses,
+            starter,
+            self.clock,
+            listed.statuses.keep,
         )
-        if full:
-            self.fetchers.run(broker_objs, broker_specs, planned)
-        result = RoundResult(plan=planned, recorded=recorded)
-        round_key = self.clock().strftime("%Y%m%dT%H%M%S")
-        for copy in planned.copies:
-            obj = broker_objs[copy.broker_key]
-            spec = broker_specs[copy.broker_key].value
-            assert spec is not None
-            node = spec.placement.node_name
-            if node is None and spec.placement.pod_name:
-                node = self.kube.pod_node(obj["metadata"]["namespace"], spec.placement.pod_name)
-            owner = Owner(
-                "TieredBroker", obj["metadata"]["name"], obj["metadata"]["namespace"], obj["metadata"]["uid"]
-            )
-            job = copy_job(copy, self.clusters[copy.cluster], spec, owner, node, round_key)
-            if self._create(job):
-                result.created.append(job["metadata"]["name"])
-                self._event(
-                    obj,
-                    "TieredBroker",
-                    "Normal",
-                    "CopyStarted",
-                    f"Job {job['metadata']['name']} copies "
-                    f"{sum(len(w.partitions) for w in copy.work)} partitions",
-                )
-        for cleanup in planned.cleanups:
-            obj = topic_objs[cleanup.topic_key]
-            owner = Owner(
-                "TieredTopic", obj["metadata"]["name"], obj["metadata"]["namespace"], obj["metadata"]["uid"]
-            )
-            job = cleanup_job(cleanup, self.clusters[cleanup.cluster], owner, round_key)
-            if self._create(job):
-                result.created.append(job["metadata"]["name"])
-                self._event(
-                    obj, "TieredTopic", "Normal", "CleanupStarted", f"Job {job['metadata']['name']} started"
-                )
+        return _Started(executed.plan, starter.created)
+
+    def _post_events(self, listed: _Listed, planned: Plan) -> None:
         for event in planned.events:
-            involved = topic_objs.get(event.key) or broker_objs.get(event.key)
+            involved = listed.topic_objs.get(event.key) or listed.broker_objs.get(event.key)
             if involved is not None:
-                kind = "TieredTopic" if event.key in topic_objs else "TieredBroker"
+                kind = "TieredTopic" if event.key in listed.topic_objs else "TieredBroker"
                 self._event(involved, kind, event.type, event.reason, event.message)
-        if full:
-            rebuilds = RebuildRounds(self.kube, self.clusters, self._event)
-            result.created += rebuilds.run(broker_objs, broker_specs, planned, self.clock())
+
+    def _write_statuses(self, listed: _Listed, planned: Plan) -> None:
+        """Patch each status that changed, a few at a time (written once, at the end of the round)."""
         changed = []
         for plural, objs, statuses in (
-            ("tieredtopics", topic_objs, planned.topic_status),
-            ("tieredbrokers", broker_objs, planned.broker_status),
+            ("tieredtopics", listed.topic_objs, planned.topic_status),
+            ("tieredbrokers", listed.broker_objs, planned.broker_status),
         ):
             for key, status in statuses.items():
                 new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -448,11 +413,70 @@ class Reconciler:
                     meta = objs[key]["metadata"]
                     changed.append((plural, meta["namespace"], meta["name"], new))
         self._parallel(self._patch_status, changed)
-        self.metrics.observe_round(planned, (self.clock() - started).total_seconds(), fleet=full)
-        return result
 
 
-def _kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
-    from storage_core.adapters.kafka_admin import KafkaAdmin
+@dataclass
+class _Listed:
+    """What a round read from the API server."""
 
-    return KafkaAdmin(bootstrap_servers, config)
+    jobs: list[dict[str, Any]]
+    topic_objs: dict[str, dict[str, Any]]
+    broker_objs: dict[str, dict[str, Any]]
+    topic_specs: dict[str, Parsed[TieredTopicSpec]]
+    broker_specs: dict[str, Parsed[TieredBrokerSpec]]
+    statuses: Statuses
+
+
+@dataclass
+class _Started:
+    plan: Plan
+    created: list[str]
+
+
+def _platform_problem(spec: TieredBrokerSpec) -> str | None:
+    if spec.log_dir.claim_name is None:
+        return "logDir.claimName is required on Kubernetes (copy Jobs mount the claim read-only)"
+    return None
+
+
+class JobStarter:
+    """The Kubernetes executor of a round: each planned action becomes its request's Job (deterministic
+    names per round: a Job of the same round that exists already is not duplicated) and an Event; the
+    outcome comes later, from the Job's termination message (``Reconciler._record``)."""
+
+    def __init__(self, reconciler: Reconciler, listed: _Listed, round_key: str) -> None:
+        self._r = reconciler
+        self._listed = listed
+        self._round_key = round_key
+        self.created: list[str] = []
+
+    def copy(self, action: CopyAction) -> None:
+        obj = self._listed.broker_objs[action.broker_key]
+        spec = self._listed.broker_specs[action.broker_key].value
+        assert spec is not None
+        node = spec.placement.node_name
+        if node is None and spec.placement.pod_name:
+            node = self._r.kube.pod_node(obj["metadata"]["namespace"], spec.placement.pod_name)
+        job = copy_job(
+            action, self._r.clusters[action.cluster], spec, _owner("TieredBroker", obj), node, self._round_key
+        )
+        if self._r._create(job):
+            self.created.append(job["metadata"]["name"])
+            partitions = sum(len(w.partitions) for w in action.work)
+            message = f"Job {job['metadata']['name']} copies {partitions} partitions"
+            self._r._event(obj, "TieredBroker", "Normal", "CopyStarted", message)
+
+    def cleanup(self, action: CleanupAction) -> None:
+        obj = self._listed.topic_objs[action.topic_key]
+        job = cleanup_job(
+            action, self._r.clusters[action.cluster], _owner("TieredTopic", obj), self._round_key
+        )
+        if self._r._create(job):
+            self.created.append(job["metadata"]["name"])
+            message = f"Job {job['metadata']['name']} started"
+            self._r._event(obj, "TieredTopic", "Normal", "CleanupStarted", message)
+
+
+def _owner(kind: str, obj: Mapping[str, Any]) -> Owner:
+    meta = obj["metadata"]
+    return Owner(kind, meta["name"], meta["namespace"], meta["uid"])

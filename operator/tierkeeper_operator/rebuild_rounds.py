@@ -37,20 +37,21 @@ from storage_core.reconcile.rebuild import (
     pods_using_claim,
     with_rebuild,
 )
-from storage_core.reconcile.requests import acted_on, pending_rebuild
+from storage_core.reconcile.request_ids import acted_on, pending_rebuild
+from storage_core.reconcile.requests import rebuild_request
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
+    KAFKA_CONFIG_DIR,
     LABEL_BROKER,
     LABEL_CLUSTER,
     LABEL_KIND,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    RESULT_PATH,
     Owner,
     _container,
     _job,
-    _remote_args,
     _with_kafka_client,
+    job_args,
     job_name,
     job_state,
     termination_message,
@@ -66,26 +67,12 @@ def rebuild_job(
 ) -> dict[str, Any]:
     """The Job restoring the broker's log dir on its claim, mounted read-write (the broker is held)."""
     assert spec.log_dir.claim_name is not None
-    args = [
-        "rebuild",
-        "--log-dir",
-        spec.log_dir.path,
-        "--bootstrap-servers",
-        cluster.bootstrap_servers,
-        "--broker-id",
-        str(spec.broker_id),
-        "--parallelism",
-        str(spec.rebuild.parallelism),
-        "--result-file",
-        RESULT_PATH,
-        "--json",
-        *_remote_args(cluster),
-    ]
+    args = job_args(rebuild_request(spec, cluster, config_dir=KAFKA_CONFIG_DIR))
     container = _container(cluster, args)
     volumes: list[dict[str, Any]] = [
         {"name": "log-dir", "persistentVolumeClaim": {"claimName": spec.log_dir.claim_name}}
     ]
-    _with_kafka_client(cluster, args, container, volumes)
+    _with_kafka_client(cluster, container, volumes)
     mount: dict[str, Any] = {"name": "log-dir", "mountPath": spec.log_dir.mount_path}
     if spec.log_dir.sub_path:
         mount["subPath"] = spec.log_dir.sub_path

@@ -2,8 +2,9 @@
 ``python -m tierkeeper_operator``.
 
 Replicas elect the active one through kopf peering (:mod:`tierkeeper_operator.peering`): kopf pauses the
-handlers of a standby and the reconcile rounds follow the same rule. ``--standalone`` runs without peering
-(exactly one replica must run then).
+handlers of a standby and the reconcile rounds follow the same rule. ``--no-peering`` (or kopf's name for
+it, ``--standalone``, which is not ``tierkeeper standalone``: that runs the rounds without Kubernetes) runs
+without peering (exactly one replica must run then).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class OperatorOptions:
     """Per-TieredTopic gauges (one series per topic; off by default)."""
     readiness_endpoint: str | None = None
     """e.g. http://0.0.0.0:8081/readyz; None disables the readiness endpoint."""
-    standalone: bool = False
-    """No peering: this must be the only replica."""
+    no_peering: bool = False
+    """No peering (kopf's ``standalone``): this must be the only replica."""
     peering_name: str = DEFAULT_PEERING_NAME
     """Name of the KopfPeering (per watched namespace) or ClusterKopfPeering (all namespaces)."""
     priority: int | None = None
@@ -130,9 +131,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "either a round ran or this replica is a standby)",
     )
     parser.add_argument(
+        "--no-peering",
         "--standalone",
+        dest="no_peering",
         action="store_true",
-        help="run without kopf peering (only one replica may run)",
+        help="run without kopf peering (only one replica may run); --standalone is kopf's name for it, "
+        "unrelated to `tierkeeper standalone`",
     )
     parser.add_argument(
         "--peering",
@@ -170,7 +174,7 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         metrics_port=args.metrics_port,
         metrics_topic_labels=bool(args.metrics_topic_labels),
         readiness_endpoint=args.readiness_endpoint,
-        standalone=bool(args.standalone),
+        no_peering=bool(args.no_peering),
         peering_name=str(args.peering_name),
         priority=args.priority,
         peering_lifetime=int(args.peering_lifetime),
@@ -195,7 +199,7 @@ def run(options: OperatorOptions) -> int:
 
     from storage_core.adapters.kafka_client_config import parse_config_dirs
     from storage_core.errors import ConfigError
-    from storage_core.jobs.standalone import load_clusters
+    from storage_core.jobs.resource_files import load_clusters
     from tierkeeper_operator.background import RoundsOptions
     from tierkeeper_operator.handlers import build_registry
 
@@ -207,7 +211,7 @@ def run(options: OperatorOptions) -> int:
     config_dirs = parse_config_dirs(list(options.kafka_config_dirs), clusters)
     identity = own_identity()
     peering = None
-    if not options.standalone:
+    if not options.no_peering:
         peering = PeeringConfig(
             name=options.peering_name,
             priority=default_priority() if options.priority is None else options.priority,
@@ -227,7 +231,7 @@ def run(options: OperatorOptions) -> int:
     configure_logging(options)
     kopf.run(
         registry=build_registry(clusters, rounds=rounds, namespaced=not options.all_namespaces),
-        standalone=options.standalone,
+        standalone=options.no_peering,  # kopf's name for it
         clusterwide=options.all_namespaces,
         namespaces=options.namespaces,
         liveness_endpoint=options.liveness_endpoint,

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.errors import ConfigError, TierkeeperError
 
 T = TypeVar("T")
+
+
+def kafka_admin(bootstrap_servers: str, config: dict[str, str]) -> Any:
+    """A ``KafkaAdmin`` (the default client factory of :class:`ClusterClients` and the copy job); the
+    import waits for the first use, so importing the operator or the CLI does not load the Kafka client."""
+    from storage_core.adapters.kafka_admin import KafkaAdmin
+
+    return KafkaAdmin(bootstrap_servers, config)
 
 
 def read_config_dir(directory: Path, source: str = "--kafka-config-dir") -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, TypeVar
 import fsspec
 
 from storage_core.adapters import local_copy, s3_upload
-from storage_core.adapters.transient import is_transient, server_answer
+from storage_core.adapters.transient import exception_chain, is_network_error, is_transient, server_answer
 from storage_core.errors import CorruptDataError, RemoteObjectNotFound, RemoteStoreError, TierkeeperError
 from storage_core.faults import fault_point
 from storage_core.retry import RetryPolicy
@@ -52,6 +52,41 @@ def redacted_url(url: str) -> str:
     if "@" in authority:
         authority = "***@" + authority.rsplit("@", 1)[1]
     return f"{scheme}{sep}{authority}{slash}{path}"
+
+
+def bucket_check_verdict(exc: BaseException) -> str | None:
+    """What a failed bucket check means: ``missing`` (404 / NoSuchBucket), ``refused`` (401/403: a bad
+    key, signature or policy), ``unreachable`` (no HTTP answer at all: refused connection, DNS, timeout),
+    or None (some other answer, reported as it is)."""
+    for e in exception_chain(exc):
+        response = getattr(e, "response", None)
+        if isinstance(response, dict) and "Error" in response:
+            code = str(response.get("Error", {}).get("Code", ""))
+            status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            if status == 404 or code in ("404", "NoSuchBucket"):
+                return "missing"
+            if status in (401, 403) or code in _REFUSED_CODES:
+                return "refused"
+            return None
+    for e in exception_chain(exc):
+        if isinstance(e, FileNotFoundError):
+            return "missing"
+        if isinstance(e, PermissionError):
+            return "refused"
+        if is_network_error(e):
+            return "unreachable"
+    return None
+
+
+_REFUSED_CODES = frozenset(
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+)
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost third-party error's first line (never the options: they are not in it)."""
+    last = list(exception_chain(exc))[-1]
+    return _describe(last)
 
 
 @contextmanager
@@ -265,8 +300,39 @@ class RemoteStore:
             where, what = self.root, "directory"
         else:
             where, what = self.root.split("/", 1)[0], "bucket"
+        if "s3" in _protocols(self.fs):
+            self._require_bucket(where)
+            return
         if not self._call("stat", where, lambda: bool(self.fs.exists(where))):
             raise RemoteStoreError(f"remote tier {redacted_url(self.url)}: {what} {where!r} does not exist")
+
+    def _require_bucket(self, bucket: str) -> None:
+        """HEAD the bucket and name what its answer means. s3fs's ``exists`` answers False for every
+        failure, so an endpoint that refuses connections or a refused credential looked like a missing
+        bucket and sent the user looking for the wrong problem."""
+        tier = f"remote tier {redacted_url(self.url)}"
+        try:
+            self._call("stat", bucket, lambda: self.fs.call_s3("head_bucket", Bucket=bucket))
+        except RemoteStoreError as exc:
+            verdict = bucket_check_verdict(exc)
+            if verdict == "missing":
+                raise RemoteStoreError(f"{tier}: bucket {bucket!r} does not exist") from None
+            if verdict == "refused":
+                raise RemoteStoreError(
+                    f"{tier}: the credentials were refused for bucket {bucket!r} ({_cause(exc)}); check "
+                    "the access key, the secret and the bucket's policy"
+                ) from None
+            if verdict == "unreachable":
+                raise RemoteStoreError(
+                    f"{tier}: endpoint {self._endpoint()} is unreachable ({_cause(exc)}); check "
+                    "--endpoint-url and the network"
+                ) from None
+            raise
+
+    def _endpoint(self) -> str:
+        client = getattr(self.fs, "s3", None)
+        url = getattr(getattr(client, "meta", None), "endpoint_url", None)
+        return redacted_url(str(url)) if url else "of the storage provider"
 
     def list_dir(self, path: str) -> list[tuple[str, int]]:
         """(key, size) of the objects directly under ``path``; empty when it does not exist."""

@@ -41,7 +41,7 @@ PERMANENT_OS_ERRORS = (
 )
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -62,7 +62,7 @@ def _client_error_verdict(exc: BaseException) -> bool | None:
 
 def server_answer(exc: BaseException) -> str | None:
     """``"<S3 error code> (HTTP <status>)"`` when a server's error answer is in the chain, else None."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         response = getattr(e, "response", None)
         if isinstance(response, dict) and "Error" in response:
             code = response.get("Error", {}).get("Code", "?")
@@ -102,9 +102,14 @@ def _network_types() -> tuple[type[BaseException], ...]:
 _NETWORK = _network_types()
 
 
+def is_network_error(exc: BaseException) -> bool:
+    """True for a failure to reach the server at all (refused connection, DNS, timeout, reset)."""
+    return isinstance(exc, _NETWORK)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when ``exc`` is a failure another attempt of the same idempotent request may not meet."""
-    chain = list(_chain(exc))
+    chain = list(exception_chain(exc))
     if any(isinstance(e, TierkeeperError) for e in chain):
         return False  # our own verdict (bad data, a retry bound already exhausted below us)
     for e in chain:

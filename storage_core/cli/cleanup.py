@@ -49,8 +49,8 @@ def register(subparsers: Any) -> None:
         "--copy-interval-ms",
         type=int,
         help="how often copy and cleanup run (default 1 h): the local trim is refused for topics whose "
-        "Kafka retention.ms is shorter than the local window + this + a 1 h margin, since Kafka could "
-        "delete segments before they are tiered (docs/reliability.md)",
+        "Kafka retention could delete segments before they are tiered with this interval "
+        "(docs/reliability.md, 'The retention rules, precisely')",
     )
     p.add_argument(
         "--orphan-grace-ms",
@@ -92,26 +92,37 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _cleanup_on_spark(args: argparse.Namespace, store: Any, options: Any) -> dict[str, Any]:
-    from storage_core.jobs.cleanup import cleanup_work, run_cleanup
-    from storage_core.jobs.spark_session import parse_conf, spark_session
+RETENTION_FLAGS = (
+    "remote_retention_ms",
+    "remote_retention_bytes",
+    "local_retention_ms",
+    "local_retention_bytes",
+)
 
-    spark = spark_session("tierkeeper-cleanup", args.spark_master, parse_conf(args.spark_conf))
-    try:
 
-        def on_spark(works: list[Any]) -> list[Any]:
-            if not works:
-                return []
-            return list(spark.sparkContext.parallelize(works, len(works)).map(cleanup_work).collect())
+def cleanup_options_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~storage_core.jobs.cleanup.CleanupOptions` these flags ask for (the operator's cleanup
+    Jobs pass a ``CleanupRequest``'s arguments; a test proves they come back as the in-process
+    executor's options)."""
+    from storage_core.jobs.cleanup import CleanupOptions
+    from storage_core.tiering.eligibility import TrimTiming
 
-        return run_cleanup(store, options, run_partitions=on_spark)
-    finally:
-        spark.stop()
+    require_positive(args, "copy_interval_ms")
+    # The flags are spelled as the options' fields.
+    same = ("bootstrap_servers", "log_dir", "orphan_grace_ms", "dry_run", *RETENTION_FLAGS)
+    return CleanupOptions(
+        topics=set(args.topic) if args.topic else None,
+        kafka_config=kafka_client_config(args),
+        use_log_start=not args.ignore_log_start,
+        now_ms=int(time.time() * 1000),
+        trim_timing=TrimTiming() if args.copy_interval_ms is None else TrimTiming(args.copy_interval_ms),
+        **{name: getattr(args, name) for name in same},
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from storage_core.jobs.cleanup import CleanupOptions, delete_topic, run_cleanup
-    from storage_core.tiering.eligibility import TrimTiming
+    from storage_core.jobs.cleanup import delete_topic, run_cleanup, run_cleanup_on_spark
+    from storage_core.jobs.spark_session import parse_conf
 
     require_positive(args, "copy_interval_ms")
     store = open_store(args)
@@ -120,25 +131,9 @@ def run(args: argparse.Namespace) -> int:
         if args.missing_ok and not report["deleted_topics"]:
             report["errors"] = []
     else:
-        options = CleanupOptions(
-            topics=set(args.topic) if args.topic else None,
-            bootstrap_servers=args.bootstrap_servers,
-            kafka_config=kafka_client_config(args),
-            log_dir=args.log_dir,
-            remote_retention_ms=args.remote_retention_ms,
-            remote_retention_bytes=args.remote_retention_bytes,
-            local_retention_ms=args.local_retention_ms,
-            local_retention_bytes=args.local_retention_bytes,
-            orphan_grace_ms=args.orphan_grace_ms,
-            use_log_start=not args.ignore_log_start,
-            dry_run=args.dry_run,
-            now_ms=int(time.time() * 1000),
-            trim_timing=TrimTiming(copy_interval_ms=args.copy_interval_ms)
-            if args.copy_interval_ms is not None
-            else TrimTiming(),
-        )
+        options = cleanup_options_from_args(args)
         if args.engine == "spark":
-            report = _cleanup_on_spark(args, store, options)
+            report = run_cleanup_on_spark(store, options, args.spark_master, parse_conf(args.spark_conf))
         else:
             report = run_cleanup(store, options)
     if args.result_file:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from storage_core.cli.common import (
@@ -95,118 +93,59 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _run_on_spark(args: argparse.Namespace, tasks: list[Any]) -> list[Any]:
-    from storage_core.jobs.copy_spark import run_copy_spark, spark_master
-    from storage_core.jobs.spark_session import parse_conf, spark_session
-
-    spark = spark_session("tierkeeper-copy", spark_master(args.parallelism), parse_conf(args.spark_conf))
-    try:
-        return run_copy_spark(
-            spark,
-            tasks,
-            parallelism=args.parallelism,
-            fsync=not args.no_fsync,
-            bytes_per_second=args.max_bytes_per_second,
-        )
-    finally:
-        spark.stop()
-
-
-def run(args: argparse.Namespace) -> int:
-    from storage_core.logdir import LogDir
-    from storage_core.throttle import limited
-    from storage_core.tiering.eligibility import copy_refusal
-    from storage_core.tiering.partition_copy import copy_partition
-    from storage_core.tiering.plan import CopyTask
+def copy_options_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~storage_core.jobs.copy.CopyOptions` these flags ask for (the operator's copy Jobs
+    pass a ``CopyRequest``'s arguments; a test proves they come back as the in-process executor's)."""
+    from storage_core.jobs.copy import CopyOptions
+    from storage_core.jobs.spark_session import parse_conf
 
     require_positive(args, "parallelism", "segments_in_flight")
-    limiter = rate_limiter(args)
+    rate_limiter(args)  # refuses a rate <= 0
     if not args.bootstrap_servers and not args.assume_tierable:
         raise ConfigError(
             "without --bootstrap-servers the topics' cleanup.policy and remote.storage.enable cannot be "
             "checked; pass --bootstrap-servers, or --assume-tierable to assert they are tierable"
         )
-    from storage_core.formats.segment_files import TopicPartition
+    # The flags are spelled as the options' fields.
+    same = ("log_dir", "broker_id", "parallelism", "segments_in_flight", "max_bytes_per_second", "engine")
+    return CopyOptions(
+        remote_url=args.remote,
+        storage_options=storage_options(args),
+        bootstrap_servers=args.bootstrap_servers or None,
+        kafka_config=kafka_client_config(args) if args.bootstrap_servers else {},
+        assignment=tuple(parse_assignments(args.assignment)) if args.assignment else None,
+        topics=frozenset(args.topic) if args.topic else None,
+        fsync=not args.no_fsync,
+        spark_conf=parse_conf(args.spark_conf),
+        **{name: getattr(args, name) for name in same},
+    )
 
-    log_dir = LogDir(args.log_dir)
-    if args.assignment:
-        wanted = parse_assignments(args.assignment)
-    else:
-        wanted = [(p.topic, p.partition) for p in log_dir.partitions(set(args.topic) if args.topic else None)]
-    checkpoints = log_dir.checkpoints()
-    lso: dict[tuple[str, int], int] = {}
-    configs: dict[str, dict[str, str]] = {}
-    refused: list[str] = []
-    if args.bootstrap_servers:
-        from storage_core.adapters.kafka_admin import KafkaAdmin
 
-        admin = KafkaAdmin(args.bootstrap_servers, kafka_client_config(args))
-        configs = {topic: admin.topic_configs(topic) for topic in sorted({topic for topic, _ in wanted})}
-        # One line per refused topic, before anything is written; the tasks carry the configs too, so a
-        # copy driven from elsewhere (Spark, the operator) refuses the same way.
-        for topic, topic_configs in configs.items():
-            refusal = copy_refusal(topic, topic_configs)
-            if refusal is not None:
-                refused.append(str(refusal))
-        wanted = [
-            (topic, partition) for topic, partition in wanted if copy_refusal(topic, configs[topic]) is None
-        ]
-        lso = admin.last_stable_offsets(wanted)
-    store = open_store(args, fsync=not args.no_fsync)
-    tasks = [
-        CopyTask(
-            log_dir=str(log_dir.path),
-            topic=topic,
-            partition=partition,
-            remote_url=args.remote,
-            storage_options=storage_options(args),
-            last_stable_offset=lso.get((topic, partition)),
-            high_watermark=checkpoints.high_watermarks.get(TopicPartition(topic, partition)),
-            broker_id=args.broker_id,
-            segments_in_flight=args.segments_in_flight,
-            topic_configs=configs.get(topic) if args.bootstrap_servers else None,
-        )
-        for topic, partition in wanted
-    ]
-    if args.engine == "spark":
-        results = _run_on_spark(args, tasks)
-    else:
-        lock = threading.Lock()
-        with progress_bar(total=None, desc="copy", enabled=not args.json) as bar:
+def run(args: argparse.Namespace) -> int:
+    from storage_core.jobs.copy import run_copy
 
-            def advance(n: int) -> None:
-                with lock:
-                    bar.update(n)
-
-            report = limited(advance, limiter)
-            with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
-                results = list(pool.map(lambda t: copy_partition(t, store, report), tasks))
-    failed = [r for r in results if r.error]
+    options = copy_options_from_args(args)
+    store = open_store(args, fsync=options.fsync)
+    with progress_bar(total=None, desc="copy", enabled=not args.json and options.engine == "threads") as bar:
+        report = run_copy(options, store, progress=bar.update)
     if args.result_file:
         from storage_core.reconcile.results import encode_copy
 
-        write_result_file(args.result_file, encode_copy([r.__dict__ for r in results]))
+        write_result_file(args.result_file, encode_copy(report.rows()))
     if args.json:
-        emit_json(
-            {
-                "partitions": [r.__dict__ for r in results],
-                "copied_segments": sum(r.copied_segments for r in results),
-                "copied_bytes": sum(r.copied_bytes for r in results),
-                "failed_partitions": len(failed),
-                "refused_topics": refused,
-            }
-        )
+        emit_json(report.summary())
     else:
-        copied = sum(r.copied_segments for r in results)
-        size = sum(r.copied_bytes for r in results)
-        print(f"copied {copied} segments ({size} bytes) from {len(results)} partitions; {len(failed)} failed")
-    for line in refused:
+        print(
+            f"copied {report.copied_segments} segments ({report.copied_bytes} bytes) from "
+            f"{len(report.partitions)} partitions; {len(report.failed)} failed"
+        )
+    for line in report.refused_topics:
         print(f"tierkeeper copy: error: {line}", file=sys.stderr)
-    for r in failed:
+    for r in report.failed:
         where = f"{r.topic}-{r.partition}"
         reason = r.error if (r.error or "").startswith(where) else f"{where}: {r.error}"
         print(f"tierkeeper copy: error: {reason}", file=sys.stderr)
-    return 1 if failed or refused else 0
+    return 1 if report.failed or report.refused_topics else 0
 
 
 def parse_assignments(values: list[str]) -> list[tuple[str, int]]:

@@ -146,7 +146,8 @@ def _show(runner: Any, report: Any, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.adapters.kafka_client_config import parse_config_dirs
-    from storage_core.jobs.standalone import Standalone, load_clusters, load_manifests
+    from storage_core.jobs.resource_files import load_clusters, load_manifests
+    from storage_core.jobs.standalone import Standalone
 
     if args.poll_seconds <= 0:
         from storage_core.errors import ConfigError

@@ -110,8 +110,19 @@ class RemoteLogIndexEntry:
 
     @property
     def data_id(self) -> RemoteDataId:
-        """The decoded rdi (``ValueError`` if it is not in our format)."""
-        return RemoteDataId.decode(self.rdi)
+        """The decoded rdi (``CorruptDataError`` naming the entry's first offset if it is not in our
+        format)."""
+        return self.locate()
+
+    def locate(self, path: str | None = None) -> RemoteDataId:
+        """The decoded rdi; ``CorruptDataError`` naming ``path`` (the index object) and the entry's first
+        offset when it is not in our format, so a damaged entry is reported in one line, not a traceback."""
+        try:
+            return RemoteDataId.decode(self.rdi)
+        except ValueError as exc:
+            raise CorruptDataError(
+                f"remote log index entry: {exc}", offset=self.first_offset, path=path
+            ) from None
 
     def encode(self) -> bytes:
         if len(self.rdi) > MAX_RDI_SIZE:

@@ -16,6 +16,12 @@ from enum import Enum
 OFFSET_DIGITS = 20
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 """The KRaft metadata log lives in a log dir too but is not a data partition."""
+KAFKA_INTERNAL_TOPICS = frozenset(
+    {"__consumer_offsets", "__transaction_state", "__share_group_state", "__remote_log_metadata"}
+)
+"""Topics Kafka itself keeps (group offsets, transactions, share groups, KIP-405's metadata): compacted or
+Kafka's own bookkeeping, never tiering candidates, and present in the log dir of every broker that
+served them."""
 NON_LIVE_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 PENDING_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap")
 

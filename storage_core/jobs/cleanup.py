@@ -7,13 +7,15 @@ stays readable from one tier or the other.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from storage_core.errors import TierkeeperError
 from storage_core.faults import fault_point
+from storage_core.reconcile.requests import CleanupRequest
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout, SegmentState, TopicPartitionId
 from storage_core.remote.store_api import ObjectStore
@@ -40,6 +42,43 @@ class CleanupOptions:
     now_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     trim_timing: TrimTiming = field(default_factory=TrimTiming)
     """How often copy and cleanup run: decides which topics' Kafka retention leaves time to trim."""
+
+
+def cleanup_options(
+    request: CleanupRequest, kafka_config: Mapping[str, str], *, now_ms: int | None = None
+) -> CleanupOptions:
+    """What the cleanup Job's command makes of ``request``'s arguments, for an in-process run (a test
+    proves the two agree). ``kafka_config``: the client properties (the request's plus the Secret's)."""
+    return CleanupOptions(
+        topics={request.topic},
+        bootstrap_servers=request.kafka.bootstrap_servers,
+        kafka_config=dict(kafka_config),
+        remote_retention_ms=request.remote_retention_ms,
+        remote_retention_bytes=request.remote_retention_bytes,
+        local_retention_ms=request.local_retention_ms,
+        local_retention_bytes=request.local_retention_bytes,
+        now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+        trim_timing=TrimTiming(copy_interval_ms=request.copy_interval_ms),
+    )
+
+
+def run_cleanup_on_spark(
+    store: ObjectStore, options: CleanupOptions, master: str | None, conf: Mapping[str, str]
+) -> dict[str, Any]:
+    """:func:`run_cleanup` with one Spark task per topic-partition (``--engine spark``)."""
+    from storage_core.jobs.spark_session import spark_session
+
+    spark = spark_session("tierkeeper-cleanup", master, dict(conf))
+    try:
+
+        def on_spark(works: list[PartitionWork]) -> list[tuple[dict[str, Any] | None, str | None]]:
+            if not works:
+                return []
+            return list(spark.sparkContext.parallelize(works, len(works)).map(cleanup_work).collect())
+
+        return run_cleanup(store, options, run_partitions=on_spark)
+    finally:
+        spark.stop()
 
 
 @dataclass
@@ -223,7 +262,7 @@ def _cleanup_one(
         orphan_grace_ms=options.orphan_grace_ms,
         dry_run=options.dry_run,
     )
-    out: dict[str, Any] = dict(result.__dict__)
+    out: dict[str, Any] = dataclasses.asdict(result)
     out["topic_id"] = tp.topic_id
     if admin is not None and current and view.local is not None and log_start is not None:
         out["local_trim"] = _trim(catalog, admin, tp, log_start, view.local, options)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from storage_core.errors import ConfigError, RemoteObjectNotFound
+from storage_core.errors import ConfigError, RemoteObjectNotFound, TierkeeperError
 from storage_core.remote.reader import ReadOptions, RemoteReader
 from storage_core.remote.scan_plan import DEFAULT_SPLIT_BYTES, PartitionWindow, ScanSplit, plan_partition
 from storage_core.spark.export_plan import ExportState, partition_of_dir, state_key, uncommitted
@@ -74,6 +74,20 @@ def _plan(reader: RemoteReader, opts: ScanOptions, state: ExportState) -> list[S
     return sorted(splits, key=lambda s: (s.partition, s.start_offset))
 
 
+@dataclass(frozen=True)
+class _Guarded:
+    """Runs one split's task on an executor and returns the project's errors instead of raising them (a
+    raised one reaches the driver as Spark's exception, its message a Python traceback)."""
+
+    task: Callable[[ExportTask], tuple[int, int, int, int]]
+
+    def __call__(self, job: ExportTask) -> tuple[int, int, int, int] | TierkeeperError:
+        try:
+            return self.task(job)
+        except TierkeeperError as exc:
+            return exc
+
+
 def run_export(
     spark: Any,
     source: StorageSpec,
@@ -95,7 +109,13 @@ def run_export(
     next_offsets = dict(state.next_offsets)
     for i in range(0, len(splits), splits_per_commit):
         wave = [ExportTask(source, target, opts.isolation, s) for s in splits[i : i + splits_per_commit]]
-        results = spark.sparkContext.parallelize(wave, len(wave)).map(task).collect()
+        outcomes = spark.sparkContext.parallelize(wave, len(wave)).map(_Guarded(task)).collect()
+        failed = [o for o in outcomes if isinstance(o, TierkeeperError)]
+        if failed:
+            # Our own error (damaged data, an unreachable store) is one line on the driver, not a task's
+            # traceback wrapped in Spark's; nothing of this wave is committed, so a rerun redoes it.
+            raise failed[0]
+        results = [o for o in outcomes if not isinstance(o, TierkeeperError)]
         for partition, _first, end, rows in results:
             records += rows
             next_offsets[partition] = max(next_offsets.get(partition, 0), end)

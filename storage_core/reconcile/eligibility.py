@@ -1,14 +1,10 @@
 """Can a topic be tiered safely, judged from its Kafka configuration? Refusals are returned, never fixed:
 Tierkeeper does not change a user's topic configuration (docs/operator.md says why).
 
-The rules are :mod:`storage_core.tiering.eligibility`'s, the same the copy and cleanup commands apply:
-``copy_refusal`` (``cleanup.policy`` containing ``compact``; ``remote.storage.enable=true``; no
-``cleanup.policy`` reported) through ``local_trim_refusal`` (Kafka's own ``retention.ms`` /
-``retention.bytes`` must leave Tierkeeper time and room to tier and trim first, or, on a dimension
-without a local window, be at least the remote retention), asked with the topic's windows, remote
-retention and copy interval. The cleanup Jobs get the same copy interval (``--copy-interval-ms``), so
-they judge the trim as the planner judged the topic. Here a refusal only gets a CamelCase reason for
-the Stalled condition.
+The rules are :mod:`storage_core.tiering.eligibility`'s (stated in docs/reliability.md, "The retention
+rules, precisely"), asked with the topic's windows, remote retention and copy interval; the copy and
+cleanup requests carry the same copy interval (:mod:`storage_core.reconcile.requests`). Here a refusal
+only gets a CamelCase reason for the Stalled condition.
 """
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ from storage_core.api.status import (
     TieredTopicStatus,
 )
 from storage_core.reconcile.conditions import rfc3339
+from storage_core.reconcile.text import one_line
 
 MAX_MESSAGE = 300
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 3] + "..."
+    return one_line(text, MAX_MESSAGE)
 
 
 def _failed(previous: RunOutcome | None, now: datetime.datetime, message: str, job: str | None) -> RunOutcome:

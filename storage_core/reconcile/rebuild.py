@@ -23,6 +23,7 @@ from storage_core.api.resources import TieredBrokerSpec
 from storage_core.api.status import READY, RECONCILING, STALLED, Condition, RebuildStatus, TieredBrokerStatus
 from storage_core.reconcile.conditions import Health, conditions_for, rfc3339
 from storage_core.reconcile.planner import Event
+from storage_core.reconcile.text import one_line
 
 REQUEST_ANNOTATION = "tierkeeper.io/rebuild"
 REQUEST_VALUE = "run"
@@ -37,8 +38,7 @@ Source = Literal["InitContainer", "Job", "Standalone"]
 
 
 def _cut(text: str, limit: int = MAX_MESSAGE) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return one_line(text, limit)
 
 
 # ---- the result ----------------------------------------------------------------------------------------

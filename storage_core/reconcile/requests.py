@@ -1,38 +1,245 @@
-"""One-shot actions a TieredBroker asks for in its spec, acted on once per request id.
+"""The work a reconcile round asks for, as typed requests built in one place, and their command lines.
 
-An annotation (``tierkeeper.io/rebuild=run``, ``tierkeeper.io/fetchers=approve``) is removed once acted
-on, which suits kubectl; under GitOps a re-applied manifest (Argo CD's selfHeal, every Flux interval)
-brings it back and the action would run again. A request id in the spec does not have that problem: the
-operator records it in ``status.requests`` once it has acted, and an id already recorded is never acted
-on again, however often the same manifest is applied. A new id asks again.
+The planner decides *that* a broker's partitions are copied or a topic is cleaned (:class:`CopyAction`,
+:class:`CleanupAction`); this module decides *how*: which log dir, which remote tier, which Kafka client
+properties, which rate limit, which retention windows and copy interval. Both executors take these
+requests: the Kubernetes one turns a request into a Job's arguments (:meth:`args`) and the Job's
+``tierkeeper`` command parses them back into the same request (``storage_core.cli``; a test proves the
+round trip for every kind), the in-process one (``tierkeeper standalone``) hands it to the same ``jobs``
+function the command calls. So the two cannot drift apart: the planner, the Jobs and standalone mode
+judge a topic with the same copy interval, copy with the same rate limit, and so on.
+
+Secrets are never in a request: Kafka's secret client properties are a directory the executor provides
+(a mounted Secret, ``config_dir``), storage credentials come from the environment.
 """
 
 from __future__ import annotations
 
-from storage_core.api.resources import FetcherRequest, TieredBrokerSpec
-from storage_core.api.status import HandledRequests, TieredBrokerStatus
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.resources import TieredBrokerSpec
+from storage_core.reconcile.eligibility import trim_timing
+from storage_core.reconcile.planner import CleanupAction, CopyAction
 
 
-def pending_rebuild(spec: TieredBrokerSpec | None, status: TieredBrokerStatus) -> str | None:
-    """``spec.rebuild.requestId`` when it has not been acted on yet."""
-    wanted = spec.rebuild.request_id if spec is not None else None
-    done = status.requests.rebuild if status.requests is not None else None
-    return wanted if wanted is not None and wanted != done else None
+@dataclass(frozen=True)
+class KafkaClient:
+    """How a request's command reaches Kafka: the cluster's non-secret ``clientConfig`` and, when it has a
+    ``clientConfigSecretRef``, the directory where the executor mounts that Secret."""
+
+    bootstrap_servers: str
+    properties: tuple[tuple[str, str], ...] = ()
+    config_dir: str | None = None
+
+    def args(self) -> list[str]:
+        out: list[str] = []
+        for key, value in self.properties:
+            out += ["--kafka-property", f"{key}={value}"]
+        if self.config_dir is not None:
+            out += ["--kafka-config-dir", self.config_dir]
+        return out
 
 
-def pending_fetchers(spec: TieredBrokerSpec | None, status: TieredBrokerStatus) -> FetcherRequest | None:
-    """``spec.replicaFetchers.request`` when it has not been acted on yet."""
-    wanted = spec.replica_fetchers.request if spec is not None and spec.replica_fetchers else None
-    done = status.requests.fetchers if status.requests is not None else None
-    return wanted if wanted is not None and wanted.id != done else None
+@dataclass(frozen=True)
+class RemoteTier:
+    url: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Non-secret fsspec options (the cluster's ``remote.storageOptions``); credentials are refused there."""
+
+    def args(self) -> list[str]:
+        out = ["--remote", self.url]
+        for key, value in sorted(self.storage_options.items()):
+            # The CLI reads a value as JSON when it parses (nested options such as client_kwargs).
+            text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+            out += ["--storage-option", f"{key}={text}"]
+        return out
 
 
-def acted_on(
-    status: TieredBrokerStatus, *, rebuild: str | None = None, fetchers: str | None = None
-) -> TieredBrokerStatus:
-    """``status`` with the request ids given recorded as acted on (the others kept)."""
-    old = status.requests or HandledRequests()
-    requests = old.model_copy(
-        update={"rebuild": rebuild or old.rebuild, "fetchers": fetchers or old.fetchers}
+def _broker_dir_args(
+    verb: str, log_dir: str, kafka: KafkaClient, broker_id: int, parallelism: int
+) -> list[str]:
+    """The head the commands working on one broker's log dir share."""
+    return [
+        verb,
+        "--log-dir",
+        log_dir,
+        "--bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--broker-id",
+        str(broker_id),
+        "--parallelism",
+        str(parallelism),
+    ]
+
+
+@dataclass(frozen=True)
+class CopyRequest:
+    """Copy exactly these partitions from one broker's log dir (``tierkeeper copy --assignment``)."""
+
+    log_dir: str
+    broker_id: int
+    assignment: tuple[tuple[str, tuple[int, ...]], ...]
+    """(topic, partitions) in the order the planner listed them."""
+    kafka: KafkaClient
+    remote: RemoteTier
+    parallelism: int = 4
+    max_bytes_per_second: int | None = None
+
+    def args(self) -> list[str]:
+        out = _broker_dir_args("copy", self.log_dir, self.kafka, self.broker_id, self.parallelism)
+        if self.max_bytes_per_second:
+            out += ["--max-bytes-per-second", str(self.max_bytes_per_second)]
+        for topic, partitions in self.assignment:
+            out += ["--assignment", f"{topic}={','.join(str(p) for p in partitions)}"]
+        return out + self.remote.args() + self.kafka.args()
+
+
+@dataclass(frozen=True)
+class CleanupRequest:
+    """Remote retention, the orphan sweep and the local trim of one topic (``tierkeeper cleanup``)."""
+
+    topic: str
+    kafka: KafkaClient
+    remote: RemoteTier
+    remote_retention_ms: int
+    remote_retention_bytes: int
+    local_retention_ms: int
+    local_retention_bytes: int
+    copy_interval_ms: int
+    """The interval the planner judged Kafka's retention with, so the local-trim check agrees with it."""
+    engine: str = "local"
+    spark_master: str | None = None
+    spark_conf: tuple[tuple[str, str], ...] = ()
+
+    def args(self) -> list[str]:
+        out = [
+            "cleanup",
+            "--bootstrap-servers",
+            self.kafka.bootstrap_servers,
+            "--topic",
+            self.topic,
+            "--remote-retention-ms",
+            str(self.remote_retention_ms),
+            "--remote-retention-bytes",
+            str(self.remote_retention_bytes),
+            "--local-retention-ms",
+            str(self.local_retention_ms),
+            "--local-retention-bytes",
+            str(self.local_retention_bytes),
+            "--copy-interval-ms",
+            str(self.copy_interval_ms),
+            *self.remote.args(),
+        ]
+        if self.engine != "local":
+            out += ["--engine", self.engine]
+            if self.spark_master:
+                out += ["--spark-master", self.spark_master]
+            for key, value in self.spark_conf:
+                out += ["--spark-conf", f"{key}={value}"]
+        return out + self.kafka.args()
+
+
+@dataclass(frozen=True)
+class DeleteRequest:
+    """Delete one topic incarnation's remote tier (deletionPolicy Delete); a tier already gone is fine."""
+
+    topic: str
+    topic_id: str
+    remote: RemoteTier
+
+    def args(self) -> list[str]:
+        return ["cleanup", "--delete-topic", self.topic, "--topic-id", self.topic_id, "--missing-ok"] + (
+            self.remote.args()
+        )
+
+
+@dataclass(frozen=True)
+class RebuildRequest:
+    """Restore a replaced broker's empty log dir from the remote tier (``tierkeeper rebuild``)."""
+
+    log_dir: str
+    broker_id: int
+    kafka: KafkaClient
+    remote: RemoteTier
+    parallelism: int = 4
+
+    def args(self) -> list[str]:
+        head = _broker_dir_args("rebuild", self.log_dir, self.kafka, self.broker_id, self.parallelism)
+        return [*head, *self.remote.args(), *self.kafka.args()]
+
+
+Request = CopyRequest | CleanupRequest | DeleteRequest | RebuildRequest
+"""Every kind of work a round hands to an executor (fetcher steps are Admin API calls the round makes
+itself, in both executors, through :mod:`storage_core.jobs.fetcher_changes`)."""
+
+
+def kafka_client(cluster: KafkaClusterConfig, config_dir: str | None) -> KafkaClient:
+    """``config_dir``: where the executor mounts the cluster's ``clientConfigSecretRef`` (ignored, and
+    None in the request, when the cluster has none)."""
+    return KafkaClient(
+        cluster.bootstrap_servers,
+        tuple(sorted(cluster.client_config.items())),
+        config_dir if cluster.client_config_secret_ref is not None else None,
     )
-    return status.model_copy(update={"requests": requests})
+
+
+def remote_tier(cluster: KafkaClusterConfig) -> RemoteTier:
+    return RemoteTier(cluster.remote.url, dict(cluster.remote.storage_options))
+
+
+def copy_request(
+    action: CopyAction,
+    cluster: KafkaClusterConfig,
+    broker: TieredBrokerSpec,
+    *,
+    config_dir: str | None = None,
+) -> CopyRequest:
+    return CopyRequest(
+        log_dir=broker.log_dir.path,
+        broker_id=action.broker_id,
+        assignment=tuple((w.topic, tuple(w.partitions)) for w in action.work),
+        kafka=kafka_client(cluster, config_dir),
+        remote=remote_tier(cluster),
+        parallelism=cluster.jobs.copy_parallelism,
+        max_bytes_per_second=cluster.jobs.max_bytes_per_second or None,
+    )
+
+
+def cleanup_request(
+    action: CleanupAction, cluster: KafkaClusterConfig, *, config_dir: str | None = None
+) -> CleanupRequest:
+    spec, jobs = action.spec, cluster.jobs
+    spark = jobs.cleanup_engine == "spark"
+    return CleanupRequest(
+        topic=action.topic,
+        kafka=kafka_client(cluster, config_dir),
+        remote=remote_tier(cluster),
+        remote_retention_ms=spec.remote_retention_ms,
+        remote_retention_bytes=spec.remote_retention_bytes,
+        local_retention_ms=spec.local_retention_ms,
+        local_retention_bytes=spec.local_retention_bytes,
+        copy_interval_ms=trim_timing(spec).copy_interval_ms,
+        engine=jobs.cleanup_engine,
+        spark_master=(jobs.spark_master or None) if spark else None,
+        spark_conf=tuple(sorted(jobs.spark_conf.items())) if spark else (),
+    )
+
+
+def delete_request(topic: str, topic_id: str, cluster: KafkaClusterConfig) -> DeleteRequest:
+    return DeleteRequest(topic, topic_id, remote_tier(cluster))
+
+
+def rebuild_request(
+    broker: TieredBrokerSpec, cluster: KafkaClusterConfig, *, config_dir: str | None = None
+) -> RebuildRequest:
+    return RebuildRequest(
+        log_dir=broker.log_dir.path,
+        broker_id=broker.broker_id,
+        kafka=kafka_client(cluster, config_dir),
+        remote=remote_tier(cluster),
+        parallelism=broker.rebuild.parallelism,
+    )

@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage_core.reconcile.text import one_line
+
 LIMIT = 4096
 VERSION = 1
 MAX_ERROR = 160
@@ -31,8 +33,7 @@ COLUMNS = (
 
 
 def _cut(text: str) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= MAX_ERROR else line[: MAX_ERROR - 3] + "..."
+    return one_line(text, MAX_ERROR)
 
 
 def encode_copy(partitions: Sequence[Mapping[str, Any]], failure: str | None = None) -> str:

@@ -213,8 +213,11 @@ class RemoteReader:
             entry_pos = position_for_offset(pointers, offset if offset is not None else meta.base_offset)
         if entry_pos is None:
             return None
-        entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos)
-        return entry.data_id.position
+        key = self.layout.object_key(
+            meta.tp, meta.base_offset, meta.segment_id, SegmentObject.REMOTE_LOG_INDEX
+        )
+        entry = read_remote_log_entry(bytes_fetcher(log_index), entry_pos, path=key)
+        return entry.locate(key).position
 
     def index_object(self, meta: SegmentMetadata, obj: SegmentObject) -> bytes:
         """A small object of a finished segment (an index), through the reader's index cache."""

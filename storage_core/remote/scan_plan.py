@@ -129,7 +129,9 @@ def _entry_splits(
 ) -> list[ScanSplit]:
     """Runs of consecutive remoteLogIndex entries that may hold wanted records, cut at ``max_split_bytes``;
     each split's offset window is narrowed to its entries', so splits of a segment never share offsets."""
-    log_index = reader.index_object(served.segment, SegmentObject.REMOTE_LOG_INDEX)
+    meta = served.segment
+    log_index = reader.index_object(meta, SegmentObject.REMOTE_LOG_INDEX)
+    key = reader.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.REMOTE_LOG_INDEX)
     out: list[ScanSplit] = []
     run_start: int | None = None
     run_end = run_first = run_last = 0
@@ -138,11 +140,11 @@ def _entry_splits(
         assert run_start is not None
         out.append(_split(served, run_start, run_end, max(lo, run_first), min(hi, run_last + 1)))
 
-    for _, entry in iter_remote_log_index(bytes_fetcher(log_index)):
+    for _, entry in iter_remote_log_index(bytes_fetcher(log_index), path=key):
         wanted = entry.last_offset >= lo and entry.first_offset < hi
         if wanted and min_timestamp is not None:
             wanted = entry.last_timestamp >= min_timestamp
-        position = entry.data_id.position
+        position = entry.locate(key).position
         contiguous = run_start is not None and position == run_end
         if run_start is not None and (not wanted or not contiguous or run_end - run_start >= max_split_bytes):
             close()

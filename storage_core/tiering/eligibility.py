@@ -13,31 +13,10 @@ Copy refuses
 - a topic whose configs lack ``cleanup.policy`` (not what a broker reports): nothing can be proven.
 
 Local trim (cleanup moving the log start with DeleteRecords) additionally refuses a topic whose own
-Kafka retention could delete local segments before Tierkeeper has tiered and trimmed them. Kafka knows
-nothing of the remote tier and applies ``retention.ms`` / ``retention.bytes`` to the broker's log; when
-it deletes a segment first, an untiered segment is lost, and a log start Tierkeeper did not set makes
-cleanup expire the remote data below it (KIP-405's rule), so the remote retention is not honoured:
-
-- time: with ``retention.ms`` = K >= 0 and a local time window L >= 0, refuse
-  when ``K < L + copy interval + safety margin``. A rolled segment of a topic written continuously has its
-  largest timestamp near its roll time; it is tiered by the next copy run (at most one interval later)
-  and trimmed by us once older than L; Kafka deletes it once older than K. The margin covers a run's own
-  duration and one failed run.
-- size: with ``retention.bytes`` = K >= 0, a local size window L >= 0 and
-  ``segment.bytes`` = S, refuse when ``K < L + 2 S``: above our window there must be room for the
-  active segment and one rolled segment waiting for the next copy.
-- no local window on a dimension (L = -1): Tierkeeper does not trim by it, so Kafka's retention is what
-  deletes there; refuse unless K >= both the headroom (copy interval + margin, resp. 2 S) and the remote
-  retention R of that dimension when the caller knows it (R = -1: K must be -1 too).
-
-The operator's planner asks the same function (``storage_core/reconcile/eligibility.py``) with the
-topic's windows and copy interval, and reports a refusal as Stalled.
-
-What this cannot guarantee (documented in docs/reliability.md): the copy interval is what the caller
-says (the CLI's ``--copy-interval-ms``; the operator knows its schedule); a topic idle for longer than K
-loses its active segment to Kafka's retention before it ever rolls (Kafka rolls and deletes it at once);
-and data written between two copy runs must fit the size headroom, which depends on a write rate no
-config states.
+Kafka retention could delete local segments before Tierkeeper has tiered and trimmed them
+(:func:`local_trim_refusal`: time, size, and a dimension without a local window). The rules, why they
+hold and what they cannot guarantee are stated once, in docs/reliability.md ("The retention rules,
+precisely"); this module is their implementation.
 """
 
 from __future__ import annotations

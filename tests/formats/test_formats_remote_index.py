@@ -106,6 +106,12 @@ def test_remote_data_ids_round_trip(name: str, position: int) -> None:
 def test_bad_remote_data_ids(raw: bytes) -> None:
     with pytest.raises(ValueError):
         RemoteDataId.decode(raw)
+    entry = RemoteLogIndexEntry(700, 709, 0, 0, 10, raw)
+    # Read from an index, a foreign rdi is damage: the project's error, naming the object and offset.
+    with pytest.raises(CorruptDataError, match=r"offset=700, file=seg\.remoteLogIndex"):
+        entry.locate("seg.remoteLogIndex")
+    with pytest.raises(CorruptDataError, match="offset=700"):
+        _ = entry.data_id
 
 
 SEGMENT, LAYOUT = make_segment(60, first_offset=500)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,9 @@ DUMMY_SECRET = "tierkeeper-test-secret"
 class MotoServer:
     workdir: Path
     port: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of the server, e.g. ``INITIAL_NO_AUTH_ACTION_COUNT=0``: moto then checks every
+    request's credentials (unknown keys answered 403), as a real endpoint does."""
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -36,7 +40,9 @@ class MotoServer:
         moto = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         argv = [moto] if moto else [sys.executable, "-m", "moto.server"]
         self.proc = process.spawn(
-            [*argv, "-H", "127.0.0.1", "-p", str(self.port)], log_path=self.workdir / "moto.log"
+            [*argv, "-H", "127.0.0.1", "-p", str(self.port)],
+            log_path=self.workdir / "moto.log",
+            env={**os.environ, **self.env} if self.env else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

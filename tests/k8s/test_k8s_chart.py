@@ -653,3 +653,17 @@ def test_alerts_pass_prometheus_own_parsers() -> None:
     assert not check_rules(other).problems
     broken = rendered.replace("tierkeeper_stalled_resources > 0", "tierkeeper_stalled_resources >")
     assert any("TierkeeperResourceStalled: expr" in p for p in check_rules(broken).problems)
+
+
+def test_the_operators_design_note_lists_exactly_the_permissions_rbac_grants() -> None:
+    """The DESIGN.md permissions were once written by hand and granted what rbac.py did not; now they are
+    generated, and a hand edit is stale."""
+    text = (REPO_ROOT / chartgen.DESIGN_FILE).read_text()
+    block = text.split(chartgen.PERMISSIONS_BEGIN)[1].split(chartgen.PERMISSIONS_END)[0]
+    listed = {line.split("`")[1]: line for line in block.strip().splitlines()}
+    assert set(listed) == {g.resource for g in rbac.ALL_GRANTS}
+    for resource, line in listed.items():
+        verbs = {v for g in rbac.ALL_GRANTS if g.resource == resource for v in g.verbs}
+        assert f": {', '.join(sorted(verbs))}" in line, line
+    edited = text.replace("`tieredtopics` (tierkeeper.io): list", "`tieredtopics` (tierkeeper.io): get, list")
+    assert chartgen.design_text(edited) == text

@@ -11,7 +11,8 @@ import yaml
 from reconcile.test_standalone_real_kafka import write_setup
 
 from harness.kafka import KafkaCluster
-from storage_core.jobs.standalone import Standalone, load_clusters, load_manifests
+from storage_core.jobs.resource_files import load_clusters, load_manifests
+from storage_core.jobs.standalone import Standalone
 
 from .real import REBUILT, create_topic, produce, stop_and_wipe, wait_in_sync
 

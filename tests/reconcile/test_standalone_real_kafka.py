@@ -23,7 +23,8 @@ from harness.kafka import KafkaCluster
 from harness.paths import REPO_ROOT
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.store import RemoteStore
-from storage_core.jobs.standalone import Standalone, load_clusters, load_manifests
+from storage_core.jobs.resource_files import load_clusters, load_manifests
+from storage_core.jobs.standalone import Standalone
 from storage_core.remote.catalog import list_topics
 from storage_core.remote.layout import RemoteLayout
 from storage_core.remote.reader import RemoteReader
@@ -282,3 +283,44 @@ def test_leader_change_with_different_segment_boundaries_continues_the_tier(
     assert missing == [], f"gap in the remote tier at {missing[:5]}"
     twice = len(offsets) - len(set(offsets))
     assert twice == 0, f"{twice} records are served twice"
+
+
+def test_standalone_runs_the_jobs_requests_its_topics_copy_interval_and_the_clusters_rate(
+    kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """Standalone mode runs the same requests as the operator's Jobs (storage_core.reconcile.requests):
+    - the cleanup judges the local trim with the topic's own copy interval, as the planner did. Kafka's
+      retention.ms of 75 min leaves room for a 10 min interval + the 1 h margin, not for the default
+      1 h one; judged with the default, the trim was refused and the topic Stalled on CleanupFailed;
+    - the copy is held to the cluster's jobs.maxBytesPerSecond."""
+    import uuid
+
+    topic = f"interval-{uuid.uuid4().hex[:8]}"
+    create_topic(
+        kafka_broker, topic, 1, {"internal.segment.bytes": str(64 * 1024), "retention.ms": "4500000"}
+    )
+    produce(kafka_broker, topic, 1500, 300)
+    rate = 64 * 1024
+    cluster_file, manifests = write_setup(
+        tmp_path, kafka_broker, {topic: {"localRetentionMs": 0, "copy": {"intervalSeconds": 600}}}
+    )
+    config = yaml.safe_load(cluster_file.read_text())
+    cluster_file.write_text(yaml.safe_dump({**config, "jobs": {"maxBytesPerSecond": rate}}))
+    runner = Standalone(load_clusters([cluster_file]), load_manifests(manifests))
+    started = time.monotonic()
+    runner.run_round()
+    elapsed = time.monotonic() - started
+
+    status = runner.topic_status[f"t/{topic}"]
+    assert status.last_copy is not None and status.last_copy.result == "Succeeded", status
+    assert status.last_cleanup is not None, status
+    assert status.last_cleanup.result == "Succeeded", status.last_cleanup.message
+    assert {c.type: c.status for c in status.conditions} == {"Ready": "True"}, status.conditions
+    assert status.remote is not None
+    tiered = status.remote.bytes
+    (part,) = status.remote.partitions
+    start = KafkaAdmin(kafka_broker.bootstrap_servers).log_start_offsets([(topic, 0)])[(topic, 0)]
+    assert 0 < start <= part.end_offset + 1  # trimmed, behind the tier
+    # One second's worth goes at once; the rest at the cluster's rate.
+    assert tiered > 3 * rate, tiered
+    assert elapsed >= (tiered - rate) / rate * 0.95, (elapsed, tiered)

@@ -4,6 +4,7 @@ reason, a non-zero exit, and nothing written to the remote tier (or to Kafka).""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -217,3 +218,59 @@ def test_local_trim_is_refused_where_kafka_could_delete_first(
     proc = run_cli(*cleanup, "--local-retention-ms", "0", "--json")
     assert proc.returncode == 0, proc.stderr
     assert admin.log_start_offsets([(topic, 0)])[(topic, 0)] > start[(topic, 0)]
+
+
+def test_a_whole_log_dir_copy_passes_over_kafkas_internal_topics_silently(
+    kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """``copy --log-dir`` with no --topic over a broker that served a consumer group: its compacted
+    ``__consumer_offsets`` is Kafka's own, not a refused user topic, so the copy succeeds and says nothing
+    of it; a compacted user topic in the same log dir is still refused with its line."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    plain = create_topic(kafka_broker, SMALL_SEGMENTS)
+    compacted = create_topic(kafka_broker, {**SMALL_SEGMENTS, "cleanup.policy": "compact"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap_servers,
+            "group.id": f"g-{plain}",
+            **kafka_broker.client_config,
+        }
+    )
+    consumer.commit(offsets=[TopicPartition(plain, 0, 10)], asynchronous=False)
+    consumer.close()
+    source = kafka_broker.log_dir(1)
+    assert any(p.name.startswith("__consumer_offsets-") for p in source.iterdir())
+    log_dir = copy_partitions(source, [plain, "__consumer_offsets"], tmp_path / "logs")
+    remote = tmp_path / "remote"
+
+    def copy(*extra: str) -> Any:
+        return run_cli(
+            "copy",
+            "--log-dir",
+            str(log_dir),
+            "--bootstrap-servers",
+            kafka_broker.bootstrap_servers,
+            "--remote",
+            f"file://{remote}",
+            "--json",
+            *extra,
+        )
+
+    proc = copy()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "" and "__consumer_offsets" not in proc.stdout
+    summary = json.loads(proc.stdout)
+    assert {p["topic"] for p in summary["partitions"]} == {plain} and summary["copied_segments"] > 0
+    assert not any("__consumer_offsets" in str(p) for p in _files(remote))
+
+    # A user topic the copy cannot tier still gets its line (and exit 1) in a whole-log-dir copy.
+    for entry in source.iterdir():
+        if entry.is_dir() and entry.name.rpartition("-")[0] == compacted:
+            shutil.copytree(entry, log_dir / entry.name)
+    proc = copy()
+    assert proc.returncode == 1, proc.stderr
+    assert _error_lines(proc.stderr, "copy") == [
+        f"tierkeeper copy: error: topic {compacted}: cleanup.policy=compact: the log cleaner rewrites "
+        "segments after they are copied; only cleanup.policy=delete topics can be tiered"
+    ]

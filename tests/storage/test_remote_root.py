@@ -65,3 +65,38 @@ def test_missing_bucket_is_an_error_and_an_empty_bucket_is_an_empty_tier(
     with pytest.raises(RemoteStoreError, match="bucket 'tk-missing-bucket-0' does not exist"):
         RemoteStore("s3://tk-missing-bucket-0/tier", moto_server.storage_options()).require_root()
     RemoteStore("memory://tk-root-check").require_root()  # an in-memory tier exists once named
+
+
+def test_a_refused_connection_is_named_an_unreachable_endpoint_not_a_missing_bucket(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Port 1 on loopback: nothing listens, the connection is refused at once.
+    code = main(
+        ["ls", "--remote", "s3://b/t", "--endpoint-url", "http://127.0.0.1:1", "--anonymous"]
+        + ["--retry-attempts", "1"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "endpoint http://127.0.0.1:1 is unreachable" in err, err
+    assert "does not exist" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_refused_credentials_are_named_as_such_not_a_missing_bucket(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A moto server that checks credentials, as a real endpoint does: an unknown access key gets 403.
+    server = MotoServer(tmp_path / "moto-auth", env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}).start()
+    try:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNKEY000000")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        code = main(
+            ["ls", "--remote", "s3://tk-any-bucket/t", "--endpoint-url", server.endpoint_url]
+            + ["--path-style", "--retry-attempts", "1"]
+        )
+    finally:
+        server.stop()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "credentials were refused for bucket 'tk-any-bucket'" in err, err
+    assert "does not exist" not in err and "not-the-secret" not in err

@@ -6,7 +6,7 @@ from typing import Any
 
 from storage_core.api.resources import TieredBrokerSpec
 from storage_core.api.status import TieredBrokerStatus
-from storage_core.reconcile.requests import acted_on, pending_fetchers, pending_rebuild
+from storage_core.reconcile.request_ids import acted_on, pending_fetchers, pending_rebuild
 
 
 def spec(**extra: Any) -> TieredBrokerSpec:
