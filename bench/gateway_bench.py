@@ -9,21 +9,24 @@ One Kafka 4.1 cluster (tests/harness), one topic ``history`` of one partition (R
 of 1 KB records (librdkafka, batch.size 1 MB, no compression), all but the active segment tiered by
 ``tierkeeper copy`` to each target (file:// in the temp dir, s3:// on a moto server). Then:
 
-1. direct, before the trim (the baseline, with the segments read into the page cache first): Kafka's own
-   ``ConsumerPerformance`` (kafka-tools jar, its fetch.MB.sec: group join excluded) and a confluent-kafka
+1. direct, before the trim (the issue's baseline, with the segments read into the page cache first): Kafka's
+   own ``ConsumerPerformance`` (kafka-tools jar, its fetch.MB.sec: group join excluded) and a confluent-kafka
    ``consume()`` loop (child process) read every tiered offset; and seed 000's test case 2: an acks=all
    producer (one 1 KiB record every 1/``--probe-rate`` s, RF min(brokers, 3), straight to the brokers)
    while 4 consumers read the old data from the broker, p99 over ``--p99-seconds``.
 2. ``tierkeeper cleanup --local-retention-bytes 0``: the brokers' log start moves to the active segment.
 3. per target, a fresh ``tierkeeper gateway`` (one per phase, so its peak RSS is the phase's): the same two
    consumers from offset 0 through it (every offset from the tier); the ratio is gateway MiB/s / direct
-   MiB/s of the same consumer, median over ``--rounds``. On s3:// moto's own GET throughput is measured in
+   MiB/s of the same consumer reading the twin topic ``history-twin`` (the same records produced the same
+   way, never trimmed, in page cache) straight from the broker in the round beside it, order alternating,
+   median over ``--rounds``: on a shared machine the load moves by the minute, and reads seconds apart
+   compare fairly. The direct read before the trim is reported beside it. On s3:// moto's own GET throughput is measured in
    the same run (``cat_file`` of the tiered .log objects in 1 MiB ranges, 4 at a time like the gateway's
    read-ahead), since moto, a Python server, may be the bound. On file:// also: the p99 case with the
-   4 consumers reading history through the gateway; 16 consumers reading history at once (each
-   ``--rss-mib`` from its own place) with the gateway's peak RSS (VmHWM); ``--idle-connections`` client
-   connections that each did an ApiVersions and stay open, with RSS and a Metadata through the gateway
-   answered while they are held.
+   4 consumers reading history through the gateway; ``--idle-connections`` client connections that each
+   did an ApiVersions and stay open, and while they are held 16 consumers reading history at once (each
+   ``--rss-mib`` from its own place), with the gateway's peak RSS (VmHWM), a Metadata through the gateway
+   and an ApiVersions on every held connection at the end.
 4. pass-through: ``ProducerPerformance`` (acks=all, 1 KiB records, ``--pass-mib``) and
    ``ConsumerPerformance`` of local (untiered) data, through the gateway vs direct, alternating.
 
@@ -65,7 +68,7 @@ from harness.ports import wait_port
 from harness.tierkeeper_cli import run_cli
 
 MiB = 1 << 20
-TOPIC, LIVE, PROBE = "history", "live", "probe"
+TOPIC, TWIN, LIVE, PROBE = "history", "history-twin", "live", "probe"
 RECORD_BYTES = 1024
 HISTORY_GOAL, PASS_GOAL, RSS_GOAL = 1.0, 0.85, 256 * 1000 * 1000
 REPO = Path(__file__).resolve().parent.parent
@@ -405,8 +408,8 @@ def _consume_main(spec: dict[str, Any]) -> None:
     print(json.dumps({"consumers": results}), flush=True)
 
 
-def confluent_read(bootstrap: str, start: int, end: int) -> dict[str, float]:
-    consumers: list[dict[str, float]] = child_result(consume_child(bootstrap, TOPIC, [start], [end]))[
+def confluent_read(bootstrap: str, topic: str, start: int, end: int) -> dict[str, float]:
+    consumers: list[dict[str, float]] = child_result(consume_child(bootstrap, topic, [start], [end]))[
         "consumers"
     ]
     return consumers[0]
@@ -486,6 +489,11 @@ class Bench:
     """One past the last tiered offset: every offset below it is read in the history benchmarks."""
     direct: dict[str, list[float]] = field(default_factory=dict)
 
+    def segment_files(self, topic: str) -> list[Path]:
+        return sorted(
+            p for n in self.cluster.node_ids for p in (self.cluster.log_dir(n) / f"{topic}-0").glob("*.log")
+        )
+
 
 def p99_window(ctx: Bench, bootstrap: str | None, label: str) -> dict[str, Any]:
     """The probe's latencies over ``--p99-seconds`` while 4 consumers read old data (none when
@@ -520,59 +528,67 @@ def p99_window(ctx: Bench, bootstrap: str | None, label: str) -> dict[str, Any]:
 
 # ---- phases ---------------------------------------------------------------------------------------
 def history_direct(ctx: Bench) -> None:
-    bootstrap = ctx.cluster.bootstrap_servers
-    segs = sorted(
-        p for n in ctx.cluster.node_ids for p in (ctx.cluster.log_dir(n) / f"{TOPIC}-0").glob("*.log")
-    )
-    warm(segs)
+    """The issue's baseline: the same consumers reading the history topic itself before the trim."""
+    warm(ctx.segment_files(TOPIC))
     cp, cf = [], []
     for r in range(ctx.ns.rounds):
-        res = consumer_perf(bootstrap, TOPIC, ctx.history_end)
-        log(f"direct ConsumerPerformance round {r}: {res}")
+        res = consumer_perf(ctx.cluster.bootstrap_servers, TOPIC, ctx.history_end)
+        log(f"direct ConsumerPerformance (before the trim) round {r}: {res}")
         cp.append(res["mib_s"])
-        res = confluent_read(bootstrap, 0, ctx.history_end)
-        log(f"direct confluent-kafka round {r}: {res}")
+        res = confluent_read(ctx.cluster.bootstrap_servers, TOPIC, 0, ctx.history_end)
+        log(f"direct confluent-kafka (before the trim) round {r}: {res}")
         cf.append(res["mib_s"])
     ctx.direct = {"consumer_perf": cp, "confluent": cf}
-    ctx.results.detail["history_direct"] = ctx.direct
+    ctx.results.detail["history_direct_before_trim"] = ctx.direct
 
 
 def history_gateway(ctx: Bench, target: Target) -> None:
-    cp, cf = [], []
+    """Gateway rounds, each beside a direct round of the same consumer on the twin topic (the same records,
+    never trimmed, in page cache), order alternating: on a shared machine the load moves from minute to
+    minute, and the ratio compares reads a few seconds apart."""
+    rates: dict[str, list[float]] = {"cp_gw": [], "cp_twin": [], "cf_gw": [], "cf_twin": []}
     detail: dict[str, Any] = {}
+    direct = ctx.cluster.bootstrap_servers
     with gateway(ctx, target, "history") as gw:
         cpu0 = gw.cpu_seconds()
         t0 = time.monotonic()
         for r in range(ctx.ns.rounds):
-            res = consumer_perf(gw.bootstrap, TOPIC, ctx.history_end)
-            log(f"{target.kind} gateway ConsumerPerformance round {r}: {res}")
-            cp.append(res["mib_s"])
-            res = confluent_read(gw.bootstrap, 0, ctx.history_end)
-            log(f"{target.kind} gateway confluent-kafka round {r}: {res}")
-            cf.append(res["mib_s"])
-        detail["gateway_cpu_share"] = round((gw.cpu_seconds() - cpu0) / (time.monotonic() - t0), 2)
+            warm(ctx.segment_files(TWIN))
+            order = [("gw", gw.bootstrap, TOPIC), ("twin", direct, TWIN)]
+            if r % 2:
+                order.reverse()
+            for name, server, topic in order:
+                res = consumer_perf(server, topic, ctx.history_end)
+                log(f"{target.kind} {name} ConsumerPerformance round {r}: {res}")
+                rates[f"cp_{name}"].append(res["mib_s"])
+            for name, server, topic in order:
+                res = confluent_read(server, topic, 0, ctx.history_end)
+                log(f"{target.kind} {name} confluent-kafka round {r}: {res}")
+                rates[f"cf_{name}"].append(round(res["mib_s"], 1))
+        detail["gateway_cpu_cores"] = round((gw.cpu_seconds() - cpu0) / (time.monotonic() - t0), 2)
         detail["gateway_peak_rss_mb"] = round(gw.status("VmHWM") / 1e6, 1)
-    detail |= {"consumer_perf": cp, "confluent": cf}
+    detail |= rates
     moto_note = ""
     if target.kind == "s3":
         get = moto_get_throughput(ctx, target)
         detail["moto_get_mib_s"] = get
         moto_note = f"; moto GET {get:.0f} MiB/s in the same run"
     ctx.results.detail[f"history_{target.kind}"] = detail
-    for name, ours, base in (
-        ("ConsumerPerformance", cp, ctx.direct["consumer_perf"]),
-        ("confluent-kafka consume()", cf, ctx.direct["confluent"]),
+    for name, ours, twin, before in (
+        ("ConsumerPerformance", rates["cp_gw"], rates["cp_twin"], ctx.direct.get("consumer_perf", [])),
+        ("confluent-kafka consume()", rates["cf_gw"], rates["cf_twin"], ctx.direct.get("confluent", [])),
     ):
-        ratio = median(ours) / median(base)
+        ratio = median(ours) / median(twin)
+        pre = f"; direct before the trim {median(before):.1f} MiB/s" if before else ""
         ctx.results.rows.append(
             Row(
                 f"history {target.kind}:// {name}",
-                f"direct {median(base):.1f} MiB/s",
+                f"direct {median(twin):.1f} MiB/s",
                 f"gateway {median(ours):.1f} MiB/s",
                 round(ratio, 2),
                 f">= {HISTORY_GOAL}x",
                 ratio >= HISTORY_GOAL,
-                f"rounds {ours} vs {base}{moto_note}",
+                f"rounds {ours} vs {twin}{pre}{moto_note}",
             )
         )
 
@@ -632,12 +648,17 @@ def rss_case(ctx: Bench, target: Target) -> None:
     detail: dict[str, Any] = {}
     with gateway(ctx, target, "rss") as gw:
         base = gw.status("VmRSS")
-        peak = 0
-        child = consume_child(gw.bootstrap, TOPIC, starts, ends)
-        while child.poll() is None:
-            peak = max(peak, gw.status("VmRSS"))
-            time.sleep(0.2)
-        consumed = child_result(child)
+        with idle_connections(gw, ctx.ns.idle_connections) as idle:
+            detail["idle"] = idle
+            log(f"idle connections: {idle}")
+            peak = 0
+            child = consume_child(gw.bootstrap, TOPIC, starts, ends)
+            while child.poll() is None:
+                peak = max(peak, gw.status("VmRSS"))
+                time.sleep(0.2)
+            consumed = child_result(child)
+            idle |= check_idle(gw, idle)
+            log(f"idle connections after the consumers: {idle}")
         hwm = gw.status("VmHWM")
         detail["consumers"] = {
             "count": n,
@@ -648,32 +669,32 @@ def rss_case(ctx: Bench, target: Target) -> None:
                 / max(c["seconds"] for c in consumed["consumers"]),
                 1,
             ),
-            "rss_before_mb": round(base / 1e6, 1),
+            "rss_start_mb": round(base / 1e6, 1),
             "rss_peak_sampled_mb": round(peak / 1e6, 1),
             "vm_hwm_mb": round(hwm / 1e6, 1),
         }
-        log(f"16 consumers: {detail['consumers']}")
-        idle = idle_connections(gw, ctx.ns.idle_connections)
-        detail["idle"] = idle
-        log(f"idle connections: {idle}")
+        log(f"{n} consumers: {detail['consumers']}")
     ctx.results.detail["rss"] = detail
     c = detail["consumers"]
     ctx.results.rows.append(
         Row(
-            f"gateway RSS, {n} consumers reading history at once ({target.kind}://)",
+            f"gateway RSS, {n} consumers reading history at once ({target.kind}://), "
+            f"{ctx.ns.idle_connections} idle connections held meanwhile",
             "-",
             f"peak {c['vm_hwm_mb']} MB (VmHWM), {c['aggregate_mib_s']} MiB/s together",
             None,
             "< 256 MB",
             hwm < RSS_GOAL,
-            f"{c['mib_each']} MiB each from {n} places",
+            f"{c['mib_each']} MiB each from {n} places; RSS with the idle connections alone "
+            f"{idle['rss_mb']} MB",
         )
     )
     ctx.results.rows.append(
         Row(
             f"{ctx.ns.idle_connections} idle client connections held",
             "-",
-            f"{idle['held']} held, RSS {idle['rss_mb']} MB, Metadata answered in {idle['metadata_s']} s",
+            f"{idle['held']} held to the end, RSS {idle['rss_mb']} MB, "
+            f"a Metadata answered in {idle['metadata_s']} s",
             None,
             "held",
             idle["held"] == ctx.ns.idle_connections and idle["metadata_ok"],
@@ -702,7 +723,9 @@ def _read_frame(sock: socket.socket) -> bytes:
     return exactly(size)
 
 
-def idle_connections(gw: GatewayRun, count: int) -> dict[str, Any]:
+@contextmanager
+def idle_connections(gw: GatewayRun, count: int) -> Iterator[dict[str, Any]]:
+    """``count`` connections that each did an ApiVersions and then stay open, idle."""
     socks: list[socket.socket] = []
     failed = 0
     started = time.monotonic()
@@ -717,34 +740,37 @@ def idle_connections(gw: GatewayRun, count: int) -> dict[str, Any]:
                 failed += 1
         opened = time.monotonic() - started
         time.sleep(2)
-        t0 = time.monotonic()
-        ok = True
-        try:
-            admin = AdminClient({"bootstrap.servers": gw.bootstrap})
-            admin.list_topics(timeout=30)
-        except Exception:  # noqa: BLE001 - reported
-            ok = False
-        metadata_s = time.monotonic() - t0
-        alive = 0
-        for s in socks:  # every connection still open: a request on it is still answered
-            try:
-                s.sendall(_api_versions_frame(7))
-                _read_frame(s)
-                alive += 1
-            except OSError:
-                pass
-        return {
+        state: dict[str, Any] = {
             "asked": count,
-            "held": alive,
             "failed_to_open": failed,
             "open_seconds": round(opened, 1),
             "rss_mb": round(gw.status("VmRSS") / 1e6, 1),
-            "metadata_ok": ok,
-            "metadata_s": round(metadata_s, 2),
+            "socks": socks,
         }
+        yield state
     finally:
         for s in socks:
             s.close()
+
+
+def check_idle(gw: GatewayRun, state: dict[str, Any]) -> dict[str, Any]:
+    """A Metadata through the gateway, and an ApiVersions on every held connection (each still open)."""
+    t0 = time.monotonic()
+    ok = True
+    try:
+        AdminClient({"bootstrap.servers": gw.bootstrap}).list_topics(timeout=30)
+    except Exception:  # noqa: BLE001 - reported
+        ok = False
+    metadata_s = time.monotonic() - t0
+    alive = 0
+    for s in state.pop("socks"):
+        try:
+            s.sendall(_api_versions_frame(7))
+            _read_frame(s)
+            alive += 1
+        except OSError:
+            pass
+    return {"held": alive, "metadata_ok": ok, "metadata_s": round(metadata_s, 2)}
 
 
 def pass_through(ctx: Bench, target: Target) -> None:
@@ -929,14 +955,20 @@ def main() -> int:
         if "s3" in kinds:
             moto = MotoServer(work / "moto").start()
         rf = min(3, ns.brokers)
-        create_topic(cluster.bootstrap_servers, TOPIC, 1, 1, **{"segment.bytes": str(ns.segment_mib * MiB)})
+        for name in (TOPIC, TWIN):
+            create_topic(
+                cluster.bootstrap_servers, name, 1, 1, **{"segment.bytes": str(ns.segment_mib * MiB)}
+            )
         create_topic(cluster.bootstrap_servers, PROBE, 3, rf, **{"min.insync.replicas": str(min(2, rf))})
         cluster.wait_topic(TOPIC, 1)
+        cluster.wait_topic(TWIN, 1)
         cluster.wait_topic(PROBE, 3)
         log(f"producing {ns.size_mib} MiB of {RECORD_BYTES}-byte records")
         t0 = time.monotonic()
         records = produce(cluster.bootstrap_servers, TOPIC, ns.size_mib * MiB)
         produce_s = time.monotonic() - t0
+        log("producing the same records into the twin topic (the direct baseline after the trim)")
+        produce(cluster.bootstrap_servers, TWIN, ns.size_mib * MiB)
         # Roll the last full segment: one more segment's worth would double the data, so the copy tiers
         # every rolled segment and the active one stays on the broker (the "tail").
         probe = Probe(cluster.bootstrap_servers, ns.probe_rate).start()
