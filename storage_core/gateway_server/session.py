@@ -30,7 +30,6 @@ from storage_core.gateway.addresses import ADDRESS_APIS, rewrite_addresses
 from storage_core.gateway.history import TierSlice, TimestampHit
 from storage_core.gateway.protocol import (
     API_VERSIONS,
-    SIZE,
     Chunks,
     ProtocolError,
     RequestHeader,
@@ -38,16 +37,16 @@ from storage_core.gateway.protocol import (
     decode_response,
     encode_request,
     encode_response,
+    framed_with_correlation_id,
     knows,
     produce_acks,
     read_request_header,
     request_type,
     supported_versions,
-    with_correlation_id,
 )
 from storage_core.gateway.versions import negotiated, offered_versions
 from storage_core.gateway_server.context import GatewayContext, kafka_topic_id
-from storage_core.gateway_server.frames import read_frame
+from storage_core.gateway_server.frames import read_frame, write_chunks
 from storage_core.gateway_server.upstream import Upstream, UpstreamError
 from storage_core.remote.layout import TopicPartitionId
 
@@ -140,7 +139,7 @@ class ClientSession:
             finally:
                 self._slots.release()
             if chunks:
-                self.writer.writelines(chunks)
+                write_chunks(self.writer, chunks)
                 await self.writer.drain()
 
     async def _handle(
@@ -244,7 +243,7 @@ class ClientSession:
 
     def _passed(self, header: RequestHeader, response: bytes) -> Chunks:
         self.ctx.metrics.passthrough_bytes.inc(len(response))
-        return [SIZE.pack(len(response)), with_correlation_id(response, header.correlation_id, response=True)]
+        return framed_with_correlation_id(response, header.correlation_id, response=True)
 
     def _unsupported_api_versions(self, header: RequestHeader) -> Chunks:
         """ApiVersions of a version the gateway cannot read: KIP-511's answer (v0, UNSUPPORTED_VERSION and
