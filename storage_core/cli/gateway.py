@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -16,6 +17,7 @@ import socket
 import ssl
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -143,14 +145,33 @@ def _upstream_tls(config: dict[str, str]) -> ssl.SSLContext | None:
     return context
 
 
+@contextlib.contextmanager
+def _kio_without_hypothesis() -> Iterator[None]:
+    """Import kio as a server needs it. kio registers Hypothesis strategies for its types whenever
+    ``hypothesis`` is importable (it is in the test environment, not in the images): that import and the
+    strategies' Unicode tables cost 1.5-5 s of CPU at every gateway start (20 s under a profiler on a
+    busy machine) and write a ``.hypothesis`` directory into the working directory. Hidden while kio loads;
+    afterwards ``import hypothesis`` works again in this process."""
+    hide = "hypothesis" not in sys.modules and "kio" not in sys.modules
+    if hide:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]  # makes `import hypothesis` fail
+    try:
+        yield
+    finally:
+        if hide and sys.modules.get("hypothesis", False) is None:
+            del sys.modules["hypothesis"]
+
+
 def run(args: argparse.Namespace) -> int:
+    with _kio_without_hypothesis():
+        from storage_core.gateway_server.context import GatewayContext, Limits
+        from storage_core.gateway_server.metrics import GatewayMetrics
+        from storage_core.gateway_server.server import Gateway, Listen
+
     from storage_core.adapters.kafka_admin import KafkaAdmin
     from storage_core.gateway.addresses import Address, PortRule
     from storage_core.gateway.block_cache import BlockCache
     from storage_core.gateway.history import TierHistory
-    from storage_core.gateway_server.context import GatewayContext, Limits
-    from storage_core.gateway_server.metrics import GatewayMetrics
-    from storage_core.gateway_server.server import Gateway, Listen
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
