@@ -20,13 +20,13 @@ of 1 KB records (librdkafka, batch.size 1 MB, no compression), all but the activ
    MiB/s of the same consumer reading the twin topic ``history-twin`` (the same records produced the same
    way, never trimmed, in page cache) straight from the broker in the round beside it, order alternating,
    median over ``--rounds``: on a shared machine the load moves by the minute, and reads seconds apart
-   compare fairly. The direct read before the trim is reported beside it. On s3:// moto's own GET throughput is measured in
-   the same run (``cat_file`` of the tiered .log objects in 1 MiB ranges, 4 at a time like the gateway's
-   read-ahead), since moto, a Python server, may be the bound. On file:// also: the p99 case with the
-   4 consumers reading history through the gateway; ``--idle-connections`` client connections that each
-   did an ApiVersions and stay open, and while they are held 16 consumers reading history at once (each
-   ``--rss-mib`` from its own place), with the gateway's peak RSS (VmHWM), a Metadata through the gateway
-   and an ApiVersions on every held connection at the end.
+   compare fairly. The direct read before the trim is reported beside it. On s3:// moto's own GET
+   throughput is measured in the same run (``cat_file`` of the tiered .log objects in 1 MiB ranges, 4 at
+   a time like the gateway's read-ahead), since moto, a Python server, may be the bound. On file:// also:
+   the p99 case with the 4 consumers reading history through the gateway; ``--idle-connections`` client
+   connections that each did an ApiVersions and stay open, and while they are held 16 consumers reading
+   history at once (each ``--rss-mib`` from its own place), with the gateway's peak RSS (VmHWM), a
+   Metadata through the gateway and an ApiVersions on every held connection at the end.
 4. pass-through: ``ProducerPerformance`` (acks=all, 1 KiB records, ``--pass-mib``) and
    ``ConsumerPerformance`` of local (untiered) data, through the gateway vs direct, alternating.
 
@@ -265,7 +265,7 @@ def gateway(ctx: Bench, target: Target, phase: str) -> Iterator[GatewayRun]:
         ctx.cluster.bootstrap_servers,
         [*target.flags, *ctx.ns.gateway_arg],
         ctx.work / f"gateway-{target.kind}-{phase}",
-        target.env,
+        {**target.env, **dict(kv.split("=", 1) for kv in ctx.ns.gateway_env)},
         profile,
     ).start()
     try:
@@ -650,7 +650,7 @@ def rss_case(ctx: Bench, target: Target) -> None:
         base = gw.status("VmRSS")
         with idle_connections(gw, ctx.ns.idle_connections) as idle:
             detail["idle"] = idle
-            log(f"idle connections: {idle}")
+            log(f"idle connections: { {k: v for k, v in idle.items() if k != 'socks'} }")
             peak = 0
             child = consume_child(gw.bootstrap, TOPIC, starts, ends)
             while child.poll() is None:
@@ -932,6 +932,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--gateway-arg", action="append", default=[], help="extra `tierkeeper gateway` argument (repeatable)"
+    )
+    parser.add_argument(
+        "--gateway-env", action="append", default=[], metavar="K=V", help="environment of the gateway"
     )
     parser.add_argument("--profile", type=Path, help="run each gateway under cProfile, profiles to this dir")
     parser.add_argument("--json", type=Path)
