@@ -162,7 +162,27 @@ def _kio_without_hypothesis() -> Iterator[None]:
             del sys.modules["hypothesis"]
 
 
+def _return_large_buffers_to_the_os() -> None:
+    """glibc malloc settings for a process that allocates and frees megabyte buffers from many threads
+    (record sets read from the tier, fetch responses): every allocation from 256 KiB up gets pages of its
+    own (mmap) that go back to the OS when freed, and at most two malloc arenas. glibc's default raises
+    the mmap threshold to the size of each such buffer freed, after which they come from per-thread
+    arenas that keep the memory: with 16 consumers reading history the gateway's peak RSS was 290 MB
+    with the defaults and 201 MB with these (bench/gateway_bench.py, the same phase). No effect on other
+    C libraries."""
+    import ctypes
+
+    m_mmap_threshold, m_arena_max = -3, -8
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(m_mmap_threshold, 256 << 10)
+        libc.mallopt(m_arena_max, 2)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
+    _return_large_buffers_to_the_os()
     with _kio_without_hypothesis():
         from storage_core.gateway_server.context import GatewayContext, Limits
         from storage_core.gateway_server.metrics import GatewayMetrics
