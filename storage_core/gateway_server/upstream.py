@@ -13,8 +13,8 @@ import ssl
 from collections.abc import Sequence
 
 from storage_core.gateway.addresses import Address
-from storage_core.gateway.protocol import SIZE, ProtocolError, response_correlation_id, with_correlation_id
-from storage_core.gateway_server.frames import read_frame
+from storage_core.gateway.protocol import ProtocolError, framed_with_correlation_id, response_correlation_id
+from storage_core.gateway_server.frames import read_frame, write_chunks
 
 
 class UpstreamError(ConnectionError):
@@ -67,8 +67,7 @@ class Upstream:
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._waiting[correlation_id] = future
-        patched = with_correlation_id(payload, correlation_id)
-        self._writer.writelines((SIZE.pack(len(patched)), patched))
+        write_chunks(self._writer, framed_with_correlation_id(payload, correlation_id))
         return future
 
     def send_chunks(self, chunks: Sequence[bytes | memoryview]) -> asyncio.Future[bytes]:
