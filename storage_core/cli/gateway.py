@@ -80,14 +80,6 @@ def register(subparsers: Any) -> None:
         help="blocks fetched ahead of a reader (default 8)",
     )
     p.add_argument(
-        "--read-ahead-bytes",
-        type=int,
-        default=8 << 20,
-        metavar="N",
-        help="per client connection: tier answers read ahead of its next fetches, bytes (default 8 MiB; "
-        "0: off)",
-    )
-    p.add_argument(
         "--tier-threads", type=int, default=8, metavar="N", help="threads reading the remote tier (default 8)"
     )
     p.add_argument(
@@ -251,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
         history=TierHistory(store, blocks),
         tier_pool=tier_pool,
         metrics=metrics,
-        limits=Limits(max_frame_bytes=args.max_frame_bytes, read_ahead_bytes=args.read_ahead_bytes),
+        limits=Limits(max_frame_bytes=args.max_frame_bytes),
         upstream_tls=_upstream_tls(config),
     )
     admin = KafkaAdmin(args.bootstrap_servers, config)

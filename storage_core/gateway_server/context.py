@@ -27,11 +27,6 @@ class Limits:
     this long fails the client's connection (never a hang)."""
     hwm_cache_s: float = 1.0
     """How long a partition's high watermark learned for a tier answer is reused on one connection."""
-    read_ahead_bytes: int = 8 << 20
-    """Tier answers read ahead of a connection's next fetches (the bytes after each answer), at most this
-    many bytes per connection; 0 turns it off."""
-    read_ahead_max_age_s: float = 2.0
-    """A read-ahead answer older than this is read again."""
 
 
 Learn = Callable[[dict[int, Address], bool], Awaitable[None]]

@@ -76,10 +76,6 @@ class ClientSession:
         self._slots = asyncio.Semaphore(ctx.limits.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
         self._hwm: dict[tuple[str, int, int], tuple[float, int]] = {}
-        self._tier_names: dict[str, tuple[float, str]] = {}
-        """Tiered topic id -> name, as the tier answered within ``hwm_cache_s`` (no thread hop per fetch)."""
-        self._ahead: dict[fetch_rules.PartitionKey, _Ahead] = {}
-        self._ahead_bytes = 0
         self._stopping = False
         self._reading: asyncio.Task[None] | None = None
 
@@ -106,9 +102,6 @@ class ClientSession:
                 await writer_task
             for task in list(self._tasks):
                 task.cancel()
-            for ahead in self._ahead.values():
-                ahead.future.cancel()
-            self._ahead.clear()
             if self._upstream is not None:
                 await self._upstream.close()
             self.writer.close()
@@ -342,10 +335,19 @@ class ClientSession:
             if want is None or tp is None:
                 continue
             budget = max(0, min(want.max_bytes, request.max_bytes - used))
-            read = _TierRead(tp, want.offset, budget, used == 0, committed)
             started = time.perf_counter()
             try:
-                found = await self._tier_read(key, read)
+                found = await asyncio.get_running_loop().run_in_executor(
+                    self.ctx.tier_pool,
+                    functools.partial(
+                        self.ctx.history.read,
+                        tp,
+                        want.offset,
+                        budget,
+                        min_one=used == 0,
+                        read_committed=committed,
+                    ),
+                )
             except TierkeeperError as exc:
                 log.error("tier read of %s at offset %d failed: %s", tp, want.offset, exc)
                 self.ctx.metrics.tier_partitions.labels(outcome="error").inc()
@@ -359,7 +361,6 @@ class ClientSession:
                 continue  # the tier does not hold it either: the broker's OFFSET_OUT_OF_RANGE stands
             slices[key] = (tp, found)
             used += len(found.records)
-            self._read_ahead(key, read, found)
         if not slices and not failed:
             return {}
         marks = await self._watermarks(upstream, [tp for tp, _ in slices.values()])
@@ -385,51 +386,6 @@ class ClientSession:
             self.ctx.metrics.tier_bytes.inc(len(found.records))
         return answers
 
-    async def _tier_read(self, key: fetch_rules.PartitionKey, read: _TierRead) -> TierSlice | None:
-        """The tier's answer for ``read``: the one read ahead for it when there is one (the same partition,
-        offset, byte limits and isolation, read moments ago), else read now."""
-        ahead = self._ahead.pop(key, None)
-        if ahead is not None:
-            self._ahead_bytes -= ahead.size
-            fresh = time.monotonic() - ahead.at < self.ctx.limits.read_ahead_max_age_s
-            if ahead.read == read and fresh:
-                with contextlib.suppress(TierkeeperError):  # a failed read ahead is not the answer
-                    found = await ahead.future
-                    if found is not None:
-                        return found
-            else:
-                ahead.future.cancel()
-        return await self._tier_submit(read)
-
-    def _tier_submit(self, read: _TierRead) -> asyncio.Future[TierSlice | None]:
-        return asyncio.get_running_loop().run_in_executor(
-            self.ctx.tier_pool,
-            functools.partial(
-                self.ctx.history.read,
-                read.tp,
-                read.offset,
-                read.max_bytes,
-                min_one=read.min_one,
-                read_committed=read.committed,
-            ),
-        )
-
-    def _read_ahead(self, key: fetch_rules.PartitionKey, read: _TierRead, found: TierSlice) -> None:
-        """Start reading the answer to the fetch a consumer sends next (the same limits, from the offset after
-        the batches just served) while this answer travels, so that fetch is answered from memory. It is
-        only ever sent as an answer after the broker answered that fetch with OFFSET_OUT_OF_RANGE on this
-        connection, like any tier read. At most ``read_ahead_bytes`` per connection."""
-        if not found.records:
-            return
-        size = max(read.max_bytes, len(found.records))
-        if self._ahead_bytes + size > self.ctx.limits.read_ahead_bytes:
-            return
-        following = dataclasses.replace(read, offset=found.upper_offset)
-        future = self._tier_submit(following)
-        future.add_done_callback(_retrieved)
-        self._ahead[key] = _Ahead(following, future, time.monotonic(), size)
-        self._ahead_bytes += size
-
     async def _tier_partition(
         self, upstream: Upstream, topic: fetch_rules.TopicKey, partition: int
     ) -> TopicPartitionId | None:
@@ -446,15 +402,9 @@ class ClientSession:
             if topic_id is None:
                 return None
         tid = kafka_topic_id(topic_id)
-        known = self._tier_names.get(tid)
-        if known is not None and time.monotonic() - known[0] < self.ctx.limits.hwm_cache_s:
-            name: str | None = known[1]
-        else:
-            name = await asyncio.get_running_loop().run_in_executor(
-                self.ctx.tier_pool, self.ctx.history.topic_name, tid
-            )
-            if name is not None:
-                self._tier_names[tid] = (time.monotonic(), name)
+        name = await asyncio.get_running_loop().run_in_executor(
+            self.ctx.tier_pool, self.ctx.history.topic_name, tid
+        )
         if name is None or (isinstance(topic, str) and name != topic):
             return None
         return TopicPartitionId(name, tid, partition)
@@ -625,32 +575,6 @@ class ClientSession:
         if errors:
             body = offset_rules.with_errors(body, errors)
         return body
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _TierRead:
-    """The arguments of one tier read (TierHistory.read)."""
-
-    tp: TopicPartitionId
-    offset: int
-    max_bytes: int
-    min_one: bool
-    committed: bool
-
-
-@dataclasses.dataclass(slots=True)
-class _Ahead:
-    read: _TierRead
-    future: asyncio.Future[TierSlice | None]
-    at: float
-    size: int
-    """Bytes counted against ``read_ahead_bytes``."""
-
-
-def _retrieved(future: asyncio.Future[TierSlice | None]) -> None:
-    """A read ahead nobody awaits must not log "exception was never retrieved"."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _tier_offset(history: Any, tp: TopicPartitionId, ts: int) -> offset_rules.TierOffset | None:
