@@ -30,7 +30,7 @@ lint: setup
 	$(PY) -m tierkeeper_operator.chartgen --check
 
 test: harness lint
-	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest $(PYTEST_ARGS)
+	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # The fast lane for whoever changes the code: everything `lint` checks, then the tests that need no Kafka,
 # Spark, control plane or harness-built tool (tests/conftest.py, --fast-lane). Under 3 minutes here;
