@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, open_store
+from storage_core.cli.common import add_remote_args, open_store, require_positive
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 from storage_core.errors import ConfigError
 
@@ -182,6 +182,9 @@ def _return_large_buffers_to_the_os() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_positive(args, "cache_bytes", "block_bytes", "tier_threads", "max_frame_bytes")
+    if args.readahead_blocks < 0:
+        raise ConfigError(f"--readahead-blocks must be >= 0, got {args.readahead_blocks}")
     _return_large_buffers_to_the_os()
     with _kio_without_hypothesis():
         from storage_core.gateway_server.context import GatewayContext, Limits

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage_core.errors import CorruptDataError, DivergentDataError, RemoteObjectNotFound
+from storage_core.errors import CorruptDataError, RemoteObjectNotFound
 from storage_core.formats.indexes import iter_txn_index
 from storage_core.formats.record_batch import HEADER_SIZE, BatchHeader, RawBatch, validate_crc
 from storage_core.formats.records import iter_records
@@ -191,12 +191,7 @@ class TierHistory:
             )
         divergence = cover.divergence_in(offset, served.last_offset)
         if divergence is not None:
-            raise DivergentDataError(
-                f"refusing to serve {tp}: {divergence.describe()}",
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=divergence.first_offset,
-            )
+            raise divergence.refusal(str(tp), tp.topic, tp.partition)
         records, upper, producers = self._batches(
             served, max(offset, served.first_offset), max_bytes, min_one
         )

@@ -63,6 +63,15 @@ class Divergence:
     served_epochs: tuple[tuple[int, int], ...]
     other_epochs: tuple[tuple[int, int], ...]
 
+    def refusal(self, what: str, topic: str, partition: int) -> DivergentDataError:
+        """The error of a reader that stops before these offsets."""
+        return DivergentDataError(
+            f"refusing to serve {what}: {self.describe()}",
+            topic=topic,
+            partition=partition,
+            offset=self.first_offset,
+        )
+
     def describe(self) -> str:
         return (
             f"segments {self.served} and {self.other} hold different data for offsets "

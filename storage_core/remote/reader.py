@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage_core.errors import ConfigError, CorruptDataError, DivergentDataError, OffsetOutOfRangeError
+from storage_core.errors import ConfigError, CorruptDataError, OffsetOutOfRangeError
 from storage_core.formats.checked_batches import CrcChecks, iter_checked_batches
 from storage_core.formats.indexes import AbortedTxn, iter_txn_index
 from storage_core.formats.mapped import MappedFile
@@ -316,12 +316,7 @@ class RemoteReader:
                 None,
             )
             if divergence is not None:
-                raise DivergentDataError(
-                    f"refusing to serve {meta.tp}: {divergence.describe()}",
-                    topic=meta.topic,
-                    partition=meta.partition,
-                    offset=divergence.first_offset,
-                )
+                raise divergence.refusal(str(meta.tp), meta.topic, meta.partition)
             if header.is_control or (
                 aborted is not None
                 and header.is_transactional
