@@ -159,14 +159,15 @@ class ClientSession:
             result = await self._answer(header, payload)
         except asyncio.CancelledError:
             if not slot.done():
-                slot.set_exception(UpstreamError("connection closing"))
+                _fail_quietly(slot, UpstreamError("connection closing"))
             raise
         except Exception as exc:  # any failure closes this client's connection, and nothing else
             if not slot.done():
-                slot.set_exception(
+                _fail_quietly(
+                    slot,
                     exc
                     if isinstance(exc, (UpstreamError, ProtocolError))
-                    else UpstreamError(f"{type(exc).__name__}: {exc}")
+                    else UpstreamError(f"{type(exc).__name__}: {exc}"),
                 )
             if not isinstance(exc, (UpstreamError, ProtocolError, asyncio.TimeoutError)):
                 log.exception("request %s v%s of %s failed", header.api_key, header.api_version, self.peer)
@@ -575,6 +576,13 @@ class ClientSession:
         if errors:
             body = offset_rules.with_errors(body, errors)
         return body
+
+
+def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail a future that nobody may wait for any more (its connection is closing): whoever still awaits
+    it gets the error, and asyncio does not log it as never retrieved."""
+    future.set_exception(error)
+    future.exception()  # marks it retrieved
 
 
 def _tier_offset(history: Any, tp: TopicPartitionId, ts: int) -> offset_rules.TierOffset | None:

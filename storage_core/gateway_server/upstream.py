@@ -106,6 +106,7 @@ class Upstream:
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(error)
+                future.exception()  # its waiter may be gone with its client: not "never retrieved"
         self._waiting.clear()
         self._writer.close()
 
