@@ -122,6 +122,10 @@ def test_a_gateway_killed_mid_read_and_restarted_the_group_resumes_from_its_comm
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
         "max.partition.fetch.bytes": 4096,
+        # The first consumer's LeaveGroup may die with the killed gateway; the group then waits for its
+        # session to expire before the second one gets the partitions: 6 s (the broker's minimum), not 45.
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
     }
     try:
         first = Consumer(settings)

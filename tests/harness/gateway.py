@@ -11,17 +11,27 @@ from pathlib import Path
 
 from harness.kafka import KafkaCluster
 from harness.kafka_dist import HarnessError
-from harness.ports import free_ports, wait_port
+from harness.ports import wait_port
 from harness.tierkeeper_cli import run_cli
 
 
 def free_port_block(count: int) -> int:
-    """A base port with ``count`` free ports above it (the gateway's broker ports: base + node id)."""
-    for _ in range(50):
-        (base,) = free_ports(1)
-        if base + count < 65535 and _all_free(range(base, base + count + 1)):
+    """A base port with ``count`` free ports above it (the gateway's broker ports: base + node id), below
+    the kernel's ephemeral range: a gateway restarted on its ports (as the tests do after a kill) must not
+    find one of them taken by some client's outgoing connection meanwhile."""
+    import random
+
+    low = 10000
+    try:
+        high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) - count - 1
+    except (OSError, ValueError, IndexError):
+        high = 32000
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(low, max(high, low + 1))
+        if _all_free(range(base, base + count + 1)):
             return base
-    raise HarnessError(f"no block of {count} free ports found")
+    raise HarnessError(f"no block of {count} free ports found below the ephemeral range")
 
 
 def _all_free(ports: range) -> bool:
@@ -53,8 +63,9 @@ class GatewayProcess:
 
     def start(self, timeout: float = 60.0) -> GatewayProcess:
         if not self.port:
-            self.port = free_port_block(8)
-            (self.metrics_port,) = free_ports(1)
+            # bootstrap, brokers 1..7 (base + node id), metrics: all below the ephemeral range
+            self.port = free_port_block(9)
+            self.metrics_port = self.port + 9
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
