@@ -1,0 +1,93 @@
+"""The parts of a TieredCluster that are new with the kind: the gateway the operator runs for the cluster,
+and the Strimzi ``Kafka`` the cluster's brokers and bootstrap address are learned from.
+
+Kept apart from ``cluster.py`` (the connection and the remote tier, shared with the older file form of the
+cluster configuration) so the builders of the gateway's objects and of Strimzi's TieredBrokers depend on
+nothing else of the API.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from storage_core.api.cluster import ResourceQuantities, SecretRef
+from storage_core.api.fields import ObjectName
+from storage_core.api.rules import ApiModel
+
+DEFAULT_GATEWAY_BOOTSTRAP_PORT = 9092
+DEFAULT_GATEWAY_BROKER_PORT_BASE = 9100
+DEFAULT_GATEWAY_METRICS_PORT = 9404
+
+
+class GatewayResources(ApiModel):
+    requests: ResourceQuantities = Field(
+        default_factory=lambda: ResourceQuantities(cpu="250m", memory="256Mi"),
+        description="What the scheduler reserves for each gateway pod.",
+    )
+    limits: ResourceQuantities = Field(
+        default_factory=lambda: ResourceQuantities(memory="512Mi"),
+        description="Upper bounds for each gateway pod (the block cache is counted in memory).",
+    )
+
+
+class GatewaySpec(ApiModel):
+    """The cluster's Kafka protocol gateway: every unchanged Kafka client reads the tiered history
+    through it. The operator owns its Deployment, Service, PodDisruptionBudget and NetworkPolicy."""
+
+    enabled: bool = Field(default=False, description="Run the gateway for this cluster.")
+    replicas: int = Field(
+        default=2,
+        ge=1,
+        description="Gateway pods. Each serves every broker's port (a client's connection is proxied to "
+        "the broker whose port it reached), so any replica can take any connection.",
+    )
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        default="ClusterIP", description="Type of the gateway's Service."
+    )
+    bootstrap_port: int = Field(
+        default=DEFAULT_GATEWAY_BOOTSTRAP_PORT,
+        ge=1,
+        le=65535,
+        description="The Service's bootstrap port (what clients put in bootstrap.servers).",
+    )
+    broker_port_base: int = Field(
+        default=DEFAULT_GATEWAY_BROKER_PORT_BASE,
+        ge=1,
+        le=65535,
+        description="Broker N is served at this port + N, on the pods and on the Service.",
+    )
+    advertised_host: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The host clients are told to connect to (default: the Service's cluster DNS name, "
+        "<name>.<namespace>.svc); set it when clients reach the Service through a LoadBalancer's name.",
+    )
+    image: str | None = Field(
+        default=None, min_length=1, description="The gateway's image (default: the Jobs' pipeline image)."
+    )
+    resources: GatewayResources = Field(
+        default_factory=GatewayResources, description="Requests and limits of each gateway pod."
+    )
+    cache_bytes: int = Field(
+        default=64 << 20, ge=0, description="Each pod's cache of remote blocks, in bytes (0: no cache)."
+    )
+    tls_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="A kubernetes.io/tls Secret (tls.crt, tls.key): clients then connect to the gateway with "
+        "TLS. Omit for plaintext.",
+    )
+
+
+class StrimziRef(ApiModel):
+    """A Strimzi ``Kafka`` in the TieredCluster's namespace: the bootstrap address comes from its
+    ``status.listeners``, and a TieredBroker is kept for every broker node of its node pools."""
+
+    kafka: ObjectName = Field(description="Name of the Strimzi Kafka resource.")
+    listener: str = Field(
+        default="plain",
+        min_length=1,
+        description="Name of the Kafka listener (spec.kafka.listeners[].name) whose bootstrap address "
+        "Tierkeeper's clients use.",
+    )
