@@ -179,4 +179,5 @@ def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOpti
     )
     wakeups = Wakeups()
     SpecWatch(kube, wakeups).start()
+    SpecWatch(kube, wakeups, "tieredclusters", full_rounds=True).start()
     return Rounds(reconciler, options.interval, gate, ready, wakeups=wakeups).start()

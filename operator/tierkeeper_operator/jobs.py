@@ -25,6 +25,7 @@ from storage_core.api.resources import TieredBrokerSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction
 from storage_core.reconcile.requests import (
     Request,
+    check_remote_request,
     cleanup_request,
     copy_request,
     delete_request,
@@ -259,6 +260,22 @@ def delete_job(
     }
     name = job_name("delete", owner.name, round_key)
     return _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
+
+
+BUCKET_CHECK = "bucket-check"
+"""The job-kind label of a TieredCluster's bucket check (followed by the cluster rounds, not the topics')."""
+
+
+def bucket_check_job(cluster: KafkaClusterConfig, owner: Owner, attempt_key: str) -> dict[str, Any]:
+    """The short Job checking the cluster's remote tier with the storage Secret the copy Jobs get (envFrom):
+    the operator learns the verdict from its termination message and never reads the Secret itself."""
+    args = job_args(check_remote_request(cluster))
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_KIND: BUCKET_CHECK, LABEL_CLUSTER: cluster.name}
+    name = job_name("check", owner.name, attempt_key)
+    job = _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
+    job["spec"]["backoffLimit"] = 0  # the next check is the retry
+    job["spec"]["activeDeadlineSeconds"] = 300
+    return job
 
 
 def work_of(job: Mapping[str, Any]) -> list[tuple[str, str, list[int]]]:

@@ -222,6 +222,18 @@ class Kube:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
         self._call("PATCH", path, body, "application/merge-patch+json")
 
+    def secret_data(self, namespace: str, name: str) -> dict[str, str]:
+        """The decoded keys of one Secret, read by name (RBAC: ``get`` on exactly the Secrets TieredClusters
+        name as clientConfigSecretRef; never list or watch). For the operator's own Kafka clients only:
+        the values go into a client's configuration and nowhere else (no log line, status or event)."""
+        import base64
+
+        secret = self._call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        out = {}
+        for key, value in (secret.get("data") or {}).items():
+            out[str(key)] = base64.b64decode(value).decode("utf-8").removesuffix("\n").removesuffix("\r")
+        return out
+
     def pod_node(self, namespace: str, name: str) -> str | None:
         try:
             pod = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")

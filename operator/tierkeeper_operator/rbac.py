@@ -34,6 +34,10 @@ class Grant:
     job_write: bool = False
     """A write into the namespaces where Jobs run (Jobs, the rebuild ConfigMaps): with the chart's
     ``rbac.jobNamespaces``, granted only there (a Role each) rather than cluster-wide."""
+    named: bool = False
+    """Granted only on objects named one by one (``resourceNames``): the chart renders a Role per namespace
+    for the Secrets its values name (``rbac.kafkaClientSecrets`` and the clusters' clientConfigSecretRef);
+    never part of the generated rules, so the operator can never list, watch or read any other."""
 
 
 KUBE_GRANTS: tuple[Grant, ...] = (
@@ -49,6 +53,21 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         "tieredbrokers",
         ("list", "patch"),
         "Kube.list_resources: every round lists them; Kube.remove_annotation: commands acted on",
+    ),
+    Grant(
+        GROUP,
+        "tieredclusters",
+        ("list", "watch", "patch"),
+        "Kube.list_resources: every full round lists them; Kube.watch: a new, edited or deleted one wakes "
+        "the rounds; Kube.set_finalizers: held while TieredTopics or TieredBrokers name it",
+    ),
+    Grant(GROUP, "tieredclusters/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
+    Grant(
+        "",
+        "secrets",
+        ("get",),
+        "Kube.secret_data: a TieredCluster's clientConfigSecretRef, for the operator's own Kafka client",
+        named=True,
     ),
     Grant(GROUP, "tieredtopics/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
     Grant(GROUP, "tieredbrokers/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
@@ -133,6 +152,8 @@ def merged(
             continue
         if job_writes is not None and grant.job_write != job_writes:
             continue
+        if grant.named:
+            continue  # rendered by the chart per named object (Grant.named)
         out.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
     return {key: tuple(sorted(verbs)) for key, verbs in sorted(out.items())}
 
@@ -152,7 +173,10 @@ def rules(
     ]
 
 
-USER_RESOURCES = ("tieredtopics", "tieredbrokers")
+NAMED_GRANTS: tuple[Grant, ...] = tuple(g for g in ALL_GRANTS if g.named)
+"""What the chart grants on named objects only (resourceNames)."""
+
+USER_RESOURCES = ("tieredtopics", "tieredbrokers", "tieredclusters")
 VIEW_VERBS = ("get", "list", "watch")
 EDIT_VERBS = (*VIEW_VERBS, "create", "update", "patch", "delete", "deletecollection")
 

@@ -198,6 +198,16 @@ class KafkaAdmin:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(int(b) for b in md.brokers)
 
+    def cluster_summary(self) -> tuple[str | None, int | None, list[int]]:
+        """Kafka's cluster id, the active controller's node id and the brokers' node ids (one metadata
+        request: what a TieredCluster's status says of the cluster)."""
+        try:
+            md = self._admin.list_topics(timeout=TIMEOUT_S)
+        except Exception as exc:
+            raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
+        controller = md.controller_id if isinstance(md.controller_id, int) and md.controller_id >= 0 else None
+        return md.cluster_id or None, controller, sorted(int(b) for b in md.brokers)
+
     def broker_addresses(self) -> dict[int, tuple[str, int]]:
         """Node id -> (host, port) of every broker the cluster's metadata lists."""
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from storage_core import __version__
 from storage_core.cli import (
+    check_remote,
     cleanup,
     copy,
     export,
@@ -48,6 +49,7 @@ BUILTIN_COMMANDS: tuple[Register, ...] = (
     fetchers.register,
     standalone.register,
     gateway.register,
+    check_remote.register,
 )
 COMMAND_GROUP = "tierkeeper.commands"
 """Entry-point group of installed packages' subcommands; each entry point is a ``register`` function."""

@@ -172,7 +172,18 @@ class RebuildRequest:
         return [*head, *self.remote.args(), *self.kafka.args()]
 
 
-Request = CopyRequest | CleanupRequest | DeleteRequest | RebuildRequest
+@dataclass(frozen=True)
+class CheckRemoteRequest:
+    """Check that a cluster's remote tier is reachable with the credentials the Jobs get
+    (``tierkeeper check-remote``: bucket there, a probe object written and deleted)."""
+
+    remote: RemoteTier
+
+    def args(self) -> list[str]:
+        return ["check-remote", *self.remote.args()]
+
+
+Request = CopyRequest | CleanupRequest | DeleteRequest | RebuildRequest | CheckRemoteRequest
 """Every kind of work a round hands to an executor (fetcher steps are Admin API calls the round makes
 itself, in both executors, through :mod:`storage_core.jobs.fetcher_changes`)."""
 
@@ -231,6 +242,10 @@ def cleanup_request(
 
 def delete_request(topic: str, topic_id: str, cluster: KafkaClusterConfig) -> DeleteRequest:
     return DeleteRequest(topic, topic_id, remote_tier(cluster))
+
+
+def check_remote_request(cluster: KafkaClusterConfig) -> CheckRemoteRequest:
+    return CheckRemoteRequest(remote_tier(cluster))
 
 
 def rebuild_request(
