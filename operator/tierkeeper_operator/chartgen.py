@@ -311,7 +311,7 @@ def configuration_text(schema: Mapping[str, Any], values: Any) -> str:
         "",
         "One Kafka cluster as a resource (examples/tieredcluster.yaml); the TieredTopics and TieredBrokers",
         "of its namespace name it (`metadata.name`) in `clusterRef`. The chart renders one from each entry",
-        "of `clusters:` (docs/operator.md, \"TieredClusters\").",
+        'of `clusters:` (docs/operator.md, "TieredClusters").',
         "",
     ]
     shown = set(_models(TieredTopicSpec)) | set(_models(TieredBrokerSpec))

@@ -119,7 +119,9 @@ class ClusterRounds:
                 spec=parsed,
                 status=_status(obj),
                 deleting=bool(meta.get("deletionTimestamp")),
-                strimzi_bootstrap=None if strimzi is None else self.strimzi_bootstrap(meta["namespace"], strimzi),
+                strimzi_bootstrap=None
+                if strimzi is None
+                else self.strimzi_bootstrap(meta["namespace"], strimzi),
             )
             objects[item.key], raw[item.key] = item, obj
         self._objects, self._raw = objects, raw
@@ -314,7 +316,9 @@ class ClusterRounds:
         before = next((c for c in obj.status.conditions if c.type == "Ready"), None)
         if before is None or before.reason != verdict.reason:
             warning = verdict.stalled or verdict.warning
-            self._event(raw, "TieredCluster", "Warning" if warning else "Normal", verdict.reason, verdict.message)
+            self._event(
+                raw, "TieredCluster", "Warning" if warning else "Normal", verdict.reason, verdict.message
+            )
 
     def _finalizer(self, obj: decide.ClusterObject, members: decide.Members) -> None:
         raw = self._raw[obj.key]

@@ -162,7 +162,9 @@ KINDS: tuple[ResourceKind, ...] = (
                 '.status.conditions[?(@.type=="Ready")].status',
                 description="True once Kafka and the remote tier are reachable.",
             ),
-            PrinterColumn("Status", ".status.message", priority=1, description="The state, or what is wrong."),
+            PrinterColumn(
+                "Status", ".status.message", priority=1, description="The state, or what is wrong."
+            ),
             _AGE,
         ),
     ),

@@ -330,11 +330,15 @@ class Reconciler:
             topic_objs=topic_objs,
             broker_objs=broker_objs,
             topic_specs={
-                k: admitted(o["metadata"]["namespace"], parse_spec(TieredTopicSpec, o.get("spec") or {}), where)
+                k: admitted(
+                    o["metadata"]["namespace"], parse_spec(TieredTopicSpec, o.get("spec") or {}), where
+                )
                 for k, o in topic_objs.items()
             },
             broker_specs={
-                k: admitted(o["metadata"]["namespace"], parse_spec(TieredBrokerSpec, o.get("spec") or {}), where)
+                k: admitted(
+                    o["metadata"]["namespace"], parse_spec(TieredBrokerSpec, o.get("spec") or {}), where
+                )
                 for k, o in broker_objs.items()
             },
             statuses=Statuses(

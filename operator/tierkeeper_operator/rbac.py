@@ -142,17 +142,18 @@ ALL_GRANTS: tuple[Grant, ...] = KUBE_GRANTS + KOPF_GRANTS
 
 
 def merged(
-    grants: tuple[Grant, ...], *, clusterwide: bool, job_writes: bool | None = None
+    grants: tuple[Grant, ...], *, clusterwide: bool, job_writes: bool | None = None, named: bool = False
 ) -> dict[tuple[str, str], tuple[str, ...]]:
     """(group, resource) -> sorted verbs, of the grants a mode needs (namespaced: ``clusterwide`` False);
-    ``job_writes`` True or False: only the grants that are (or are not) writes where Jobs run."""
+    ``job_writes`` True or False: only the grants that are (or are not) writes where Jobs run; ``named``:
+    with the grants on named objects only (:attr:`Grant.named`), which generated rules never hold."""
     out: dict[tuple[str, str], set[str]] = {}
     for grant in grants:
         if (grant.clusterwide_only and not clusterwide) or (grant.namespaced_only and clusterwide):
             continue
         if job_writes is not None and grant.job_write != job_writes:
             continue
-        if grant.named:
+        if grant.named and not named:
             continue  # rendered by the chart per named object (Grant.named)
         out.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
     return {key: tuple(sorted(verbs)) for key, verbs in sorted(out.items())}

@@ -198,11 +198,12 @@ class KafkaAdmin:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(int(b) for b in md.brokers)
 
-    def cluster_summary(self) -> tuple[str | None, int | None, list[int]]:
+    def cluster_summary(self, timeout: float = 10.0) -> tuple[str | None, int | None, list[int]]:
         """Kafka's cluster id, the active controller's node id and the brokers' node ids (one metadata
-        request: what a TieredCluster's status says of the cluster)."""
+        request: what a TieredCluster's status says of the cluster). A shorter wait than other requests:
+        an unreachable cluster must not hold up the round for every other cluster."""
         try:
-            md = self._admin.list_topics(timeout=TIMEOUT_S)
+            md = self._admin.list_topics(timeout=timeout)
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         controller = md.controller_id if isinstance(md.controller_id, int) and md.controller_id >= 0 else None

@@ -149,7 +149,9 @@ class ClusterClients(Generic[T]):
         if secret is None or read is None:
             return cluster_client_config(cluster, self._dirs.get(cluster.name))
         if not read:
-            raise ConfigError(f"cluster {cluster.name}: clientConfigSecretRef {secret.name} holds no properties")
+            raise ConfigError(
+                f"cluster {cluster.name}: clientConfigSecretRef {secret.name} holds no properties"
+            )
         return {**read, **cluster.client_config}
 
     def _current(self, name: str) -> tuple[tuple[str, dict[str, str]], T]:

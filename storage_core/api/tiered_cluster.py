@@ -41,12 +41,13 @@ class TieredClusterSpec(ClusterSettings):
         "strimzi (the listener's bootstrap address from the Kafka's status); when both are set, this wins.",
     )
     gateway: GatewaySpec = Field(
-        default_factory=GatewaySpec, description="The Kafka protocol gateway the operator runs for the cluster."
+        default_factory=GatewaySpec,
+        description="The Kafka protocol gateway the operator runs for the cluster.",
     )
     strimzi: StrimziRef | None = Field(
         default=None,
-        description="A Strimzi Kafka in this namespace: the bootstrap address and the TieredBrokers come from "
-        "it.",
+        description="A Strimzi Kafka in this namespace: the bootstrap address and the TieredBrokers come "
+        "from it.",
     )
 
 

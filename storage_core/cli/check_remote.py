@@ -8,10 +8,16 @@ import argparse
 import json
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, add_result_file_arg, emit_json, open_store, write_result_file
+from storage_core.cli.common import (
+    add_remote_args,
+    add_result_file_arg,
+    emit_json,
+    open_store,
+    write_result_file,
+)
 
 PROBE = ".tierkeeper-check"
-"""The object written and deleted at the tier's root: beside the tier's topic directories, never one of them."""
+"""The object written and deleted at the tier's root: beside the topic directories, never one of them."""
 
 
 def register(subparsers: Any) -> None:

@@ -120,7 +120,9 @@ def directory(objects: Iterable[ClusterObject], files: Mapping[str, KafkaCluster
     for obj in sorted(objects, key=lambda o: (o.created, o.key)):
         out.elsewhere.setdefault(obj.name, obj.namespace)
         if obj.spec.value is None:
-            out.refused[obj.key] = Health(False, "InvalidSpec", obj.spec.problem or "invalid spec", stalled=True)
+            out.refused[obj.key] = Health(
+                False, "InvalidSpec", obj.spec.problem or "invalid spec", stalled=True
+            )
             continue
         if len(obj.name) > 63:
             out.refused[obj.key] = Health(False, "InvalidName", NAME_TOO_LONG, stalled=True)
@@ -168,9 +170,7 @@ class Members:
     copy_lag_bytes: int = 0
 
 
-def bucket_check_due(
-    check: BucketCheck | None, key: str, running: bool, now: datetime.datetime
-) -> bool:
+def bucket_check_due(check: BucketCheck | None, key: str, running: bool, now: datetime.datetime) -> bool:
     """Whether a new bucket-check Job should start: none for these settings yet, or the last one is old
     enough to repeat (:data:`BUCKET_RETRY_SECONDS` after a failure, :data:`BUCKET_RECHECK_SECONDS` after a
     pass); never while one runs."""

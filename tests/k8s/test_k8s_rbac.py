@@ -37,12 +37,19 @@ CALLS: dict[str, list[Callable[[Kube], Any]]] = {
     "list_resources": [
         lambda k: k.list_resources("tieredtopics"),
         lambda k: k.list_resources("tieredbrokers"),
+        lambda k: k.list_resources("tieredclusters"),
     ],
     "patch_status": [
         lambda k: k.patch_status("tieredtopics", "ns", "n", {}),
         lambda k: k.patch_status("tieredbrokers", "ns", "n", {}),
+        lambda k: k.patch_status("tieredclusters", "ns", "n", {}),
     ],
-    "set_finalizers": [lambda k: k.set_finalizers("tieredtopics", OBJ, [])],
+    "set_finalizers": [
+        lambda k: k.set_finalizers("tieredtopics", OBJ, []),
+        lambda k: k.set_finalizers("tieredclusters", OBJ, []),
+    ],
+    # Granted by name only (Grant.named: the chart's Role with resourceNames).
+    "secret_data": [lambda k: k.secret_data("ns", "kafka-client")],
     "list_jobs": [lambda k: k.list_jobs("a=b")],
     "job_pods": [lambda k: k.job_pods("ns", "j")],
     "create_job": [lambda k: k.create_job(JOB)],
@@ -57,9 +64,13 @@ CALLS: dict[str, list[Callable[[Kube], Any]]] = {
     "remove_annotation": [lambda k: k.remove_annotation("tieredbrokers", OBJ, "tierkeeper.io/fetchers")],
     # As SpecWatch calls them: per watched namespace, or for all (None) watching all namespaces.
     "collection_version": [
-        lambda k: k.collection_version("tieredtopics", k.namespaces[0] if k.namespaces else None)
+        lambda k, plural=plural: k.collection_version(plural, k.namespaces[0] if k.namespaces else None)
+        for plural in ("tieredtopics", "tieredclusters")
     ],
-    "watch": [lambda k: list(k.watch("tieredtopics", k.namespaces[0] if k.namespaces else None, "1", 5))],
+    "watch": [
+        lambda k, plural=plural: list(k.watch(plural, k.namespaces[0] if k.namespaces else None, "1", 5))
+        for plural in ("tieredtopics", "tieredclusters")
+    ],
     "event": [lambda k: k.event(OBJ, "TieredTopic", "Normal", "R", "m", "c")],
     # As the peering gate calls them: per watched namespace, or cluster-wide (None) watching all.
     "get_peering": [lambda k: k.get_peering("tierkeeper", k.namespaces[0] if k.namespaces else None)],
@@ -143,7 +154,9 @@ def test_calls_and_declared_grants_match_both_ways(namespaces: tuple[str, ...]) 
     used = {perm for perms in calls.values() for perm in perms}
     granted = {
         (verb, group, resource)
-        for (group, resource), verbs in rbac.merged(rbac.KUBE_GRANTS, clusterwide=not namespaces).items()
+        for (group, resource), verbs in rbac.merged(
+            rbac.KUBE_GRANTS, clusterwide=not namespaces, named=True
+        ).items()
         for verb in verbs
     }
     for method, perms in calls.items():
