@@ -29,7 +29,7 @@ _API_VERSIONS = {kind: api_version for api_version, kind in OBJECT_PATHS}
 
 
 @dataclass(frozen=True)
-class GatewayState:
+class GatewayOutcome:
     """The gateway as the TieredCluster's status shows it."""
 
     ready_replicas: int
@@ -47,7 +47,7 @@ def sync_gateway(
     broker_ids: Iterable[int],
     owner: Owner,
     settings: GatewaySettings | None = None,
-) -> GatewayState:
+) -> GatewayOutcome:
     """Apply the gateway's objects (idempotent: server-side apply) and delete those no longer wanted
     (all of them when the gateway is disabled, the ServiceMonitor when the chart stops asking for them).
     ``broker_ids``: the brokers Kafka reports now. API errors propagate (:class:`~kube.KubeError`)."""
@@ -55,7 +55,7 @@ def sync_gateway(
     try:
         wanted = gateway_objects(cluster, gateway, namespace, broker_ids, owner, settings)
     except GatewayPortError as exc:
-        return GatewayState(0, None, str(exc))
+        return GatewayOutcome(0, None, str(exc))
     for obj in wanted:
         kube.apply_object(obj)
     kinds = {obj["kind"] for obj in wanted}
@@ -63,9 +63,9 @@ def sync_gateway(
         if kind not in kinds:
             kube.delete_object(_API_VERSIONS[kind], kind, namespace, name)
     if not gateway.enabled:
-        return GatewayState(0, None)
+        return GatewayOutcome(0, None)
     ready = ready_replicas(kube.get_deployment(namespace, name))
-    return GatewayState(ready, bootstrap_address(cluster.name, namespace, gateway))
+    return GatewayOutcome(ready, bootstrap_address(cluster.name, namespace, gateway))
 
 
 @dataclass(frozen=True)
