@@ -290,8 +290,8 @@ class Kube:
         meta = obj["metadata"]
         path = f"{object_path(str(obj['apiVersion']), str(obj['kind']), meta['namespace'])}/{meta['name']}"
         query = urllib.parse.urlencode({"fieldManager": FIELD_MANAGER, "force": "true"})
-        # JSON is YAML: the apply content type takes the manifest as it is.
-        self._call("PATCH", f"{path}?{query}", json.dumps(obj), "application/apply-patch+yaml")
+        # The client sends the manifest as JSON, which the apply content type (YAML) takes as it is.
+        self._call("PATCH", f"{path}?{query}", dict(obj), "application/apply-patch+yaml")
 
     def delete_object(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Delete one such object; False when it did not exist (or its kind is not served)."""

@@ -266,7 +266,7 @@ TOPIC_RECORDS = 400
 def produce_and_tier(kafka: KafkaCluster, remote: str, options: dict[str, Any], moto: MotoServer) -> str:
     topic = f"gw-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    config = {"segment.bytes": "16384", "retention.ms": "-1"}
+    config = {"internal.segment.bytes": "16384", "retention.ms": "-1"}
     admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(60)
     kafka.wait_topic(topic, 1)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 0})
