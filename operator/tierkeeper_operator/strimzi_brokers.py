@@ -138,10 +138,11 @@ def strimzi_view(
 ) -> StrimziView:
     """The brokers of ``ref``'s Kafka as TieredBroker specs of the TieredCluster ``cluster_name``."""
     if kafka is None:
-        problem = f"Strimzi Kafka {ref.kafka!r} not found in the namespace"
-        return StrimziView(cluster_name, None, {}, {}, {}, [problem])
-    address, problem = bootstrap_servers(kafka, ref.listener)
-    problems = [problem] if problem else []
+        return StrimziView(
+            cluster_name, None, {}, {}, {}, [f"Strimzi Kafka {ref.kafka!r} not found in the namespace"]
+        )
+    address, why_no_address = bootstrap_servers(kafka, ref.listener)
+    problems = [why_no_address] if why_no_address else []
     by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
     brokers: dict[int, TieredBrokerSpec] = {}
     names: dict[int, str] = {}

@@ -15,6 +15,7 @@ chart's own RBAC (so the grants of rbac.py are enough, server-side apply's creat
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,10 +297,9 @@ def read_all(bootstrap: str, topic: str) -> list[bytes]:
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
     values: list[bytes] = []
+    deadline = time.monotonic() + 180
     try:
-        for _ in range(300):
-            if len(values) >= TOPIC_RECORDS:
-                break
+        while len(values) < TOPIC_RECORDS and time.monotonic() < deadline:
             message = consumer.poll(1.0)
             if message is not None and message.error() is None:
                 values.append(message.value())
