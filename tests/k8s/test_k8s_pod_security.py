@@ -69,8 +69,9 @@ def operator_pod() -> dict[str, Any]:
 def gateway_pod() -> dict[str, Any]:
     """The pod template of a TieredCluster's gateway Deployment (with a TLS Secret and the Kafka client
     Secret mounted: every volume it can have)."""
-    cluster = CLUSTER.model_copy(update={"client_config_secret_ref": {"name": "kafka-client"}})
-    cluster = KafkaClusterConfig.model_validate(cluster.model_dump(by_alias=True))
+    cluster = KafkaClusterConfig.model_validate(
+        {**CLUSTER.model_dump(by_alias=True), "clientConfigSecretRef": {"name": "kafka-client"}}
+    )
     gateway = GatewaySpec.model_validate({"enabled": True, "tlsSecretRef": {"name": "tls"}})
     made = deployment(cluster, gateway, "kafka", Owner("TieredCluster", "c", "kafka", "u"))
     spec: dict[str, Any] = made["spec"]["template"]["spec"]
