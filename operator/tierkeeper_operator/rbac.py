@@ -78,7 +78,7 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         "pods",
         ("list", "get"),
         "Kube.job_pods (termination messages), pod_node (broker's node), list_pods (rebuild: the init "
-        "container's result, which pods use a broker's volume)",
+        "container's result, which pods use a broker's volume), list_strimzi_broker_pods (their claims)",
     ),
     Grant("", "configmaps", ("get",), "Kube.apply_config_map: reads the rebuild settings it keeps"),
     Grant(
@@ -89,6 +89,46 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         job_write=True,
     ),
     Grant("", "events", ("create",), "Kube.event: Warning/Normal events on our objects"),
+    # A TieredCluster's gateway and Strimzi TieredBrokers: server-side applied (create for a missing one,
+    # patch), deleted when no longer wanted.
+    Grant(
+        "apps",
+        "deployments",
+        ("create", "patch", "delete", "get"),
+        "Kube.apply_object, delete_object: the gateway's Deployment; get_deployment: its ready replicas",
+    ),
+    Grant("", "services", ("create", "patch", "delete"), "Kube.apply_object, delete_object: the gateway's"),
+    Grant(
+        "policy",
+        "poddisruptionbudgets",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the gateway's",
+    ),
+    Grant(
+        "networking.k8s.io",
+        "networkpolicies",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the gateway's",
+    ),
+    Grant(
+        "monitoring.coreos.com",
+        "servicemonitors",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the gateway's, when the chart enables ServiceMonitors",
+    ),
+    Grant(
+        GROUP,
+        "tieredbrokers",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the TieredBrokers kept for a Strimzi cluster's brokers",
+    ),
+    Grant("kafka.strimzi.io", "kafkas", ("get",), "Kube.get_strimzi_kafka: spec.strimzi's bootstrap address"),
+    Grant(
+        "kafka.strimzi.io",
+        "kafkanodepools",
+        ("list",),
+        "Kube.list_strimzi_node_pools: the broker node ids and storage of spec.strimzi's cluster",
+    ),
     Grant(
         "kopf.dev",
         "kopfpeerings",
