@@ -29,12 +29,15 @@ from storage_core.api.tiered_cluster import (
     BucketCheck,
     GatewayState,
     KafkaCheck,
+    StrimziSummary,
     TieredClusterSpec,
     TieredClusterStatus,
 )
 from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.reconcile import tiered_clusters as decide
 from storage_core.reconcile.conditions import Health, rfc3339
+from tierkeeper_operator.cluster_objects import sync_gateway, sync_strimzi_brokers
+from tierkeeper_operator.gateway_objects import GatewaySettings
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
     BUCKET_CHECK,
@@ -46,6 +49,7 @@ from tierkeeper_operator.jobs import (
     termination_message,
 )
 from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.strimzi_brokers import bootstrap_servers
 
 log = logging.getLogger("tierkeeper.operator")
 
@@ -90,8 +94,10 @@ class ClusterRounds:
         clock: Callable[[], datetime.datetime],
         event: EventSink,
         create_job: Callable[[dict[str, Any]], bool],
+        gateway_settings: GatewaySettings | None = None,
     ) -> None:
         self.kube = kube
+        self.gateway_settings = gateway_settings
         self.files = dict(files)
         self.live = live
         self.clock = clock
@@ -100,12 +106,15 @@ class ClusterRounds:
         self.directory = decide.directory([], self.files)
         self._objects: dict[str, decide.ClusterObject] = {}
         self._raw: dict[str, dict[str, Any]] = {}
+        self._strimzi: dict[str, StrimziSummary] = {}
+        self._strimzi_problems: dict[str, str] = {}
 
     # ---- start of a full round ---------------------------------------------------------------------
     def resolve(self) -> decide.Directory:
         """List the TieredClusters and put the clusters in effect into :attr:`live`."""
         objects: dict[str, decide.ClusterObject] = {}
         raw: dict[str, dict[str, Any]] = {}
+        self._strimzi_problems = {}
         for obj in self.kube.list_resources(PLURAL):
             meta = obj["metadata"]
             parsed = parse_spec(TieredClusterSpec, obj.get("spec") or {})
@@ -121,27 +130,80 @@ class ClusterRounds:
                 deleting=bool(meta.get("deletionTimestamp")),
                 strimzi_bootstrap=None
                 if strimzi is None
-                else self.strimzi_bootstrap(meta["namespace"], strimzi),
+                else self.strimzi_bootstrap(meta["namespace"], meta["name"], strimzi),
             )
             objects[item.key], raw[item.key] = item, obj
         self._objects, self._raw = objects, raw
         self.directory = decide.directory(objects.values(), self.files)
+        self._strimzi = {}
+        for key, item in objects.items():
+            spec = item.spec.value
+            if spec is None or spec.strimzi is None:
+                continue
+            problem = self._strimzi_problems.get(key)
+            refused = self.directory.refused.get(key)
+            if refused is not None and refused.reason == "WaitingForBootstrap" and problem:
+                self.directory.refused[key] = Health(
+                    False, refused.reason, f"Strimzi {problem}", reconciling=True
+                )
+            if refused is None and not item.deleting:
+                self._strimzi[key] = self._sync_strimzi(item, spec.strimzi)
+            elif problem:
+                self._strimzi[key] = StrimziSummary(kafka=spec.strimzi.kafka, problems=[problem])
         self.live.replace(self.directory.clusters)
         return self.directory
 
-    def strimzi_bootstrap(self, namespace: str, ref: StrimziRef) -> str | None:
-        """The bootstrap address of ``ref``'s listener from the Strimzi Kafka's ``status.listeners``.
+    def strimzi_bootstrap(self, namespace: str, name: str, ref: StrimziRef) -> str | None:
+        """The bootstrap address of ``ref``'s listener from the Strimzi Kafka's ``status.listeners`` (None:
+        not known yet; why is kept for the TieredCluster's status)."""
+        key = f"{namespace}/{name}"
+        try:
+            kafka = self.kube.get_strimzi_kafka(namespace, ref.kafka)
+        except KubeError as exc:  # e.g. Strimzi's CRDs not installed
+            self._strimzi_problems[key] = f"Kafka {ref.kafka}: cannot read it: HTTP {exc.status}"
+            return None
+        if kafka is None:
+            self._strimzi_problems[key] = f"Kafka {ref.kafka} not found in namespace {namespace}"
+            return None
+        address, problem = bootstrap_servers(kafka, ref.listener)
+        if problem:
+            self._strimzi_problems[key] = problem
+        return address
 
-        CALL SITE for issue 28 item 4 (``tierkeeper_operator.strimzi_brokers``, built on branch i28b):
-        not wired yet, so a TieredCluster without ``bootstrapServers`` waits (WaitingForBootstrap)."""
-        return None
+    def _sync_strimzi(self, item: decide.ClusterObject, ref: StrimziRef) -> StrimziSummary:
+        """Keep a TieredBroker for every broker of the Strimzi cluster (a user's own TieredBroker wins)."""
+        owner = Owner("TieredCluster", item.name, item.namespace, self._raw[item.key]["metadata"]["uid"])
+        try:
+            state = sync_strimzi_brokers(self.kube, ref, item.namespace, owner)
+        except KubeError as exc:
+            return StrimziSummary(kafka=ref.kafka, problems=[f"TieredBrokers not kept: {exc}"[:300]])
+        return StrimziSummary(
+            kafka=ref.kafka,
+            brokers=sorted(state.view.brokers),
+            user_brokers=sorted(state.changes.users),
+            problems=list(state.problems),
+        )
 
-    def gateway_state(self, obj: decide.ClusterObject) -> GatewayState | None:
-        """The gateway's ready replicas and bootstrap address (``spec.gateway.enabled``).
-
-        CALL SITE for issue 28 item 3 (``tierkeeper_operator.gateway_objects`` and its adapter, built on
-        branch i28b): not wired yet, so no gateway is run and this reports nothing."""
-        return None
+    def _gateway(
+        self, obj: decide.ClusterObject, cluster: KafkaClusterConfig, kafka: KafkaCheck | None
+    ) -> decide.GatewayOutlook | None:
+        """Keep the gateway's objects (``spec.gateway.enabled``; removed once it is turned off) and say
+        how it stands. Nothing is asked of the API server for a cluster that never had a gateway."""
+        spec = obj.spec.value
+        if spec is None or (not spec.gateway.enabled and obj.status.gateway is None):
+            return None
+        owner = Owner("TieredCluster", obj.name, obj.namespace, self._raw[obj.key]["metadata"]["uid"])
+        brokers = kafka.broker_ids if kafka is not None else []
+        try:
+            outcome = sync_gateway(
+                self.kube, cluster, spec.gateway, obj.namespace, brokers, owner, self.gateway_settings
+            )
+        except KubeError as exc:
+            return decide.GatewayOutlook(problem=f"{exc}"[:300], lasting=False)
+        if not spec.gateway.enabled:
+            return None
+        state = GatewayState(ready_replicas=outcome.ready_replicas, bootstrap=outcome.bootstrap)
+        return decide.GatewayOutlook(state=state, problem=outcome.problem)
 
     def secret_for(self, name: str) -> dict[str, str] | None:
         """The clientConfigSecretRef properties of the TieredCluster in effect under ``name``, read by name
@@ -196,9 +258,11 @@ class ClusterRounds:
                         bucket, job = self._start_bucket_check(obj, cluster, bucket, bucket_key, now)
                         if job:
                             created.append(job)
-            verdict = decide.health(obj, self.directory, kafka, bucket, counted, bucket_key)
-            gateway = self.gateway_state(obj) if in_effect else None
-            status = decide.status(obj, verdict, kafka, bucket, counted, gateway, now)
+            gateway = self._gateway(obj, cluster, kafka) if cluster is not None else None
+            verdict = decide.health(obj, self.directory, kafka, bucket, counted, bucket_key, gateway)
+            state = gateway.state if gateway is not None else None
+            strimzi = self._strimzi.get(key)
+            status = decide.status(obj, verdict, kafka, bucket, counted, state, now, strimzi)
             self._finalizer(obj, counted)  # first: the status patch below needs no resourceVersion
             self._write(obj, status, verdict)
         return created
@@ -305,10 +369,13 @@ class ClusterRounds:
     def _write(self, obj: decide.ClusterObject, status: TieredClusterStatus, verdict: Health) -> None:
         raw = self._raw[obj.key]
         new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        if new == (raw.get("status") or {}):
+        before = raw.get("status") or {}
+        if new == before:
             return
+        # A merge patch keeps what it does not name: a field gone (the gateway turned off) is sent as null.
+        gone = {key: None for key in before if key not in new}
         try:
-            self.kube.patch_status(PLURAL, obj.namespace, obj.name, new)
+            self.kube.patch_status(PLURAL, obj.namespace, obj.name, {**new, **gone})
         except KubeError as exc:
             if exc.status != 404:  # deleted during the round
                 raise

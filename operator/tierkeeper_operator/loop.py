@@ -45,6 +45,7 @@ from storage_core.reconcile.round import (
 from storage_core.reconcile.tiered_clusters import admitted
 from tierkeeper_operator.cluster_rounds import ClusterRounds, LiveClusters
 from tierkeeper_operator.fetcher_rounds import FetcherRounds
+from tierkeeper_operator.gateway_objects import GatewaySettings
 from tierkeeper_operator.jobs import (
     ANNOTATION_CREATED_BY,
     ANNOTATION_RECORDED,
@@ -101,6 +102,7 @@ class Reconciler:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
         identity: str = "",
+        gateway_settings: GatewaySettings | None = None,
     ) -> None:
         self.kube = kube
         self.identity = identity
@@ -110,7 +112,9 @@ class Reconciler:
         self.clusters = LiveClusters(clusters)
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.cluster_rounds = ClusterRounds(kube, clusters, self.clusters, clock, self._event, self._create)
+        self.cluster_rounds = ClusterRounds(
+            kube, clusters, self.clusters, clock, self._event, self._create, gateway_settings
+        )
         # A file entry's clientConfigSecretRef Secret is mounted in this pod (read as files); a
         # TieredCluster's is read by name, with `get` on exactly the Secrets granted (cluster_rounds).
         dirs = dict(kafka_config_dirs or {})

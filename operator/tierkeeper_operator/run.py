@@ -275,6 +275,7 @@ def run(options: OperatorOptions) -> int:
         identity=identity,
         topic_labels=options.metrics_topic_labels,
         kafka_config_dirs=config_dirs,
+        gateway_settings=options.gateway_settings(),
     )
     configure_logging(options)
     kopf.run(

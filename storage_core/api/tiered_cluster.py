@@ -100,6 +100,22 @@ class GatewayState(ApiModel):
     )
 
 
+class StrimziSummary(ApiModel):
+    """What spec.strimzi gave at the last full round."""
+
+    kafka: str = Field(description="The Strimzi Kafka read.")
+    brokers: list[int] = Field(
+        default_factory=list, description="Broker ids with a TieredBroker kept by the operator."
+    )
+    user_brokers: list[int] = Field(
+        default_factory=list, description="Broker ids left to a TieredBroker someone wrote (theirs wins)."
+    )
+    problems: list[str] = Field(
+        default_factory=list,
+        description="One line each: what keeps the address or a broker from being known.",
+    )
+
+
 class TieredClusterStatus(ResourceStatus):
     """Observed state of a TieredCluster."""
 
@@ -112,3 +128,4 @@ class TieredClusterStatus(ResourceStatus):
         default=0, ge=0, description="Bytes rolled on the leaders but not yet tiered, over its TieredTopics."
     )
     gateway: GatewayState | None = Field(default=None, description="The gateway (spec.gateway.enabled).")
+    strimzi: StrimziSummary | None = Field(default=None, description="The Strimzi cluster (spec.strimzi).")

@@ -33,6 +33,7 @@ from storage_core.api.tiered_cluster import (
     BucketCheck,
     GatewayState,
     KafkaCheck,
+    StrimziSummary,
     TieredClusterSpec,
     TieredClusterStatus,
     resolve,
@@ -191,6 +192,17 @@ def decode_bucket_check(message: str | None, job: str, state: str) -> tuple[bool
         return False, f"bucket check Job {job} {state.lower()} without a result (see its pod's log)"
 
 
+@dataclass(frozen=True)
+class GatewayOutlook:
+    """The gateway as this round left it (``spec.gateway.enabled``)."""
+
+    state: GatewayState | None = None
+    problem: str | None = None
+    """One line: its objects could not be built or written."""
+    lasting: bool = True
+    """The problem needs a person (a spec no gateway can be built from), not just another round."""
+
+
 def health(
     obj: ClusterObject,
     where: Directory,
@@ -198,8 +210,10 @@ def health(
     bucket: BucketCheck | None,
     members: Members,
     bucket_spec_key: str | None,
+    gateway: GatewayOutlook | None = None,
 ) -> Health:
-    """The TieredCluster's verdict, first problem first: not in effect, being deleted, Kafka, bucket."""
+    """The TieredCluster's verdict, first problem first: not in effect, being deleted, Kafka, bucket,
+    gateway."""
     refused = where.refused.get(obj.key)
     if refused is not None:
         return refused
@@ -221,6 +235,14 @@ def health(
         return Health(False, "BucketUnreachable", f"remote tier: {bucket.message}", stalled=True)
     if kafka is None:
         return Health(False, "CheckingKafka", "waiting for the first Kafka check", reconciling=True)
+    wanted = obj.spec.value.gateway.replicas if obj.spec.value and obj.spec.value.gateway.enabled else 0
+    if gateway is not None and gateway.problem:
+        lasting = gateway.lasting
+        message = f"gateway: {gateway.problem}"
+        return Health(False, "GatewayProblem", message, stalled=lasting, reconciling=not lasting)
+    ready = gateway.state.ready_replicas if gateway is not None and gateway.state is not None else 0
+    if wanted and ready < wanted:
+        return Health(False, "GatewayNotReady", f"gateway: {ready} of {wanted} pods ready", reconciling=True)
     return Health(
         True,
         "Ready",
@@ -237,6 +259,7 @@ def status(
     members: Members,
     gateway: GatewayState | None,
     now: datetime.datetime,
+    strimzi: StrimziSummary | None = None,
 ) -> TieredClusterStatus:
     conditions = conditions_for(verdict, obj.generation, obj.status.conditions, now)
     return TieredClusterStatus(
@@ -250,6 +273,7 @@ def status(
         tiered_bytes=members.tiered_bytes,
         copy_lag_bytes=members.copy_lag_bytes,
         gateway=gateway,
+        strimzi=strimzi,
     )
 
 

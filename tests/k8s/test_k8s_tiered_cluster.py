@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import s3fs
 import yaml
+from test_k8s_cluster_objects import STRIMZI
 from test_k8s_operator_real import DEADLINE, chart_rbac, resource
 
 from harness.control_plane import ControlPlane
@@ -30,6 +31,7 @@ from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import parse_spec
 from storage_core.api.tiered_cluster import TieredClusterSpec, TieredClusterStatus, resolve
 from storage_core.reconcile.tiered_clusters import ClusterObject, directory
+from tierkeeper_operator.gateway_objects import gateway_name
 from tierkeeper_operator.jobs import BUCKET_CHECK, LABEL_KIND
 from tierkeeper_operator.kube import Kube, KubeError
 from tierkeeper_operator.loop import Reconciler
@@ -256,3 +258,52 @@ def test_the_chart_renders_tiered_clusters_that_agree_with_its_cluster_files() -
         input_text=yaml.safe_dump({k: v for k, v in values.items() if k != "clusterResources"}),
     ).stdout
     assert not [d for d in yaml.safe_load_all(plain) if d and d["kind"] == "TieredCluster"]
+
+
+def test_a_strimzi_tiered_cluster_with_a_gateway_through_the_rounds(
+    k8s_control_plane: ControlPlane, k8s_namespace: str, kafka_broker: KafkaCluster
+) -> None:
+    """The rounds wire in the Strimzi reader and the gateway's objects: the bootstrap address comes from the
+    Strimzi Kafka's status (none written in the TieredCluster), the gateway's Deployment and Service are
+    kept while spec.gateway.enabled and deleted once it is turned off."""
+    plane, ns = k8s_control_plane, k8s_namespace
+    plane.apply_crds(load_crds())
+    plane.apply_crds([yaml.safe_load((STRIMZI / "040-Crd-kafka.yaml").read_text())])
+    with open(STRIMZI / "example-kafka-persistent.yaml") as f:
+        kafka = next(d for d in yaml.safe_load_all(f) if d and d["kind"] == "Kafka")
+    base = f"/apis/kafka.strimzi.io/v1/namespaces/{ns}/kafkas"
+    made = plane.request("POST", base, kafka)
+    made["status"] = {"listeners": [{"name": "plain", "bootstrapServers": kafka_broker.bootstrap_servers}]}
+    plane.request("PUT", f"{base}/{kafka['metadata']['name']}/status", made)
+    spec = {
+        "strimzi": {"kafka": kafka["metadata"]["name"]},
+        "remote": {"url": "s3://bucket/tier"},
+        "gateway": {"enabled": True, "replicas": 1},
+        "jobs": {"image": "tierkeeper"},
+    }
+    plane.request("POST", f"{API}/{ns}/tieredclusters", resource("TieredCluster", "main", spec))
+    reconciler = Reconciler(Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,)), {})
+    reconciler.run_round()
+    obj = plane.request("GET", f"{API}/{ns}/tieredclusters/main")
+    status = obj["status"]
+    assert status["kafka"]["reachable"] is True, status
+    assert status["kafka"]["bootstrapServers"] == kafka_broker.bootstrap_servers
+    assert status["strimzi"]["kafka"] == kafka["metadata"]["name"]
+    gateway = gateway_name("main")
+    deployment = plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/{gateway}")
+    assert deployment["metadata"]["ownerReferences"][0]["kind"] == "TieredCluster"
+    service = plane.request("GET", f"/api/v1/namespaces/{ns}/services/{gateway}")
+    assert status["gateway"]["bootstrap"].endswith(f":{service['spec']['ports'][0]['port']}")
+    assert conditions(obj)["Ready"][0] == "False"  # the bucket check runs; the gateway's pod starts
+
+    plane.rest().call(
+        "PATCH",
+        f"{API}/{ns}/tieredclusters/main",
+        {"spec": {"gateway": {"enabled": False}}},
+        content_type="application/merge-patch+json",
+    )
+    reconciler.run_round()
+    with pytest.raises(ApiError) as gone:
+        plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/{gateway}")
+    assert gone.value.code == 404
+    assert "gateway" not in plane.request("GET", f"{API}/{ns}/tieredclusters/main")["status"]
