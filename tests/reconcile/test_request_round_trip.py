@@ -24,6 +24,7 @@ from storage_core.jobs.cleanup import cleanup_options
 from storage_core.jobs.copy import CopyReport, copy_options
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
 from storage_core.reconcile.requests import (
+    check_remote_request,
     cleanup_request,
     copy_request,
     delete_request,
@@ -154,6 +155,13 @@ def test_a_rebuild_request_parses_back(secret_dir: Path) -> None:
     )
     assert (args.remote, storage_options(args)) == (request.remote.url, dict(request.remote.storage_options))
     assert args.kafka_config_dir == str(secret_dir)
+
+
+def test_a_check_remote_request_parses_back() -> None:
+    request = check_remote_request(cluster(False))
+    args = parsed(job_args(request))
+    assert args.command == "check-remote" and args.result_file == "/dev/termination-log"
+    assert (args.remote, storage_options(args)) == (request.remote.url, dict(request.remote.storage_options))
 
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
