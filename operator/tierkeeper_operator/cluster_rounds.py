@@ -22,7 +22,7 @@ from typing import Any
 
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import StrimziRef
-from storage_core.api.parse import parse_spec
+from storage_core.api.parse import Parsed, parse_spec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.api.tiered_cluster import (
     PLURAL,
@@ -55,7 +55,6 @@ log = logging.getLogger("tierkeeper.operator")
 
 EventSink = Callable[[Mapping[str, Any], str, str, str, str], None]
 """(object, kind, type, reason, message): posts an Event."""
-Parsed = Any
 
 
 class LiveClusters(Mapping[str, KafkaClusterConfig]):
@@ -104,6 +103,8 @@ class ClusterRounds:
         self._event = event
         self._create_job = create_job
         self.directory = decide.directory([], self.files)
+        self.resolved = False
+        """True once a round has listed the TieredClusters (before, a clusterRef may name one unseen)."""
         self._objects: dict[str, decide.ClusterObject] = {}
         self._raw: dict[str, dict[str, Any]] = {}
         self._strimzi: dict[str, StrimziSummary] = {}
@@ -151,6 +152,7 @@ class ClusterRounds:
             elif problem:
                 self._strimzi[key] = StrimziSummary(kafka=spec.strimzi.kafka, problems=[problem])
         self.live.replace(self.directory.clusters)
+        self.resolved = True
         return self.directory
 
     def strimzi_bootstrap(self, namespace: str, name: str, ref: StrimziRef) -> str | None:
@@ -229,8 +231,8 @@ class ClusterRounds:
     def finish(
         self,
         jobs: list[dict[str, Any]],
-        topic_specs: Mapping[str, Parsed],
-        broker_specs: Mapping[str, Parsed],
+        topic_specs: Mapping[str, Parsed[Any]],
+        broker_specs: Mapping[str, Parsed[Any]],
         topic_status: Mapping[str, TieredTopicStatus],
         broker_status: Mapping[str, TieredBrokerStatus],
         kafka_client: Callable[[str], Any],
@@ -269,8 +271,8 @@ class ClusterRounds:
 
     def _members(
         self,
-        topic_specs: Mapping[str, Parsed],
-        broker_specs: Mapping[str, Parsed],
+        topic_specs: Mapping[str, Parsed[Any]],
+        broker_specs: Mapping[str, Parsed[Any]],
         topic_status: Mapping[str, TieredTopicStatus],
         broker_status: Mapping[str, TieredBrokerStatus],
     ) -> dict[str, decide.Members]:

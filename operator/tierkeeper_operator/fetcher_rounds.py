@@ -55,12 +55,15 @@ class FetcherRounds:
         *,
         admin_factory: Callable[[str, dict[str, str]], Any] | None = None,
         kafka_config_dirs: Mapping[str, Path] | None = None,
+        secret_reader: Callable[[str], dict[str, str] | None] | None = None,
     ) -> None:
         self.kube = kube
         self.clusters = clusters
         self.clock = clock
         self.metrics = metrics
-        self._admin_for = ClusterClients(clusters, kafka_config_dirs or {}, admin_factory or fetcher_admin)
+        self._admin_for = ClusterClients(
+            clusters, kafka_config_dirs or {}, admin_factory or fetcher_admin, secret_reader
+        )
 
     def run(
         self,

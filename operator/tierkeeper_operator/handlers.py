@@ -56,6 +56,7 @@ def status_patch(
     now: datetime.datetime,
     namespace: str = "",
     where: Directory | None = None,
+    clusters_known: bool = True,
 ) -> tuple[dict[str, Any], Health]:
     """The ``status`` fields to patch for the object as it is now, and the health they say. ``where``:
     the TieredClusters in effect (a clusterRef naming one of another namespace is refused)."""
@@ -63,6 +64,10 @@ def status_patch(
     if where is not None:
         parsed = admitted(namespace, parsed, where)  # type: ignore[type-var]
     health = admission(parsed.value, parsed.problem, clusters)  # type: ignore[arg-type]
+    if health is not None and health.reason == "ClusterNotFound" and not clusters_known:
+        # At startup kopf resumes every TieredBroker before the first round has listed the TieredClusters:
+        # an unknown name then may be one not listed yet, and the round judges it a moment later.
+        return {}, Health(True, "Unchanged", "left to the reconcile round")
     previous = recorded_conditions(status)
     if health is None:
         if any(c.type == "Ready" for c in previous) and not any(c.type == "Stalled" for c in previous):
@@ -101,6 +106,7 @@ def _changed(
         datetime.datetime.now(datetime.UTC),
         str(meta.get("namespace") or ""),
         None if rounds is None else rounds.reconciler.cluster_rounds.directory,
+        rounds is None or rounds.reconciler.cluster_rounds.resolved,
     )
     if fields:
         patch.setdefault("status", {}).update(fields)

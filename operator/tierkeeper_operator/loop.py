@@ -123,7 +123,14 @@ class Reconciler:
         )
         self._observer = KafkaObserver(self._admins, clock)
         """Per cluster: its topics' configs are re-read only once stale (the costliest observation)."""
-        self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics, kafka_config_dirs=dirs)
+        self.fetchers = FetcherRounds(
+            kube,
+            self.clusters,
+            clock,
+            self.metrics,
+            kafka_config_dirs=dirs,
+            secret_reader=self.cluster_rounds.secret_for,
+        )
 
     # ---- results of finished Jobs -------------------------------------------------------------------
     def _record(
