@@ -115,8 +115,15 @@ class ClusterRounds:
         """List the TieredClusters and put the clusters in effect into :attr:`live`."""
         objects: dict[str, decide.ClusterObject] = {}
         raw: dict[str, dict[str, Any]] = {}
+        try:
+            listed = self.kube.list_resources(PLURAL)
+        except KubeError as exc:
+            # E.g. 403 from RBAC older than the operator, or the CRD not installed yet: the file entries and
+            # the TieredClusters last listed stay in effect, and the rest of the round goes on.
+            log.warning("cannot list TieredClusters (the last ones listed stay in effect): %s", exc)
+            return self.directory
         self._strimzi_problems = {}
-        for obj in self.kube.list_resources(PLURAL):
+        for obj in listed:
             meta = obj["metadata"]
             parsed = parse_spec(TieredClusterSpec, obj.get("spec") or {})
             strimzi = parsed.value.strimzi if parsed.value is not None else None
