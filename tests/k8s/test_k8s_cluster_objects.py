@@ -4,7 +4,8 @@ chart's own RBAC (so the grants of rbac.py are enough, server-side apply's creat
 - Strimzi: with Strimzi's CRDs (../shared/strimzi) served and the objects Strimzi's operator would leave (a
   ``Kafka`` with status.listeners, a KafkaNodePool with status.nodeIds, broker pods, claims bound to
   volumes holding each broker's ``kafka-log<id>`` dir, broker 1's being a running Kafka broker's log
-  dir), the broker nodes get TieredBrokers the API server accepts; the pool scaled 3 -> 4 gets a fourth, a user's own TieredBroker wins, scaled down loses one.
+  dir), the broker nodes get TieredBrokers the API server accepts; the pool scaled 3 -> 4 gets a
+  fourth, a user's own TieredBroker wins, scaled down loses one.
 - The gateway: its objects are accepted in a namespace enforcing the restricted Pod Security profile, its
   Deployment's pod (run by the process kubelet) serves a tiered topic's history to a consumer, broker ports
   follow the brokers, and disabling the gateway deletes its objects. The harness has no kube-proxy, so the
