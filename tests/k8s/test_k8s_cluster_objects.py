@@ -3,8 +3,9 @@ chart's own RBAC (so the grants of rbac.py are enough, server-side apply's creat
 
 - Strimzi: with Strimzi's CRDs (../shared/strimzi) served and the objects Strimzi's operator would leave (a
   ``Kafka`` with status.listeners, a KafkaNodePool with status.nodeIds, broker pods, claims bound to
-  volumes holding each broker's ``kafka-log<id>`` dir), the broker nodes get TieredBrokers the API server
-  accepts; the pool scaled 3 -> 4 gets a fourth, a user's own TieredBroker wins, scaled down loses one.
+  volumes holding each broker's ``kafka-log<id>`` dir, broker 1's being a running Kafka broker's log
+  dir), the broker nodes get TieredBrokers the API server accepts; the pool scaled 3 -> 4 gets a
+  fourth, a user's own TieredBroker wins, scaled down loses one.
 - The gateway: its objects are accepted in a namespace enforcing the restricted Pod Security profile, its
   Deployment's pod (run by the process kubelet) serves a tiered topic's history to a consumer, broker ports
   follow the brokers, and disabling the gateway deletes its objects. The harness has no kube-proxy, so the
@@ -80,7 +81,7 @@ def owner_cluster(plane: ControlPlane, ns: str, name: str = "tiered") -> Owner:
     return Owner("TieredTopic", name, ns, made["metadata"]["uid"])
 
 
-def strimzi_kafka(plane: ControlPlane, ns: str) -> None:
+def strimzi_kafka(plane: ControlPlane, ns: str, broker_ids: tuple[int, ...] = (1, 2, 3)) -> None:
     with open(STRIMZI / "example-kafka-persistent.yaml") as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
     kafka = next(d for d in docs if d["kind"] == "Kafka")
@@ -96,19 +97,24 @@ def strimzi_kafka(plane: ControlPlane, ns: str) -> None:
     plane.request("PUT", f"{base}/kafkas/{KAFKA}/status", made)
     for pool in (d for d in docs if d["kind"] == "KafkaNodePool"):
         made = plane.request("POST", f"{base}/kafkanodepools", pool)
-        ids = [0, 1, 2] if pool["metadata"]["name"] == "controller" else [3, 4, 5]
+        ids = [10, 11, 12] if pool["metadata"]["name"] == "controller" else list(broker_ids)
         made["status"] = {"nodeIds": ids, "roles": pool["spec"]["roles"], "replicas": len(ids)}
         plane.request("PUT", f"{base}/kafkanodepools/{pool['metadata']['name']}/status", made)
 
 
-def broker_node(plane: ControlPlane, ns: str, node: int, root: Path) -> None:
+def broker_node(plane: ControlPlane, ns: str, node: int, root: Path, log_dir: Path | None = None) -> None:
     """What Strimzi leaves for broker ``node`` of the pool: the claim ``data-0-<pod>``, bound to a volume
-    whose directory holds the broker's log dir ``kafka-log<node>``, and the pod mounting it at
-    /var/lib/kafka/data-0 (never run here: its scheduler is none the harness has)."""
+    whose directory holds the broker's log dir ``kafka-log<node>`` (``log_dir``: a running broker's, linked
+    there), and the pod mounting it at /var/lib/kafka/data-0 (never run here: its scheduler is none the
+    harness has)."""
     pod_name = f"{KAFKA}-{POOL}-{node}"
     claim = f"data-0-{pod_name}"
     volume = root / claim
-    (volume / f"kafka-log{node}").mkdir(parents=True)
+    volume.mkdir(parents=True)
+    if log_dir is None:
+        (volume / f"kafka-log{node}").mkdir()
+    else:
+        (volume / f"kafka-log{node}").symlink_to(log_dir)
     pv_name = f"{ns}-{claim}"
     plane.request(
         "POST",
@@ -175,11 +181,14 @@ def bound_log_dir(plane: ControlPlane, ns: str, broker: dict[str, Any]) -> Path:
 
 
 def test_strimzi_brokers_become_tiered_brokers_and_follow_the_pool(
-    strimzi_crds: ControlPlane, ns: str, tmp_path: Path
+    strimzi_crds: ControlPlane, ns: str, tmp_path: Path, kafka_broker: KafkaCluster
 ) -> None:
+    """Broker 1 is the harness's running Kafka broker (node id 1): its claim's volume holds that broker's
+    real log dir, so the TieredBroker kept for it reaches the log dir Kafka writes."""
     plane = strimzi_crds
     strimzi_kafka(plane, ns)
-    for node in (3, 4, 5):
+    broker_node(plane, ns, 1, tmp_path, log_dir=kafka_broker.log_dir(1))
+    for node in (2, 3):
         broker_node(plane, ns, node, tmp_path)
     owner = owner_cluster(plane, ns)
     kube = Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,))
@@ -189,7 +198,7 @@ def test_strimzi_brokers_become_tiered_brokers_and_follow_the_pool(
     assert state.bootstrap_servers == f"{KAFKA}-kafka-bootstrap.{ns}.svc:9092"
     assert state.problems == []
     made = tiered_brokers(plane, ns)
-    assert sorted(made) == [f"{KAFKA}-{POOL}-{n}" for n in (3, 4, 5)]
+    assert sorted(made) == [f"{KAFKA}-{POOL}-{n}" for n in (1, 2, 3)]
     for name, broker in made.items():
         node = int(name.rsplit("-", 1)[1])
         assert broker["spec"]["brokerId"] == node and broker["spec"]["clusterRef"] == {"name": "tiered"}
@@ -197,50 +206,52 @@ def test_strimzi_brokers_become_tiered_brokers_and_follow_the_pool(
         assert broker["metadata"]["ownerReferences"][0]["uid"] == owner.uid
         assert bound_log_dir(plane, ns, broker) == tmp_path / f"data-0-{name}" / f"kafka-log{node}"
         assert bound_log_dir(plane, ns, broker).is_dir()
+    real = (bound_log_dir(plane, ns, made[f"{KAFKA}-{POOL}-1"]) / "meta.properties").read_text()
+    assert "node.id=1" in real.splitlines()
     versions = {name: b["metadata"]["resourceVersion"] for name, b in made.items()}
     again = sync_strimzi_brokers(kube, ref, ns, owner)
     assert again.changes.create == again.changes.update == again.changes.delete == []
     assert {n: b["metadata"]["resourceVersion"] for n, b in tiered_brokers(plane, ns).items()} == versions
 
-    # Strimzi scales the pool 3 -> 4: node 6 gets its claim, pod and a place in status.nodeIds.
-    broker_node(plane, ns, 6, tmp_path)
+    # Strimzi scales the pool 3 -> 4: node 4 gets its claim, pod and a place in status.nodeIds.
+    broker_node(plane, ns, 4, tmp_path)
     path = f"/apis/kafka.strimzi.io/v1/namespaces/{ns}/kafkanodepools/{POOL}"
     pool = plane.request("GET", path)
     pool["spec"]["replicas"] = 4
     pool = plane.request("PUT", path, pool)
-    pool["status"]["nodeIds"] = [3, 4, 5, 6]
+    pool["status"]["nodeIds"] = [1, 2, 3, 4]
     plane.request("PUT", f"{path}/status", pool)
     sync_strimzi_brokers(kube, ref, ns, owner)
     four = tiered_brokers(plane, ns)
-    assert sorted(four) == [f"{KAFKA}-{POOL}-{n}" for n in (3, 4, 5, 6)]
-    assert bound_log_dir(plane, ns, four[f"{KAFKA}-{POOL}-6"]).is_dir()
+    assert sorted(four) == [f"{KAFKA}-{POOL}-{n}" for n in (1, 2, 3, 4)]
+    assert bound_log_dir(plane, ns, four[f"{KAFKA}-{POOL}-4"]).is_dir()
 
-    # A TieredBroker written by hand for node 4 wins: the operator's one goes, the user's stays.
+    # A TieredBroker written by hand for node 2 wins: the operator's one goes, the user's stays.
     users = {
         "apiVersion": "tierkeeper.io/v1alpha1",
         "kind": "TieredBroker",
-        "metadata": {"name": "mine-4"},
+        "metadata": {"name": "mine-2"},
         "spec": {
             "clusterRef": {"name": "tiered"},
-            "brokerId": 4,
+            "brokerId": 2,
             "logDir": {
-                "claimName": f"data-0-{KAFKA}-{POOL}-4",
+                "claimName": f"data-0-{KAFKA}-{POOL}-2",
                 "mountPath": "/data",
-                "path": "/data/kafka-log4",
+                "path": "/data/kafka-log2",
             },
         },
     }
     plane.request("POST", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredbrokers", users)
     state = sync_strimzi_brokers(kube, ref, ns, owner)
-    assert state.changes.users == [4]
-    assert sorted(tiered_brokers(plane, ns)) == ["mine-4", *(f"{KAFKA}-{POOL}-{n}" for n in (3, 5, 6))]
+    assert state.changes.users == [2]
+    assert sorted(tiered_brokers(plane, ns)) == ["mine-2", *(f"{KAFKA}-{POOL}-{n}" for n in (1, 3, 4))]
 
-    # Scaled down to node 3 only: the operator's TieredBrokers of 5 and 6 go, never the user's.
+    # Scaled down to node 1 only: the operator's TieredBrokers of 3 and 4 go, never the user's.
     pool = plane.request("GET", path)
-    pool["status"]["nodeIds"] = [3]
+    pool["status"]["nodeIds"] = [1]
     plane.request("PUT", f"{path}/status", pool)
     sync_strimzi_brokers(kube, ref, ns, owner)
-    assert sorted(tiered_brokers(plane, ns)) == ["mine-4", f"{KAFKA}-{POOL}-3"]
+    assert sorted(tiered_brokers(plane, ns)) == ["mine-2", f"{KAFKA}-{POOL}-1"]
 
 
 def test_a_missing_listener_is_one_line(strimzi_crds: ControlPlane, ns: str) -> None:
