@@ -83,6 +83,8 @@ class Standalone:
         self._fetchers = FetcherChanges(
             self._fetcher_admins,
             clock,
+            clusters=self.clusters,
+            config_dirs=dirs,
             steps_per_round=None,
             approve=approve_fetchers,
             how_to_approve="--approve-fetchers or spec.replicaFetchers.autoApprove",
