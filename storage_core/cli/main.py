@@ -94,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Whoever read our output stopped (`tierkeeper read ... | head`): end quietly, as cat does, with
         # the status of a process ended by SIGPIPE. Nothing more may reach the closed pipe, not even the
         # interpreter's last flush.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return SIGPIPE_STATUS
     except TierkeeperError as exc:
         print(f"tierkeeper {args.command}: error: {exc}", file=sys.stderr)
