@@ -136,16 +136,7 @@ class KafkaAdmin:
         described = self._wait(self._admin.describe_topics(TopicCollection(names)), "describe topic")
         out: dict[tuple[str, int], PartitionInfo] = {}
         for name, desc in described.items():
-            topic_id = _uuid_to_kafka(desc.topic_id)
-            for p in desc.partitions:
-                out[(name, p.id)] = PartitionInfo(
-                    name,
-                    p.id,
-                    topic_id,
-                    p.leader.id if p.leader is not None else None,
-                    tuple(r.id for r in p.replicas),
-                    tuple(r.id for r in p.isr),
-                )
+            out.update(_partitions(name, desc))
         return out
 
     def _list_offsets(
