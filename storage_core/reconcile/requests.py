@@ -234,6 +234,7 @@ class RebuildRequest:
             parallelism=args.parallelism,
         )
 
+
 @dataclass(frozen=True)
 class CheckRemoteRequest:
     """Check that a cluster's remote tier is reachable with the credentials the Jobs get
