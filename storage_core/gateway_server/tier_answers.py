@@ -55,6 +55,17 @@ class Marks:
     """The broker's own log start (below it the tier answers)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Read:
+    """One partition's tier read, as :meth:`TierHistory.read` takes it."""
+
+    tp: TopicPartitionId
+    offset: int
+    budget: int
+    min_one: bool
+    committed: bool
+
+
 class TierAnswers:
     """The tier's part of one client connection's answers (its grants and marks die with it)."""
 
@@ -62,6 +73,7 @@ class TierAnswers:
         self.ctx = ctx
         self.grants = Grants(ctx.limits.grant_s)
         self._marks: dict[tuple[str, int], Marks] = {}
+        self._prepared: dict[fetch_rules.PartitionKey, tuple[_Read, asyncio.Future[TierSlice | None]]] = {}
 
     # ---- Fetch ----------------------------------------------------------------------------------
     async def fetch_under_grants(self, upstream: Upstream, version: int, request: Any) -> Any | None:
@@ -113,17 +125,7 @@ class TierAnswers:
             budget = max(0, min(want.max_bytes, request.max_bytes - used))
             started = time.perf_counter()
             try:
-                found = await asyncio.get_running_loop().run_in_executor(
-                    self.ctx.tier_pool,
-                    functools.partial(
-                        self.ctx.history.read,
-                        tp,
-                        want.offset,
-                        budget,
-                        min_one=used == 0,
-                        read_committed=committed,
-                    ),
-                )
+                found = await self._read(key, _Read(tp, want.offset, budget, used == 0, committed))
             except TierkeeperError as exc:
                 log.error("tier read of %s at offset %d failed: %s", tp, want.offset, exc)
                 self.ctx.metrics.tier_partitions.labels(outcome="error").inc()
@@ -164,6 +166,34 @@ class TierAnswers:
             self.ctx.metrics.tier_bytes.inc(len(found.records))
         return answers
 
+    async def _read(self, key: fetch_rules.PartitionKey, read: _Read) -> TierSlice | None:
+        """The tier's answer to ``read``, and the next one prepared: a consumer reading history asks next
+        for the offset after the batches it was just served, with the same limits, so that answer is read
+        in the background while the client handles this one (one per partition of this connection)."""
+        prepared = self._prepared.pop(key, None)
+        future = prepared[1] if prepared is not None and prepared[0] == read else self._submit(read)
+        found = await future
+        if found is not None and found.records:
+            after = dataclasses.replace(read, offset=found.upper_offset)
+            self._prepared[key] = (after, self._submit(after))
+        return found
+
+    def _submit(self, read: _Read) -> asyncio.Future[TierSlice | None]:
+        future = asyncio.get_running_loop().run_in_executor(
+            self.ctx.tier_pool,
+            functools.partial(
+                self.ctx.history.read,
+                read.tp,
+                read.offset,
+                read.budget,
+                min_one=read.min_one,
+                read_committed=read.committed,
+            ),
+        )
+        # A prepared answer nobody asks for (the client went elsewhere) must not log its failure.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return future
+
     async def _tier_partition(
         self, upstream: Upstream, topic: fetch_rules.TopicKey, partition: int
     ) -> TopicPartitionId | None:
@@ -180,9 +210,11 @@ class TierAnswers:
             if topic_id is None:
                 return None
         tid = kafka_topic_id(topic_id)
-        name = await asyncio.get_running_loop().run_in_executor(
-            self.ctx.tier_pool, self.ctx.history.topic_name, tid
-        )
+        name = self.ctx.history.known_topic_name(tid)
+        if name is None:
+            name = await asyncio.get_running_loop().run_in_executor(
+                self.ctx.tier_pool, self.ctx.history.topic_name, tid
+            )
         if name is None or (isinstance(topic, str) and name != topic):
             return None
         return TopicPartitionId(name, tid, partition)
