@@ -42,6 +42,8 @@ log = logging.getLogger("tierkeeper.gateway")
 
 FETCH, LIST_OFFSETS, METADATA = 1, 2, 3
 READ_COMMITTED = 1
+MAX_PREPARED = 4
+"""Answers read ahead per client connection (each at most the partition's fetch limit, 1 MiB by default)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -176,6 +178,8 @@ class TierAnswers:
         if found is not None and found.records:
             after = dataclasses.replace(read, offset=found.upper_offset)
             self._prepared[key] = (after, self._submit(after))
+            while len(self._prepared) > MAX_PREPARED:  # memory: a few partitions' answers per connection
+                del self._prepared[next(iter(self._prepared))]
         return found
 
     def _submit(self, read: _Read) -> asyncio.Future[TierSlice | None]:
