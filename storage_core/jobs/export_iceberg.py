@@ -83,7 +83,6 @@ def run_export_iceberg(
     fault_point("export.iceberg.committing")
     if files or next_offsets != committed:
         _commit(table, files, summary_properties(tp0.topic, tp0.topic_id, next_offsets))
-    fault_point("export.iceberg.committed")
     snapshot = table.metadata.current_snapshot_id
     return IcebergExportSummary(
         tp0.topic, name, table.metadata.location, records, len(files), len(splits), snapshot, next_offsets

@@ -156,9 +156,13 @@ class EmbeddedCatalog:
         if not self.store.create_exclusive(
             self._key(f"v{new_version}.metadata.json"), metadata.model_dump_json().encode()
         ):
-            raise CommitFailedException(f"table {self.location}: version {new_version} was committed by another writer")
+            raise CommitFailedException(
+                f"table {self.location}: version {new_version} was committed by another writer"
+            )
         self.store.put_atomic(self._key(HINT), str(new_version).encode())
-        return CommitTableResponse(metadata=metadata, metadata_location=self.metadata_location(new_version))
+        return CommitTableResponse.model_validate(
+            {"metadata": metadata, "metadata-location": self.metadata_location(new_version)}
+        )
 
     def _delete_old_metadata(self, io: Any, base: TableMetadata, metadata: TableMetadata) -> None:
         """Old metadata files stay: expiring them is table maintenance, not part of a commit."""

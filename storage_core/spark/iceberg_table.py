@@ -96,8 +96,8 @@ def committed_offsets(metadata: Any, topic: str, topic_id: str) -> dict[int, int
         if snapshot is None:
             # Expired away: the position is unknown, and exporting from 0 would duplicate every row.
             raise ConfigError(
-                f"table {metadata.location}: snapshot {snapshot_id} of the current ancestry is expired before "
-                "any export snapshot was found; keep at least the last export snapshot"
+                f"table {metadata.location}: snapshot {snapshot_id} of the current ancestry is expired "
+                "before any export snapshot was found; keep at least the last export snapshot"
             )
         summary = snapshot.summary
         raw = summary.get(NEXT_OFFSETS) if summary is not None else None
@@ -105,8 +105,8 @@ def committed_offsets(metadata: Any, topic: str, topic_id: str) -> dict[int, int
             found = (summary.get(TOPIC), summary.get(TOPIC_ID))
             if found != (topic, topic_id):
                 raise ConfigError(
-                    f"table {metadata.location} holds topic {found[0]} ({found[1]}), not {topic} ({topic_id}); "
-                    "export each topic (incarnation) to its own table"
+                    f"table {metadata.location} holds topic {found[0]} ({found[1]}), "
+                    f"not {topic} ({topic_id}); export each topic (incarnation) to its own table"
                 )
             return {int(p): int(o) for p, o in json.loads(raw).items()}
         snapshot_id = snapshot.parent_snapshot_id

@@ -46,7 +46,11 @@ def write_split(task: IcebergTask) -> SplitFiles:
     with RemoteReader(task.source.open(), ReadOptions(isolation=task.isolation)) as reader:
         batches = list(read_split(reader, split, include_headers=True))
     rows = sum(b.num_rows for b in batches)
-    files = write_data_files(task.metadata, pa.Table.from_batches(batches), task.target, split.partition) if rows else []
+    files = (
+        write_data_files(task.metadata, pa.Table.from_batches(batches), task.target, split.partition)
+        if rows
+        else []
+    )
     fault_point("export.iceberg.split.written")
     return SplitFiles(split.partition, split.start_offset, split.end_offset, rows, files)
 
@@ -81,9 +85,7 @@ def write_data_files(metadata: Any, table: pa.Table, target: StorageSpec, partit
             schema=schema,
         )
         part = table.filter(pa.array(days == day))
-        tasks.append(
-            WriteTask(write_uuid, task_id, task_schema, part.to_batches(), partition_key=key)
-        )
+        tasks.append(WriteTask(write_uuid, task_id, task_schema, part.to_batches(), partition_key=key))
     return list(write_file(StoreFileIO(target), metadata, iter(tasks)))
 
 
