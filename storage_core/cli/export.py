@@ -53,7 +53,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
     p.add_argument("--max-split-bytes", type=int, metavar="B", help="stored bytes per task (default 128 MiB)")
-    p.add_argument("--splits-per-commit", type=int, metavar="N", help="tasks per committed wave (default 64)")
+    p.add_argument(
+        "--splits-per-commit", type=int, metavar="N", help="parquet: tasks per committed wave (default 64)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     add_remote_args(p)
     add_spark_args(p)
@@ -96,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.format == "iceberg":
         return _run_iceberg(args, source, target, opts)
+    if args.table or args.catalog or args.catalog_property:
+        from storage_core.errors import ConfigError
+
+        raise ConfigError("--table, --catalog and --catalog-property need --format iceberg")
     spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
     try:
         summary = run_export(
@@ -123,7 +129,12 @@ def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) 
         raise ConfigError("--catalog-property needs --catalog (the embedded catalog takes no properties)")
     catalog = None
     if args.catalog:
-        props = parse_conf(args.catalog_property)
+        props: dict[str, str] = {}
+        for item in args.catalog_property:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--catalog-property {item!r}: expected KEY=VALUE")
+            props[key.strip()] = value
         catalog = CatalogConfig(args.catalog, props)
     spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
     try:
