@@ -179,6 +179,7 @@ def run_campaign(
     faults: int,
     out: Callable[[dict[str, object]], None],
     shrink_budget: int = 8,
+    retire: bool = True,
 ) -> list[RoundResult]:
     results = []
     for round_no in range(rounds):
@@ -193,6 +194,8 @@ def run_campaign(
             row["shortest_history"] = RoundPlan(seed, round_no, steps, shortest).history()
         out(row)
         results.append(result)
+        if retire:
+            system.retire(*result.topics)
     return results
 
 

@@ -158,6 +158,15 @@ class CampaignSystem:
         self.topics += names
         self._write_manifests()
 
+    def retire(self, *names: str) -> None:
+        """Stop reconciling a checked round's topics (their tier stays): every round then costs the same,
+        however long the campaign."""
+        self.topics = [t for t in self.topics if t not in names]
+        self._write_manifests()
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap_servers})
+        for future in admin.delete_topics(list(names)).values():
+            future.result(120)
+
     # ---- the gateway ---------------------------------------------------------------------------
     def start_gateway(self) -> None:
         port, metrics = (self.gateway.port, self.gateway.metrics_port) if self.gateway else (0, 0)

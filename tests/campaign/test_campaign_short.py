@@ -22,7 +22,7 @@ def test_a_short_campaign_loses_and_duplicates_nothing(moto_server: MotoServer, 
     rows: list[dict[str, object]] = []
     try:
         results = run_campaign(
-            system, seed=SEED, rounds=2, steps=2, faults=3, out=rows.append, shrink_budget=0
+            system, seed=SEED, rounds=2, steps=2, faults=3, out=rows.append, shrink_budget=0, retire=False
         )
         assert [r.ok for r in results] == [True, True], rows
         injected = {f.kind for r in results for f in r.plan.faults}
