@@ -14,6 +14,10 @@ CHANGED = "changed"
 DUPLICATED = "duplicated"
 OUT_OF_ORDER = "out_of_order"
 ABORTED_VISIBLE = "aborted_visible"
+UNREADABLE = "unreadable"
+"""A reader (the gateway's client) got an error instead of the records."""
+NOT_SETTLED = "not_settled"
+"""Fault-free reconcile rounds did not bring every topic to Ready with its brokers trimmed."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,9 @@ def check(
 
 
 def summary(findings: list[Finding]) -> dict[str, int]:
-    counts = dict.fromkeys((LOST, CHANGED, DUPLICATED, OUT_OF_ORDER, ABORTED_VISIBLE), 0)
+    counts = dict.fromkeys(
+        (LOST, CHANGED, DUPLICATED, OUT_OF_ORDER, ABORTED_VISIBLE, UNREADABLE, NOT_SETTLED), 0
+    )
     for finding in findings:
         counts[finding.kind] += 1
     return counts

@@ -335,7 +335,14 @@ class CampaignSystem:
                     )
                 for msg in consumer.consume(500, 1.0):
                     if msg.error():
-                        raise AssertionError(f"{topic}: the gateway answered {msg.error()}")
+                        tier = [
+                            line for line in self.gateway.metrics().splitlines() if "tier_partitions" in line
+                        ]
+                        raise AssertionError(
+                            f"{topic}-{msg.partition()}: the gateway answered {msg.error()} at positions "
+                            f"{positions} (ends {ends}); gateway: {tier}; "
+                            f"its log: {self.gateway.log()[-1500:]}"
+                        )
                     records.append(Record(topic, msg.partition(), msg.offset(), msg.value()))
                     positions[msg.partition()] = msg.offset() + 1
                 for p in positions:

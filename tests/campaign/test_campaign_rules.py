@@ -32,7 +32,12 @@ def test_each_broken_promise_is_named() -> None:
     ledger, records = ledger_of(6)
     read = [records[0], records[2], records[1], Record("t", 0, 3, b"other"), records[4], records[4]]
     found = check(ledger, read, read_committed=True)
-    assert summary(found) == {LOST: 1, CHANGED: 1, DUPLICATED: 1, OUT_OF_ORDER: 1, ABORTED_VISIBLE: 0}
+    assert {k: v for k, v in summary(found).items() if v} == {
+        LOST: 1,
+        CHANGED: 1,
+        DUPLICATED: 1,
+        OUT_OF_ORDER: 1,
+    }
     assert {(f.kind, f.offset) for f in found} == {
         (OUT_OF_ORDER, 1),
         (CHANGED, 3),
