@@ -32,6 +32,7 @@ HEAVY_SOURCE = (
     "KafkaCluster(",
     "local_session(",
     "ControlPlane(",
+    "CampaignSystem.start(",
     '"--engine", "spark"',
     "--spark-master",
     "spark_session(",
