@@ -120,7 +120,14 @@ class TierAnswers:
                 self.ctx.metrics.tier_partitions.labels(outcome="error").inc()
                 failed[key] = ErrorCode.kafka_storage_error
                 continue
-            if want is None or tp is None:
+            if want is None:
+                continue
+            if tp is None:
+                # Logged: the client is about to reset its position, and an operator asks why.
+                log.info(
+                    "%s offset %d: out of range at the broker and the topic is not tiered", key, want.offset
+                )
+                self.ctx.metrics.tier_partitions.labels(outcome="not_tiered").inc()
                 continue
             if granted is not None and granted[key].incarnation != tp.topic_id:
                 continue  # the topic was recreated since the grant: not this incarnation's history
@@ -137,6 +144,7 @@ class TierAnswers:
                 self.ctx.metrics.remote_read_seconds.observe(time.perf_counter() - started)
             assert found is None or isinstance(found, TierSlice)
             if found is None:
+                log.info("%s offset %d: out of range at the broker and not held by the tier", tp, want.offset)
                 self.ctx.metrics.tier_partitions.labels(outcome="not_tiered").inc()
                 continue  # the tier does not hold it either: the broker's OFFSET_OUT_OF_RANGE stands
             slices[key] = (tp, found)
