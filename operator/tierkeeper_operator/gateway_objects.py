@@ -25,7 +25,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage_core.api import API_VERSION
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import DEFAULT_GATEWAY_METRICS_PORT, GatewaySpec
 from storage_core.reconcile.requests import kafka_client, remote_tier
@@ -126,16 +125,7 @@ def _metadata(name: str, namespace: str, cluster_name: str, owner: Owner) -> dic
         "name": name,
         "namespace": namespace,
         "labels": _labels(cluster_name),
-        "ownerReferences": [
-            {
-                "apiVersion": API_VERSION,
-                "kind": owner.kind,
-                "name": owner.name,
-                "uid": owner.uid,
-                "controller": True,
-                "blockOwnerDeletion": False,
-            }
-        ],
+        "ownerReferences": [owner.reference()],
     }
 
 

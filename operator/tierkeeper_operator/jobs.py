@@ -54,6 +54,18 @@ class Owner:
     namespace: str
     uid: str
 
+    def reference(self) -> dict[str, Any]:
+        """The ownerReference of an object the operator makes for this resource: the controller owner,
+        without blockOwnerDeletion (which would need the finalizers permission on the owner's kind)."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+
 
 def job_name(kind: str, owner: str, round_key: str) -> str:
     """``tk-<kind>-<owner>-<hash>``: at most 52 characters, so the pods' ``job-name`` labels stay valid."""
@@ -163,16 +175,7 @@ def _job(
             "namespace": owner.namespace,
             "labels": labels,
             "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": owner.kind,
-                    "name": owner.name,
-                    "uid": owner.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "ownerReferences": [owner.reference()],
         },
         "spec": {
             "backoffLimit": jobs.backoff_limit,

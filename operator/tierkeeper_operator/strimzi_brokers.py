@@ -218,16 +218,7 @@ def broker_manifest(
             "name": name,
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: spec.cluster_ref.name, LABEL_POOL: pool},
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": owner.kind,
-                    "name": owner.name,
-                    "uid": owner.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "ownerReferences": [owner.reference()],
         },
         "spec": body,
     }
