@@ -35,6 +35,7 @@ from tierkeeper_operator.jobs import (
     MANAGED_BY,
     RUN_AS,
     Owner,
+    restricted_container_security,
 )
 
 COMPONENT = "gateway"
@@ -202,12 +203,7 @@ def _pod_spec(
             "timeoutSeconds": 5,
             "failureThreshold": 3,
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": restricted_container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]

@@ -67,6 +67,17 @@ class Owner:
         }
 
 
+def restricted_container_security() -> dict[str, Any]:
+    """A container's securityContext under the restricted Pod Security profile, with a read-only root
+    (only the /tmp emptyDir is writable), for every container the operator makes."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def job_name(kind: str, owner: str, round_key: str) -> str:
     """``tk-<kind>-<owner>-<hash>``: at most 52 characters, so the pods' ``job-name`` labels stay valid."""
     digest = hashlib.sha256(f"{kind}/{owner}/{round_key}".encode()).hexdigest()[:10]
@@ -90,12 +101,7 @@ def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
             "requests": _quantities(jobs.resources.requests.model_dump(by_alias=True)),
             "limits": _quantities(jobs.resources.limits.model_dump(by_alias=True)),
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": restricted_container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     secret = cluster.remote.storage_options_secret_ref
