@@ -179,19 +179,19 @@ class TierAnswers:
 
     async def _read(self, key: fetch_rules.PartitionKey, read: _Read) -> TierSlice | None:
         """The tier's answer to ``read``: on the event loop itself when memory holds it (the usual case of a
-        consumer reading history: the source reads ahead), else on a thread, with the next answer prepared
-        there too: a consumer reading history asks next for the offset after the batches it was just
-        served, with the same limits, so that answer is read while the client handles this one (one per
-        partition of this connection)."""
+        consumer reading history: the source reads ahead), else on a thread. After such a miss the
+        partition's next answer is prepared on a thread too: a consumer reading history asks next for the
+        offset after the batches it was just served, with the same limits, so that answer is read while
+        the client handles this one (one per partition of this connection). A prepared answer is not
+        followed by another, or the partition would stay on threads after the source has caught up."""
         prepared = self._prepared.pop(key, None)
         if prepared is not None and prepared[0] == read:
-            future = prepared[1]
-        else:
-            try:
-                return self._read_now(read)
-            except NotReady:
-                future = self._submit(read)
-        found = await future
+            return await prepared[1]
+        try:
+            return self._read_now(read)
+        except NotReady:
+            pass
+        found = await self._submit(read)
         if found is not None and found.records:
             after = dataclasses.replace(read, offset=found.upper_offset)
             self._prepared[key] = (after, self._submit(after))
