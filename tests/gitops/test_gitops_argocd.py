@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from argocd_lua import STATUSES, HealthScriptError, run_health
 from gitops_cases import CUSTOMIZATIONS, KINDS, ArgoCase, argo_cases, doc_rows, health_script
+
+from harness.argocd_lua import STATUSES, HealthScriptError, run_health
 
 CASES = [case for kind in KINDS for case in argo_cases(kind)]
 

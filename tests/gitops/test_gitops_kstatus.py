@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from argocd_lua import run_health
 from gitops_cases import CUSTOMIZATIONS, KINDS, doc_rows
 
+from harness.argocd_lua import run_health
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
 from harness.kafka_dist import HarnessError
