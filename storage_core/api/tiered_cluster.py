@@ -73,13 +73,13 @@ class KafkaCheck(ApiModel):
     broker_ids: list[int] = Field(default_factory=list, description="Node ids of the brokers it lists.")
     metadata_version: str | None = Field(
         default=None,
-        description="The cluster's finalized metadata.version (its KRaft feature level, named as Kafka names it).",
+        description="The cluster's finalized metadata.version (its KRaft feature level, as Kafka names it).",
     )
     broker_release: str | None = Field(
         default=None,
         description=(
-            "The Kafka release line of the broker that answered ApiVersions (from the newest metadata.version "
-            "it supports; Kafka's protocol tells no exact software version)."
+            "The Kafka release line of the broker that answered ApiVersions (from the newest "
+            "metadata.version it supports; Kafka's protocol tells no exact software version)."
         ),
     )
     message: str = Field(default="", description="One line: why it is not reachable.")
