@@ -3,7 +3,8 @@ API server refuses a malformed one (CEL); one created after the operator started
 bootstrap address (Ready=False, Reconciling), a missing bucket (Stalled, found by a real bucket-check Job
 the process kubelet runs with the storage Secret) and, once both are fixed by spec edits, Ready; kstatus
 (the real Go library, reading the live object) says InProgress, Failed, Current and Terminating at each
-step; deleting it while a TieredTopic names it waits for that TieredTopic. The operator's rounds run as
+step, and the Argo CD health script (in a real Lua) Progressing, Degraded, Healthy and Progressing;
+deleting it while a TieredTopic names it waits for that TieredTopic. The operator's rounds run as
 the chart's ClusterRole; a TieredCluster's client Secret is readable only by name, through the chart's
 Role with resourceNames, never listed."""
 
@@ -86,13 +87,6 @@ def test_tiered_cluster_states_on_the_real_api_server(
 
     def argo(obj: dict[str, Any]) -> tuple[str, str]:
         """Argo CD's verdict on the live object, by the health.lua docs/gitops.md has users install."""
-        import os
-        import pathlib
-
-        if os.environ.get("TK_DUMP"):
-            d = pathlib.Path(os.environ["TK_DUMP"])
-            d.mkdir(exist_ok=True)
-            (d / f"{len(list(d.iterdir()))}.yaml").write_text(yaml.safe_dump(obj))
         health = run_health(HEALTH_LUA, obj)
         return health["status"], health["message"]
 
