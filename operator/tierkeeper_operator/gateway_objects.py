@@ -33,9 +33,9 @@ from tierkeeper_operator.jobs import (
     LABEL_CLUSTER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    RUN_AS,
     Owner,
     restricted_container_security,
+    restricted_pod_security,
 )
 
 COMPONENT = "gateway"
@@ -222,12 +222,7 @@ def _pod_spec(
         container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append({"name": "tls", "secret": {"secretName": gateway.tls_secret_ref.name}})
     spec: dict[str, Any] = {
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod_security(),
         "containers": [container],
         "volumes": volumes,
         "automountServiceAccountToken": False,  # the gateway never talks to the Kubernetes API
@@ -280,6 +275,19 @@ def deployment(
     }
 
 
+def _served_ports(
+    gateway: GatewaySpec, broker_ids: Iterable[int], settings: GatewaySettings | None
+) -> list[tuple[str, int]]:
+    """(name, port) of every port the gateway pod listens on: the Service's and the NetworkPolicy's."""
+    metrics_port = (settings or GatewaySettings()).metrics_port
+    brokers = broker_ports(gateway, broker_ids, metrics_port)
+    return [
+        ("bootstrap", gateway.bootstrap_port),
+        *((_port_name(broker), port) for broker, port in brokers.items()),
+        ("metrics", metrics_port),
+    ]
+
+
 def service(
     cluster: KafkaClusterConfig,
     gateway: GatewaySpec,
@@ -288,13 +296,7 @@ def service(
     owner: Owner,
     settings: GatewaySettings | None = None,
 ) -> dict[str, Any]:
-    metrics_port = (settings or GatewaySettings()).metrics_port
-    ports = [{"name": "bootstrap", "port": gateway.bootstrap_port, "targetPort": gateway.bootstrap_port}]
-    ports += [
-        {"name": _port_name(broker), "port": port, "targetPort": port}
-        for broker, port in broker_ports(gateway, broker_ids, metrics_port).items()
-    ]
-    ports.append({"name": "metrics", "port": metrics_port, "targetPort": metrics_port})
+    ports = _served_ports(gateway, broker_ids, settings)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -302,7 +304,9 @@ def service(
         "spec": {
             "type": gateway.service_type,
             "selector": selector_labels(cluster.name),
-            "ports": [{**port, "protocol": "TCP"} for port in ports],
+            "ports": [
+                {"name": name, "port": port, "targetPort": port, "protocol": "TCP"} for name, port in ports
+            ],
         },
     }
 
@@ -326,12 +330,7 @@ def network_policy(
 ) -> dict[str, Any]:
     """Ingress to the gateway's ports only, from anywhere (its clients are wherever Kafka's are); egress
     stays open (the brokers and the bucket are at addresses only the cluster configuration knows)."""
-    metrics_port = (settings or GatewaySettings()).metrics_port
-    numbers = [
-        gateway.bootstrap_port,
-        *broker_ports(gateway, broker_ids, metrics_port).values(),
-        metrics_port,
-    ]
+    numbers = [port for _, port in _served_ports(gateway, broker_ids, settings)]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
