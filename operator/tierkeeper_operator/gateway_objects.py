@@ -275,11 +275,9 @@ def deployment(
     }
 
 
-def _served_ports(
-    gateway: GatewaySpec, broker_ids: Iterable[int], settings: GatewaySettings | None
-) -> list[tuple[str, int]]:
-    """(name, port) of every port the gateway pod listens on: the Service's and the NetworkPolicy's."""
-    metrics_port = (settings or GatewaySettings()).metrics_port
+def served_ports(gateway: GatewaySpec, broker_ids: Iterable[int], metrics_port: int) -> list[tuple[str, int]]:
+    """(name, port) of every port the gateway pod listens on, what its Service and NetworkPolicy open.
+    Raises :class:`GatewayPortError` for a broker whose port is impossible."""
     brokers = broker_ports(gateway, broker_ids, metrics_port)
     return [
         ("bootstrap", gateway.bootstrap_port),
@@ -292,11 +290,9 @@ def service(
     cluster: KafkaClusterConfig,
     gateway: GatewaySpec,
     namespace: str,
-    broker_ids: Iterable[int],
+    ports: list[tuple[str, int]],
     owner: Owner,
-    settings: GatewaySettings | None = None,
 ) -> dict[str, Any]:
-    ports = _served_ports(gateway, broker_ids, settings)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -321,16 +317,10 @@ def pod_disruption_budget(cluster: KafkaClusterConfig, namespace: str, owner: Ow
 
 
 def network_policy(
-    cluster: KafkaClusterConfig,
-    gateway: GatewaySpec,
-    namespace: str,
-    broker_ids: Iterable[int],
-    owner: Owner,
-    settings: GatewaySettings | None = None,
+    cluster: KafkaClusterConfig, namespace: str, ports: list[tuple[str, int]], owner: Owner
 ) -> dict[str, Any]:
     """Ingress to the gateway's ports only, from anywhere (its clients are wherever Kafka's are); egress
     stays open (the brokers and the bucket are at addresses only the cluster configuration knows)."""
-    numbers = [port for _, port in _served_ports(gateway, broker_ids, settings)]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -338,7 +328,7 @@ def network_policy(
         "spec": {
             "podSelector": {"matchLabels": selector_labels(cluster.name)},
             "policyTypes": ["Ingress"],
-            "ingress": [{"ports": [{"protocol": "TCP", "port": port} for port in numbers]}],
+            "ingress": [{"ports": [{"protocol": "TCP", "port": port} for _, port in ports]}],
         },
     }
 
@@ -377,12 +367,12 @@ def gateway_objects(
     if not gateway.enabled:
         return []
     settings = settings or GatewaySettings()
-    ids = sorted(set(broker_ids))
+    ports = served_ports(gateway, sorted(set(broker_ids)), settings.metrics_port)
     objects = [
         deployment(cluster, gateway, namespace, owner, settings),
-        service(cluster, gateway, namespace, ids, owner, settings),
+        service(cluster, gateway, namespace, ports, owner),
         pod_disruption_budget(cluster, namespace, owner),
-        network_policy(cluster, gateway, namespace, ids, owner, settings),
+        network_policy(cluster, namespace, ports, owner),
     ]
     if settings.service_monitor:
         objects.append(service_monitor(cluster, namespace, owner, settings))
