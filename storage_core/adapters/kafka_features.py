@@ -91,7 +91,10 @@ def client_tls(config: dict[str, str]) -> ssl.SSLContext | None:
     if config.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
         context.check_hostname = False
     if config.get("ssl.certificate.location"):
-        context.load_cert_chain(config["ssl.certificate.location"], config.get("ssl.key.location"))
+        # A password always given (empty when none is configured): OpenSSL would otherwise prompt on the
+        # terminal for an encrypted key, which a server process must never wait on.
+        password = config.get("ssl.key.password") or ""
+        context.load_cert_chain(config["ssl.certificate.location"], config.get("ssl.key.location"), password)
     return context
 
 
