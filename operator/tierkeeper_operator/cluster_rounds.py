@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from storage_core.adapters.kafka_features import KafkaFeatures, KafkaFeaturesError
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import StrimziRef
 from storage_core.api.parse import Parsed, parse_spec
@@ -311,13 +312,23 @@ class ClusterRounds:
         now: datetime.datetime,
     ) -> KafkaCheck:
         try:
-            cluster_id, controller, brokers = kafka_client(cluster.name).cluster_summary()
+            client = kafka_client(cluster.name)
+            cluster_id, controller, brokers = client.cluster_summary()
+            try:
+                features: KafkaFeatures | None = client.features()
+            except KafkaFeaturesError as exc:
+                # The version is for people to read: the cluster answered its metadata request, so it is
+                # reachable even where this raw connection is not (a keystore only librdkafka reads).
+                log.info("cluster %s: Kafka version unknown: %s", cluster.name, exc)
+                features = None
             seen = KafkaCheck(
                 reachable=True,
                 bootstrap_servers=cluster.bootstrap_servers,
                 cluster_id=cluster_id,
                 controller_id=controller,
                 broker_ids=brokers,
+                metadata_version=features.metadata_version if features else None,
+                broker_release=features.broker_release if features else None,
             )
         except TierkeeperError as exc:
             seen = KafkaCheck(reachable=False, bootstrap_servers=cluster.bootstrap_servers, message=str(exc))

@@ -153,6 +153,12 @@ KINDS: tuple[ResourceKind, ...] = (
             PrinterColumn(
                 "Kafka", ".status.kafka.bootstrapServers", description="The bootstrap address in use."
             ),
+            PrinterColumn(
+                "Kafka Version",
+                ".status.kafka.metadataVersion",
+                priority=1,
+                description="The cluster's finalized metadata.version.",
+            ),
             PrinterColumn("Remote", ".spec.remote.url", description="The remote tier's root."),
             PrinterColumn(
                 "Gateway", ".status.gateway.bootstrap", description="Where clients read the tiered history."

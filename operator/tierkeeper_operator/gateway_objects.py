@@ -33,9 +33,9 @@ from tierkeeper_operator.jobs import (
     LABEL_CLUSTER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    RUN_AS,
     Owner,
     restricted_container_security,
+    restricted_pod_security,
 )
 
 COMPONENT = "gateway"
@@ -222,12 +222,7 @@ def _pod_spec(
         container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append({"name": "tls", "secret": {"secretName": gateway.tls_secret_ref.name}})
     spec: dict[str, Any] = {
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod_security(),
         "containers": [container],
         "volumes": volumes,
         "automountServiceAccountToken": False,  # the gateway never talks to the Kubernetes API
@@ -280,21 +275,24 @@ def deployment(
     }
 
 
+def served_ports(gateway: GatewaySpec, broker_ids: Iterable[int], metrics_port: int) -> list[tuple[str, int]]:
+    """(name, port) of every port the gateway pod listens on, what its Service and NetworkPolicy open.
+    Raises :class:`GatewayPortError` for a broker whose port is impossible."""
+    brokers = broker_ports(gateway, broker_ids, metrics_port)
+    return [
+        ("bootstrap", gateway.bootstrap_port),
+        *((_port_name(broker), port) for broker, port in brokers.items()),
+        ("metrics", metrics_port),
+    ]
+
+
 def service(
     cluster: KafkaClusterConfig,
     gateway: GatewaySpec,
     namespace: str,
-    broker_ids: Iterable[int],
+    ports: list[tuple[str, int]],
     owner: Owner,
-    settings: GatewaySettings | None = None,
 ) -> dict[str, Any]:
-    metrics_port = (settings or GatewaySettings()).metrics_port
-    ports = [{"name": "bootstrap", "port": gateway.bootstrap_port, "targetPort": gateway.bootstrap_port}]
-    ports += [
-        {"name": _port_name(broker), "port": port, "targetPort": port}
-        for broker, port in broker_ports(gateway, broker_ids, metrics_port).items()
-    ]
-    ports.append({"name": "metrics", "port": metrics_port, "targetPort": metrics_port})
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -302,7 +300,9 @@ def service(
         "spec": {
             "type": gateway.service_type,
             "selector": selector_labels(cluster.name),
-            "ports": [{**port, "protocol": "TCP"} for port in ports],
+            "ports": [
+                {"name": name, "port": port, "targetPort": port, "protocol": "TCP"} for name, port in ports
+            ],
         },
     }
 
@@ -317,21 +317,10 @@ def pod_disruption_budget(cluster: KafkaClusterConfig, namespace: str, owner: Ow
 
 
 def network_policy(
-    cluster: KafkaClusterConfig,
-    gateway: GatewaySpec,
-    namespace: str,
-    broker_ids: Iterable[int],
-    owner: Owner,
-    settings: GatewaySettings | None = None,
+    cluster: KafkaClusterConfig, namespace: str, ports: list[tuple[str, int]], owner: Owner
 ) -> dict[str, Any]:
     """Ingress to the gateway's ports only, from anywhere (its clients are wherever Kafka's are); egress
     stays open (the brokers and the bucket are at addresses only the cluster configuration knows)."""
-    metrics_port = (settings or GatewaySettings()).metrics_port
-    numbers = [
-        gateway.bootstrap_port,
-        *broker_ports(gateway, broker_ids, metrics_port).values(),
-        metrics_port,
-    ]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -339,7 +328,7 @@ def network_policy(
         "spec": {
             "podSelector": {"matchLabels": selector_labels(cluster.name)},
             "policyTypes": ["Ingress"],
-            "ingress": [{"ports": [{"protocol": "TCP", "port": port} for port in numbers]}],
+            "ingress": [{"ports": [{"protocol": "TCP", "port": port} for _, port in ports]}],
         },
     }
 
@@ -378,12 +367,12 @@ def gateway_objects(
     if not gateway.enabled:
         return []
     settings = settings or GatewaySettings()
-    ids = sorted(set(broker_ids))
+    ports = served_ports(gateway, sorted(set(broker_ids)), settings.metrics_port)
     objects = [
         deployment(cluster, gateway, namespace, owner, settings),
-        service(cluster, gateway, namespace, ids, owner, settings),
+        service(cluster, gateway, namespace, ports, owner),
         pod_disruption_budget(cluster, namespace, owner),
-        network_policy(cluster, gateway, namespace, ids, owner, settings),
+        network_policy(cluster, namespace, ports, owner),
     ]
     if settings.service_monitor:
         objects.append(service_monitor(cluster, namespace, owner, settings))

@@ -78,6 +78,17 @@ def restricted_container_security() -> dict[str, Any]:
     }
 
 
+def restricted_pod_security() -> dict[str, Any]:
+    """A pod's securityContext under the restricted profile: the image's non-root user, the runtime's
+    default seccomp profile (every pod the operator makes)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def job_name(kind: str, owner: str, round_key: str) -> str:
     """``tk-<kind>-<owner>-<hash>``: at most 52 characters, so the pods' ``job-name`` labels stay valid."""
     digest = hashlib.sha256(f"{kind}/{owner}/{round_key}".encode()).hexdigest()[:10]
@@ -150,12 +161,7 @@ def _job(
     jobs = cluster.jobs
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod_security(),
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": _tmp(jobs.tmp_size_limit)}, *volumes],
         # Jobs read Kafka, the log dir and the bucket, never the Kubernetes API; except Spark with a k8s://

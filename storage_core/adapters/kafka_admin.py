@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from storage_core.adapters.kafka_features import KafkaFeatures, read_features
 from storage_core.errors import KafkaAdminError
 
 TIMEOUT_S = 30.0
@@ -68,6 +69,7 @@ class KafkaAdmin:
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap_servers = bootstrap_servers
+        self._config = dict(config or {})
         self._secured = "security.protocol" in (config or {})
         # Not a bound method of self: the client would hold self, and a cycle outlives its last use.
         self._connection = _ConnectionErrors()
@@ -199,6 +201,11 @@ class KafkaAdmin:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         controller = md.controller_id if isinstance(md.controller_id, int) and md.controller_id >= 0 else None
         return md.cluster_id or None, controller, sorted(int(b) for b in md.brokers)
+
+    def features(self, timeout: float = 5.0) -> KafkaFeatures:
+        """The cluster's finalized ``metadata.version`` and the answering broker's release (one ApiVersions
+        request of the project's own codec: librdkafka does not tell its answer)."""
+        return read_features(self.bootstrap_servers, self._config, timeout)
 
     def broker_addresses(self) -> dict[int, tuple[str, int]]:
         """Node id -> (host, port) of every broker the cluster's metadata lists."""

@@ -71,6 +71,17 @@ class KafkaCheck(ApiModel):
     cluster_id: str | None = Field(default=None, description="Kafka's cluster id.")
     controller_id: int | None = Field(default=None, description="The active controller's node id.")
     broker_ids: list[int] = Field(default_factory=list, description="Node ids of the brokers it lists.")
+    metadata_version: str | None = Field(
+        default=None,
+        description="The cluster's finalized metadata.version (its KRaft feature level, as Kafka names it).",
+    )
+    broker_release: str | None = Field(
+        default=None,
+        description=(
+            "The Kafka release line of the broker that answered ApiVersions (from the newest "
+            "metadata.version it supports; Kafka's protocol tells no exact software version)."
+        ),
+    )
     message: str = Field(default="", description="One line: why it is not reachable.")
     checked_at: str | None = Field(default=None, description="RFC 3339 time of the check.")
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from storage_core.cli.common import add_remote_args, emit_json, require_positive, storage_options
+
+T = TypeVar("T")
 
 
 def add_spark_args(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +83,6 @@ def _target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[st
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.jobs.export import DEFAULT_SPLITS_PER_COMMIT, run_export
-    from storage_core.jobs.spark_session import parse_conf, spark_session
     from storage_core.remote.reader import Isolation
     from storage_core.remote.scan_plan import DEFAULT_SPLIT_BYTES
     from storage_core.spark.options import ScanOptions, StorageSpec
@@ -102,27 +104,38 @@ def run(args: argparse.Namespace) -> int:
         from storage_core.errors import ConfigError
 
         raise ConfigError("--table, --catalog and --catalog-property need --format iceberg")
+    splits = args.splits_per_commit or DEFAULT_SPLITS_PER_COMMIT
+    summary = _on_spark(args, lambda spark: run_export(spark, source, target, opts, splits_per_commit=splits))
+    return _report(
+        args,
+        summary,
+        f"exported {summary.records} records of {summary.topic} in {summary.splits} splits "
+        f"(removed {summary.files_removed} files of an unfinished run)",
+    )
+
+
+def _on_spark(args: argparse.Namespace, export: Callable[[Any], T]) -> T:
+    """``export`` run with a Spark session of ``--spark-master`` and ``--spark-conf``, stopped after."""
+    from storage_core.jobs.spark_session import parse_conf, spark_session
+
     spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
     try:
-        summary = run_export(
-            spark, source, target, opts, splits_per_commit=args.splits_per_commit or DEFAULT_SPLITS_PER_COMMIT
-        )
+        return export(spark)
     finally:
         spark.stop()
+
+
+def _report(args: argparse.Namespace, summary: Any, line: str) -> int:
     if args.json:
         emit_json(dataclasses.asdict(summary))
     else:
-        print(
-            f"exported {summary.records} records of {summary.topic} in {summary.splits} splits "
-            f"(removed {summary.files_removed} files of an unfinished run)"
-        )
+        print(line)
     return 0
 
 
 def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) -> int:
     from storage_core.errors import ConfigError
     from storage_core.jobs.export_iceberg import run_export_iceberg
-    from storage_core.jobs.spark_session import parse_conf, spark_session
     from storage_core.spark.iceberg_catalog import CatalogConfig
 
     if args.catalog_property and not args.catalog:
@@ -136,16 +149,13 @@ def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) 
                 raise ConfigError(f"--catalog-property {item!r}: expected KEY=VALUE")
             props[key.strip()] = value
         catalog = CatalogConfig(args.catalog, props)
-    spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
-    try:
-        summary = run_export_iceberg(spark, source, target, opts, table_name=args.table, catalog=catalog)
-    finally:
-        spark.stop()
-    if args.json:
-        emit_json(dataclasses.asdict(summary))
-    else:
-        print(
-            f"exported {summary.records} records of {summary.topic} to {summary.table} in {summary.files} "
-            f"files (snapshot {summary.snapshot_id})"
-        )
-    return 0
+    summary = _on_spark(
+        args,
+        lambda spark: run_export_iceberg(spark, source, target, opts, table_name=args.table, catalog=catalog),
+    )
+    return _report(
+        args,
+        summary,
+        f"exported {summary.records} records of {summary.topic} to {summary.table} in {summary.files} "
+        f"files (snapshot {summary.snapshot_id})",
+    )

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from storage_core.adapters.kafka_features import client_tls as kafka_tls
 from storage_core.cli.common import add_remote_args, open_store, require_positive
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 from storage_core.errors import ConfigError
@@ -166,18 +167,6 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def _upstream_tls(config: dict[str, str]) -> ssl.SSLContext | None:
-    protocol = config.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in ("SSL", "SASL_SSL"):
-        return None
-    context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
-    if config.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
-        context.check_hostname = False
-    if config.get("ssl.certificate.location"):
-        context.load_cert_chain(config["ssl.certificate.location"], config.get("ssl.key.location"))
-    return context
-
-
 @contextlib.contextmanager
 def _kio_without_hypothesis() -> Iterator[None]:
     """Import kio as a server needs it. kio registers Hypothesis strategies for its types whenever
@@ -270,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         tier_pool=tier_pool,
         metrics=metrics,
         limits=Limits(max_frame_bytes=args.max_frame_bytes, grant_s=args.tier_grant_seconds),
-        upstream_tls=_upstream_tls(config),
+        upstream_tls=kafka_tls(config),
     )
     admin = KafkaAdmin(args.bootstrap_servers, config)
 

@@ -23,13 +23,13 @@ from storage_core.api.resources import TieredBrokerSpec
 from storage_core.api.status import READY, RECONCILING, STALLED, Condition, RebuildStatus, TieredBrokerStatus
 from storage_core.reconcile.conditions import Health, conditions_for, rfc3339
 from storage_core.reconcile.planner import Event
+from storage_core.reconcile.results import VERSION, read_result
 from storage_core.reconcile.text import one_line
 
 REQUEST_ANNOTATION = "tierkeeper.io/rebuild"
 REQUEST_VALUE = "run"
 INIT_CONTAINER = "tierkeeper-rebuild"
 """The name the init container must have for the operator to read its result."""
-VERSION = 1
 LIMIT = 4096
 MAX_MESSAGE = 300
 # Actions after which there was nothing to do: they do not replace the record of a real rebuild.
@@ -74,13 +74,7 @@ def encode_result(result: RebuildResult) -> str:
 def decode_result(text: str | None) -> RebuildResult:
     """The result a run left; an unreadable or missing one is a failure (a killed run leaves none)."""
     try:
-        document = json.loads(text or "")
-        if (
-            not isinstance(document, dict)
-            or document.get("v") != VERSION
-            or document.get("kind") != "rebuild"
-        ):
-            raise ValueError("not a Tierkeeper rebuild result")
+        document = read_result(text, "rebuild")
     except ValueError as exc:
         return RebuildResult(failure=f"the rebuild left no readable result ({_cut(str(exc), 120)})")
     if "failure" in document:

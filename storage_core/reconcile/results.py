@@ -36,6 +36,15 @@ def _cut(text: str) -> str:
     return one_line(text, MAX_ERROR)
 
 
+def read_result(text: str | None, kind: str) -> dict[str, Any]:
+    """The document a run of ``kind`` left (copy, cleanup, rebuild), its version and kind checked.
+    ValueError when there is none or it is something else (a killed run leaves none, or a truncated one)."""
+    document = json.loads(text or "")
+    if not isinstance(document, dict) or document.get("v") != VERSION or document.get("kind") != kind:
+        raise ValueError(f"not a Tierkeeper {kind} result")
+    return document
+
+
 def encode_copy(partitions: Sequence[Mapping[str, Any]], failure: str | None = None) -> str:
     """``partitions``: the copy summary's per-partition dictionaries (PartitionCopyResult fields)."""
     topics: dict[str, dict[str, Any]] = {}
@@ -71,9 +80,7 @@ def decode_copy(text: str) -> tuple[dict[str, list[dict[str, Any]]], str | None]
 
     An unreadable message is a failure of the run (a crashed Job leaves none, or a truncated one)."""
     try:
-        document = json.loads(text)
-        if not isinstance(document, dict) or document.get("v") != VERSION or document.get("kind") != "copy":
-            raise ValueError("not a Tierkeeper copy result")
+        document = read_result(text, "copy")
     except ValueError as exc:
         return {}, f"the Job left no readable result ({_cut(str(exc))})"
     out: dict[str, list[dict[str, Any]]] = {}
@@ -120,13 +127,7 @@ def encode_cleanup(report: Mapping[str, Any]) -> str:
 def decode_cleanup(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """A report in ``run_cleanup``'s shape for ``topic_after_cleanup``, or why there is none."""
     try:
-        document = json.loads(text)
-        if (
-            not isinstance(document, dict)
-            or document.get("v") != VERSION
-            or document.get("kind") != "cleanup"
-        ):
-            raise ValueError("not a Tierkeeper cleanup result")
+        document = read_result(text, "cleanup")
     except ValueError as exc:
         return None, f"the Job left no readable result ({_cut(str(exc))})"
     partitions = [

@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.gateway import GatewayProcess, tier_and_trim
 from harness.kafka import KafkaCluster
+from storage_core.adapters.kafka_features import read_features
 
 from .conftest import SEGMENT_BYTES, produce, read_all
 
@@ -20,6 +21,8 @@ def test_the_gateway_reads_from_tls_brokers_with_the_kafka_client_properties(tmp
     try:
         topic = "tls-history"
         tls = cluster.client_config
+        # The operator's version check goes over the same TLS, from the same client properties.
+        assert read_features(cluster.bootstrap_servers, tls).metadata_version == "4.1-IV1"
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **tls})
         config = {"internal.segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
         admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(60)

@@ -12,7 +12,9 @@ import yaml
 from harness.paths import REPO_ROOT
 
 CUSTOMIZATIONS = REPO_ROOT / "gitops" / "argocd" / "resource_customizations" / "tierkeeper.io"
-KINDS = ("TieredTopic", "TieredBroker")
+KINDS = ("TieredTopic", "TieredBroker", "TieredCluster")
+MEMBER_KINDS = ("TieredTopic", "TieredBroker")
+"""The kinds with spec.paused (a TieredCluster is read live in tests/k8s/test_k8s_tiered_cluster.py)."""
 DOC = REPO_ROOT / "docs" / "gitops.md"
 
 

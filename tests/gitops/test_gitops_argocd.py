@@ -1,13 +1,14 @@
-"""Argo CD health checks of TieredTopic and TieredBroker, run in a real Lua 5.1 interpreter as Argo CD runs
-them, against Argo CD's own health_test.yaml format; and the table in docs/gitops.md agrees."""
+"""Argo CD health checks of TieredTopic, TieredBroker and TieredCluster, run in a real Lua 5.1 interpreter as
+Argo CD runs them, against Argo CD's own health_test.yaml format; and the table in docs/gitops.md agrees."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from argocd_lua import STATUSES, HealthScriptError, run_health
 from gitops_cases import CUSTOMIZATIONS, KINDS, ArgoCase, argo_cases, doc_rows, health_script
+
+from harness.argocd_lua import STATUSES, HealthScriptError, run_health
 
 CASES = [case for kind in KINDS for case in argo_cases(kind)]
 
@@ -30,8 +31,8 @@ def test_every_testdata_file_has_a_case_and_every_case_a_file(kind: str) -> None
         assert case.input_path.name.lower().startswith(case.status.lower() + "_"), case.input_path.name
 
 
-def test_the_two_kinds_share_one_script() -> None:
-    assert health_script("TieredTopic").read_text() == health_script("TieredBroker").read_text()
+def test_the_kinds_share_one_script() -> None:
+    assert len({health_script(kind).read_text() for kind in KINDS}) == 1
 
 
 def test_docs_table_matches_argocd_expectations() -> None:

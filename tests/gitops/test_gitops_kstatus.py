@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from argocd_lua import run_health
-from gitops_cases import CUSTOMIZATIONS, KINDS, doc_rows
+from gitops_cases import CUSTOMIZATIONS, KINDS, MEMBER_KINDS, doc_rows
 
+from harness.argocd_lua import run_health
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
 from harness.kafka_dist import HarnessError
@@ -64,7 +64,7 @@ def plane(k8s_control_plane: ControlPlane) -> ControlPlane:
     return k8s_control_plane
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MEMBER_KINDS)
 def test_live_object_on_the_real_api_server(plane: ControlPlane, k8s_namespace: str, kind: str) -> None:
     """The checker's live mode reads our object from the real API server through a kubeconfig during
     create, status updates, a failure, a spec update and deletion, and reports what docs/gitops.md says:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from argocd_lua import run_health
 from gitops_cases import CUSTOMIZATIONS, health_script
 
+from harness.argocd_lua import run_health
 from harness.kstatus import kstatus_of
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec

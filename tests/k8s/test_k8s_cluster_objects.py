@@ -8,15 +8,22 @@ chart's own RBAC (so the grants of rbac.py are enough, server-side apply's creat
   fourth, a user's own TieredBroker wins, scaled down loses one.
 - The gateway: its objects are accepted in a namespace enforcing the restricted Pod Security profile, its
   Deployment's pod (run by the process kubelet) serves a tiered topic's history to a consumer, broker ports
-  follow the brokers, and disabling the gateway deletes its objects. The harness has no kube-proxy, so the
-  consumer connects to the pod's ports on loopback (the process kubelet runs pods on the host's network)
-  rather than through the Service's cluster IP.
+  follow the brokers, and disabling the gateway deletes its objects. The harness has no kube-proxy and no
+  endpoints controller, so nothing here connects to the Service's cluster IP: the consumer connects to the
+  pod's ports on loopback (the process kubelet runs pods on the host's network). What the test does prove
+  of the Service is the part a kube-proxy would take from it: its selector picks the gateway pod, and every
+  port's targetPort, resolved against the pod as the endpoints controller resolves it (a number as is, a
+  name through the container's named ports), is a port the pod listens on and answers in that port's
+  protocol (ApiVersions of the project's own codec on the bootstrap and broker ports, Prometheus text on
+  metrics). Not proven here: cluster-IP routing, NodePort/LoadBalancer allocation beyond the API server's
+  acceptance, and reaching the pod from another pod through the NetworkPolicy (no CNI enforces it).
 """
 
 from __future__ import annotations
 
 import base64
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +41,7 @@ from harness.k8s import wait_until
 from harness.kafka import KafkaCluster
 from harness.kube_rest import ApiError
 from harness.moto_s3 import MotoServer
+from storage_core.adapters.kafka_features import read_features
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import GatewaySpec, StrimziRef
 from tierkeeper_operator.cluster_objects import sync_gateway, sync_strimzi_brokers
@@ -319,6 +327,22 @@ def read_all(bootstrap: str, topic: str) -> list[bytes]:
     return values
 
 
+def assert_service_reaches_pod(svc: dict[str, Any], pod: dict[str, Any]) -> None:
+    """What a kube-proxy would need of the Service: its selector picks ``pod``, and each port's targetPort
+    (a number, or a container port's name) is listened on by the pod, answering in the port's protocol."""
+    labels = pod["metadata"].get("labels") or {}
+    assert svc["selector"].items() <= labels.items(), (svc["selector"], labels)
+    named = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    for port in svc["ports"]:
+        target = port.get("targetPort", port["port"])
+        number = named[target] if isinstance(target, str) else int(target)
+        if port["name"] == "metrics":
+            with urllib.request.urlopen(f"http://127.0.0.1:{number}/metrics", timeout=30) as answer:
+                assert b"tierkeeper_gateway" in answer.read(), port
+        else:
+            assert read_features(f"127.0.0.1:{number}", {}, timeout=30).metadata_version == "4.1-IV1", port
+
+
 def test_gateway_objects_run_and_serve_history_under_the_restricted_profile(
     k8s_crds: ControlPlane,
     kafka_broker: KafkaCluster,
@@ -388,8 +412,10 @@ def test_gateway_objects_run_and_serve_history_under_the_restricted_profile(
         )
 
         service = f"/api/v1/namespaces/{ns}/services/{name}"
-        ports = {p["name"]: p["port"] for p in plane.request("GET", service)["spec"]["ports"]}
+        svc = plane.request("GET", service)["spec"]
+        ports = {p["name"]: p["port"] for p in svc["ports"]}
         assert ports == {"bootstrap": base, "broker-1": base + 1, "metrics": base + 11}
+        assert_service_reaches_pod(svc, pod)
         deployment = plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}")
         # A broker joins, then leaves: the Service's ports follow, the pod template stays (no rollout).
         sync_gateway(kube, cluster, gateway, ns, [1, 4], owner, settings)

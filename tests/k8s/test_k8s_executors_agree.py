@@ -1,33 +1,44 @@
-"""One plan, two executors, the same requests: the operator's rounds on the real API server create Jobs
-whose arguments, parsed by the ``tierkeeper`` command the Jobs run, are exactly the requests standalone mode
-runs in process for the same resources, on the same real Kafka. The topic's copy interval is not the
-default (standalone mode used to judge its local trim with the default 1 h), and the cluster has a rate
-limit (standalone mode used to ignore it).
+"""One plan, two executors, the same requests and the same statuses: the operator's rounds on the real API
+server create Jobs whose arguments, parsed by the ``tierkeeper`` command the Jobs run, are exactly the
+requests standalone mode runs in process for the same resources, on the same real Kafka; and the results
+those requests gave in process, left by the operator's Jobs as their termination messages, fold into the
+same TieredTopic and TieredBroker statuses through the API server as in standalone mode's memory. The
+topic's copy interval is not the default (standalone mode used to judge its local trim with the default
+1 h), and the cluster has a rate limit (standalone mode used to ignore it).
 
-The Jobs' pods are pinned to a node that does not exist, so none runs: standalone mode does the work, and
-its topic status after the copy (its cleanup left out) is written to the TieredTopic, so the operator's
-next round plans from the same status: the cleanup Job. That the same Job result folds into the same
-status either way: reconcile/test_request_round_trip.py."""
+Standalone mode does the work (a second copy of the same log would find nothing left to copy): the Jobs'
+image, run by the process kubelet, replays the result standalone mode's run of the same request gave,
+written where the real command writes it (``--result-file /dev/termination-log``), as soon as it exists."""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from k8s_helpers import unique
+from k8s_helpers import unique, wait_for
+from test_k8s_operator_real import log_dir_claims
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
 from harness.kafka import KafkaCluster
+from harness.pod_images import default_images
 from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.cli.main import build_parser
+from storage_core.jobs.in_process import InProcessExecutor
 from storage_core.jobs.resource_files import load_manifests
 from storage_core.jobs.standalone import Standalone
 from storage_core.reconcile.requests import CleanupRequest, CopyRequest, Request, request_from_args
+from storage_core.reconcile.results import encode_cleanup, encode_copy
+from storage_core.reconcile.round import CleanupOutcome, CopyOutcome
 from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator.jobs import LABEL_KIND, job_state
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.loop import Reconciler
 
@@ -44,8 +55,7 @@ def _resources(ns: str, topic: str, kafka: KafkaCluster) -> list[dict[str, Any]]
             "spec": {
                 "clusterRef": {"name": "local"},
                 "brokerId": broker_id,
-                "logDir": {"claimName": "data", "mountPath": log_dir, "path": log_dir},
-                "placement": {"nodeName": "no-such-node"},
+                "logDir": {"claimName": f"data-{broker_id}", "mountPath": log_dir, "path": log_dir},
             },
         },
         {
@@ -62,6 +72,73 @@ def _resources(ns: str, topic: str, kafka: KafkaCluster) -> list[dict[str, Any]]
     ]
 
 
+REPLAY = """
+import pathlib, sys, time
+result = pathlib.Path(sys.argv[1]) / sys.argv[2]
+deadline = time.monotonic() + 600
+while not result.exists():
+    if time.monotonic() > deadline:
+        sys.exit(f"no result of {sys.argv[2]} to replay")
+    time.sleep(0.2)
+pathlib.Path("/dev/termination-log").write_text(result.read_text())
+"""
+"""The Jobs' image: it waits for standalone mode's result of the Job's verb (its first argument) and leaves
+it as the Job's result."""
+
+
+def _replay_image(plane: ControlPlane, results: Path) -> str:
+    tierkeeper = default_images()["tierkeeper"]
+    plane.kubelet.images["tierkeeper-replay"] = dataclasses.replace(
+        tierkeeper,
+        entrypoint=(sys.executable, "-c", REPLAY, str(results)),
+        needs=(*tierkeeper.needs, str(results)),
+    )
+    return "tierkeeper-replay"
+
+
+def _record_outcomes(monkeypatch: pytest.MonkeyPatch, results: Path) -> None:
+    """Standalone mode's outcomes, written as the Job's command writes them (atomically: a Job polls)."""
+
+    def leave(verb: str, text: str) -> None:
+        (results / f".{verb}").write_text(text)
+        (results / f".{verb}").rename(results / verb)
+
+    run_copy, run_cleanup = InProcessExecutor.copy, InProcessExecutor.cleanup
+
+    def copy(self: InProcessExecutor, action: Any) -> CopyOutcome:
+        outcome = run_copy(self, action)
+        leave("copy", encode_copy(outcome.rows, outcome.failure))
+        return outcome
+
+    def cleanup(self: InProcessExecutor, action: Any) -> CleanupOutcome:
+        outcome = run_cleanup(self, action)
+        assert outcome.report is not None, outcome.failure
+        leave("cleanup", encode_cleanup(outcome.report))
+        return outcome
+
+    monkeypatch.setattr(InProcessExecutor, "copy", copy)
+    monkeypatch.setattr(InProcessExecutor, "cleanup", cleanup)
+
+
+def _finished(plane: ControlPlane, ns: str, kind: str) -> None:
+    def probe() -> bool:
+        jobs = plane.request(
+            "GET", f"/apis/batch/v1/namespaces/{ns}/jobs?labelSelector={LABEL_KIND}%3D{kind}"
+        )
+        return any(job_state(job) == "Succeeded" for job in jobs["items"])
+
+    wait_for(probe, f"the {kind} Job to finish")
+
+
+def _folded(status: Any) -> dict[str, Any]:
+    """What a Job's result folds into: the run outcomes (but when and by which Job), the tier, the lag."""
+    out = status.model_dump(include={"topic_id", "remote", "copy_lag", "last_copy", "last_cleanup"})
+    for run in ("last_copy", "last_cleanup"):
+        if out.get(run):
+            out[run] = {k: v for k, v in out[run].items() if k not in ("time", "job")}
+    return out
+
+
 def _job_requests(plane: ControlPlane, ns: str) -> list[Request]:
     jobs = plane.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
     return [
@@ -76,11 +153,19 @@ def _by_kind(requests: list[Request]) -> dict[str, list[Request]]:
     }
 
 
-def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
-    k8s_control_plane: ControlPlane, k8s_namespace: str, kafka_broker: KafkaCluster, tmp_path: Path
+def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_the_same_results(
+    k8s_control_plane: ControlPlane,
+    k8s_namespace: str,
+    kafka_broker: KafkaCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     plane, ns = k8s_control_plane, k8s_namespace
     plane.apply_crds(load_crds())
+    log_dir_claims(plane, ns, kafka_broker)
+    results = tmp_path / "results"
+    results.mkdir()
+    _record_outcomes(monkeypatch, results)
     topic = unique("agree")
     servers = kafka_broker.bootstrap_servers
     config = {"internal.segment.bytes": "16384", "retention.ms": "4500000"}  # room for 10 min + 1 h
@@ -97,7 +182,11 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
             "bootstrapServers": servers,
             "clientConfig": {"client.id": "tierkeeper-agree"},
             "remote": {"url": f"file://{tmp_path / 'remote'}"},
-            "jobs": {"image": "tierkeeper", "maxBytesPerSecond": 50_000_000, "copyParallelism": 2},
+            "jobs": {
+                "image": _replay_image(plane, results),
+                "maxBytesPerSecond": 50_000_000,
+                "copyParallelism": 2,
+            },
         }
     )
     resources = _resources(ns, topic, kafka_broker)
@@ -107,7 +196,7 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
         plane.request("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}", obj)
     kube = Kube(plane.api_client(), (ns,))
     operator = Reconciler(kube, {"local": cluster})
-    operator.run_round()  # the copy (no cleanup before a first copy result)
+    operator.run_round()  # the copy Job (no cleanup before a first copy result); it waits for its result
 
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "all.yaml").write_text(yaml.safe_dump_all(resources))
@@ -115,11 +204,10 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
     report = standalone.run_round()  # the copy, its result folded in, then the cleanup
     in_process = _by_kind(report.requests)
 
-    copied = standalone.topic_status[f"{ns}/{topic}"].model_copy(update={"last_cleanup": None})
-    kube.patch_status(
-        "tieredtopics", ns, topic, copied.model_dump(by_alias=True, mode="json", exclude_none=True)
-    )
-    operator.run_round()  # the cleanup, from the same status
+    _finished(plane, ns, "copy")
+    operator.run_round()  # the copy Job's result folded; the cleanup Job, planned from that status
+    _finished(plane, ns, "cleanup")
+    operator.run_round()  # the cleanup Job's result folded
     through_jobs = _by_kind(_job_requests(plane, ns))
 
     (copy,) = in_process["CopyRequest"]
@@ -130,3 +218,18 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
     # The in-process runs were real: copied, then trimmed behind the tier with the topic's interval.
     status = report.plan.topic_status[f"{ns}/{topic}"]
     assert status.last_cleanup is not None and status.last_cleanup.result == "Succeeded", status
+    assert status.remote is not None and status.remote.segments > 0, status
+
+    # The same results, folded by the operator from its Jobs, through the API server.
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}"
+    live_topic = TieredTopicStatus.model_validate(
+        plane.request("GET", f"{path}/tieredtopics/{topic}")["status"]
+    )
+    assert _folded(live_topic) == _folded(status)
+    assert live_topic.last_copy is not None and live_topic.last_copy.job  # it did come from a Job
+    (broker_key,) = standalone.broker_status
+    broker = resources[0]["metadata"]["name"]
+    live_broker = TieredBrokerStatus.model_validate(
+        plane.request("GET", f"{path}/tieredbrokers/{broker}")["status"]
+    )
+    assert _folded(live_broker) == _folded(report.plan.broker_status[broker_key])

@@ -3,7 +3,8 @@ API server refuses a malformed one (CEL); one created after the operator started
 bootstrap address (Ready=False, Reconciling), a missing bucket (Stalled, found by a real bucket-check Job
 the process kubelet runs with the storage Secret) and, once both are fixed by spec edits, Ready; kstatus
 (the real Go library, reading the live object) says InProgress, Failed, Current and Terminating at each
-step; deleting it while a TieredTopic names it waits for that TieredTopic. The operator's rounds run as
+step, and the Argo CD health script (in a real Lua) Progressing, Degraded, Healthy and Progressing;
+deleting it while a TieredTopic names it waits for that TieredTopic. The operator's rounds run as
 the chart's ClusterRole; a TieredCluster's client Secret is readable only by name, through the chart's
 Role with resourceNames, never listed."""
 
@@ -19,6 +20,7 @@ import yaml
 from test_k8s_cluster_objects import STRIMZI
 from test_k8s_operator_real import DEADLINE, chart_rbac, resource
 
+from harness.argocd_lua import run_health
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
 from harness.kafka import KafkaCluster
@@ -37,6 +39,7 @@ from tierkeeper_operator.kube import Kube, KubeError
 from tierkeeper_operator.loop import Reconciler
 
 API = "/apis/tierkeeper.io/v1alpha1/namespaces"
+HEALTH_LUA = REPO_ROOT / "gitops/argocd/resource_customizations/tierkeeper.io/TieredCluster/health.lua"
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -82,6 +85,11 @@ def test_tiered_cluster_states_on_the_real_api_server(
     plane.request("POST", path, resource("TieredCluster", "main", spec))
     assert live()[0] == "InProgress"  # not observed yet
 
+    def argo(obj: dict[str, Any]) -> tuple[str, str]:
+        """Argo CD's verdict on the live object, by the health.lua docs/gitops.md has users install."""
+        health = run_health(HEALTH_LUA, obj)
+        return health["status"], health["message"]
+
     def rounds_until(done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
         deadline = time.monotonic() + DEADLINE
         obj: dict[str, Any] = {}
@@ -101,6 +109,7 @@ def test_tiered_cluster_states_on_the_real_api_server(
     assert "127.0.0.1:1" in obj["status"]["message"] and "\n" not in obj["status"]["message"]
     assert obj["status"]["kafka"]["reachable"] is False
     assert live()[0] == "InProgress"
+    assert argo(obj) == ("Progressing", obj["status"]["message"])
     assert "finalizers" in obj["metadata"] and "tierkeeper.io/tiered-cluster" in obj["metadata"]["finalizers"]
 
     patch = {"spec": {"bootstrapServers": kafka_broker.bootstrap_servers}}
@@ -110,8 +119,13 @@ def test_tiered_cluster_states_on_the_real_api_server(
     message = obj["status"]["message"]
     assert f"missing-{ns}" in message and "does not exist" in message, message
     assert obj["status"]["kafka"]["brokerIds"] == sorted(kafka_broker.node_ids)
+    assert (obj["status"]["kafka"]["metadataVersion"], obj["status"]["kafka"]["brokerRelease"]) == (
+        "4.1-IV1",
+        "4.1",
+    )
     assert obj["status"]["bucket"]["job"]
     assert live() == ("Failed", message)
+    assert argo(obj) == ("Degraded", message)
     checks = plane.request(
         "GET", f"/apis/batch/v1/namespaces/{ns}/jobs?labelSelector={LABEL_KIND}%3D{BUCKET_CHECK}"
     )
@@ -124,6 +138,7 @@ def test_tiered_cluster_states_on_the_real_api_server(
     assert conditions(obj) == {"Ready": ("True", "Ready")}
     assert obj["status"]["bucket"]["reachable"] is True
     assert live()[0] == "Current"
+    assert argo(obj) == ("Healthy", obj["status"]["message"])
     reasons = {e["reason"] for e in plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]}
     assert {"KafkaUnreachable", "BucketUnreachable", "Ready"} <= reasons, reasons
 
@@ -135,6 +150,7 @@ def test_tiered_cluster_states_on_the_real_api_server(
     obj = rounds_until(lambda o: conditions(o)["Ready"][1] == "Deleting", "waiting while named")
     assert "1 TieredTopics" in obj["status"]["message"]
     assert live()[0] == "Terminating"
+    assert argo(obj) == ("Progressing", "Pending deletion")
     plane.request("DELETE", f"{API}/{ns}/tieredtopics/t")
     deadline = time.monotonic() + DEADLINE
     names = ["main"]

@@ -60,6 +60,9 @@ def test_the_broker_refuses_clients_without_the_right_credentials(sasl_broker: K
             AdminClient({**bootstrap, **refused, "log_level": "0"}).list_topics(timeout=10)
     # The broker says why it refused the wrong password (the unauthenticated client is cut off earlier).
     assert "Authentication failed: Invalid username or password" in sasl_broker.server_log(1)
+    # ApiVersions comes before the SASL handshake: the TieredCluster's version check needs no login.
+    features = KafkaAdmin(sasl_broker.bootstrap_servers, sasl_broker.client_config).features()
+    assert features.metadata_version == "4.1-IV1"
 
 
 def test_a_refused_client_is_told_why(sasl_broker: KafkaCluster) -> None:

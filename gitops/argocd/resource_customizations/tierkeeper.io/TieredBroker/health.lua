@@ -1,5 +1,5 @@
--- Argo CD health of a Tierkeeper resource (TieredTopic and TieredBroker share this script; a test keeps
--- the two copies identical). It reads the kstatus conditions the operator writes: Ready always,
+-- Argo CD health of a Tierkeeper resource (TieredTopic, TieredBroker and TieredCluster share this script;
+-- a test keeps the copies identical). It reads the kstatus conditions the operator writes: Ready always,
 -- Reconciling and Stalled only while True, plus status.observedGeneration. The order of the checks is
 -- kstatus's, so Argo CD and Flux agree; docs/gitops.md has the table of states and where they differ.
 -- Only Lua 5.1's base and table libraries are used (Argo CD opens no others by default).

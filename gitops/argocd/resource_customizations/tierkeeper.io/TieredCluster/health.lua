@@ -1,0 +1,96 @@
+-- Argo CD health of a Tierkeeper resource (TieredTopic, TieredBroker and TieredCluster share this script;
+-- a test keeps the copies identical). It reads the kstatus conditions the operator writes: Ready always,
+-- Reconciling and Stalled only while True, plus status.observedGeneration. The order of the checks is
+-- kstatus's, so Argo CD and Flux agree; docs/gitops.md has the table of states and where they differ.
+-- Only Lua 5.1's base and table libraries are used (Argo CD opens no others by default).
+local hs = {}
+
+local function find(conditions, wanted)
+  for _, c in ipairs(conditions) do
+    if c.type == wanted then
+      return c
+    end
+  end
+  return nil
+end
+
+local function is_true(c)
+  return c ~= nil and c.status == "True"
+end
+
+local function message(c, fallback)
+  if c ~= nil and c.message ~= nil and c.message ~= "" then
+    return c.message
+  end
+  return fallback
+end
+
+if obj.metadata ~= nil and obj.metadata.deletionTimestamp ~= nil then
+  hs.status = "Progressing"
+  hs.message = "Pending deletion"
+  return hs
+end
+
+if obj.status == nil or obj.status.conditions == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to report status"
+  return hs
+end
+
+local generation = obj.metadata.generation
+local observed = obj.status.observedGeneration
+-- Any difference counts, as in kstatus: the conditions describe another spec than the current one.
+if generation ~= nil and observed ~= nil and observed ~= generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to act on generation " .. generation
+    .. " (it last acted on " .. observed .. ")"
+  return hs
+end
+
+local conditions = obj.status.conditions
+local stalled = find(conditions, "Stalled")
+if is_true(stalled) then
+  hs.status = "Degraded"
+  hs.message = message(stalled, "Stalled")
+  return hs
+end
+
+-- A user's pause is a deliberate stop, which is what Suspended means in Argo CD.
+if obj.spec ~= nil and obj.spec.paused == true then
+  hs.status = "Suspended"
+  hs.message = "Paused (spec.paused): no copy or cleanup runs"
+  return hs
+end
+
+local reconciling = find(conditions, "Reconciling")
+if is_true(reconciling) then
+  hs.status = "Progressing"
+  hs.message = message(reconciling, "Reconciling")
+  return hs
+end
+
+local ready = find(conditions, "Ready")
+if ready == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the Ready condition"
+  return hs
+end
+if ready.status ~= "True" then
+  -- kstatus reads Ready=False without Stalled as still in progress (a transient error is retried).
+  hs.status = "Progressing"
+  hs.message = message(ready, "Not ready")
+  return hs
+end
+
+-- TieredBroker only: a replica-fetcher change the operator proposes and a person must approve. Tiering
+-- runs normally meanwhile, so the resource stays Healthy; the message says what waits.
+local pending = find(conditions, "FetcherChangePending")
+if is_true(pending) then
+  hs.status = "Healthy"
+  hs.message = "Fetcher change pending approval: " .. message(pending, "see the TieredBroker's status")
+  return hs
+end
+
+hs.status = "Healthy"
+hs.message = message(ready, "Ready")
+return hs
