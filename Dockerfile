@@ -1,5 +1,6 @@
-# Tierkeeper images, two targets from one build (BuildKit's built-in frontend, Docker 23 or later; no
-# `# syntax=` line, so no frontend image is pulled unpinned; docs/install.md has the details):
+# Tierkeeper images, two targets from one build (any builder of multi-stage Dockerfiles: Docker with or
+# without BuildKit, buildah; no `# syntax=` line, so no frontend image is pulled unpinned;
+# docs/install.md has the details; `make images` builds both, with buildah where no Docker engine runs):
 #   docker build --target operator -t tierkeeper/operator:dev .   # the kopf operator: no PySpark, no JVM
 #   docker build --target pipeline -t tierkeeper/pipeline:dev .   # every `tierkeeper` subcommand + Java for Spark
 # Both run as the numeric user 10001 with the `tierkeeper` console script as entrypoint. Every Python
@@ -30,16 +31,18 @@ ENV PIP_NO_INDEX=1 \
     PIP_FIND_LINKS=/wheels \
     PIP_NO_CACHE_DIR=1
 COPY constraints.txt docker/install-venv.sh /build/
+# Copied into this build stage, not bind-mounted with RUN --mount=type=bind,from=wheels: buildah 1.28
+# (Debian bookworm's, what builds the images where no Docker engine runs) cannot mount a stage it took
+# from its layer cache, which is what the second target's build does. Only /opt/tierkeeper leaves the
+# venv stages, so no wheel reaches a final image either way.
+COPY --from=wheels /wheels /wheels
+COPY --from=wheels /dist /dist
 
 FROM venv-base AS operator-venv
-RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
-    --mount=type=bind,from=wheels,source=/dist,target=/dist \
-    /build/install-venv.sh operator /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
+RUN /build/install-venv.sh operator /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
 
 FROM venv-base AS pipeline-venv
-RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
-    --mount=type=bind,from=wheels,source=/dist,target=/dist \
-    /build/install-venv.sh pipeline /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
+RUN /build/install-venv.sh pipeline /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
 
 FROM ${JRE_IMAGE} AS jre
 

@@ -1,0 +1,154 @@
+"""Build the Dockerfile's two targets once per set of inputs (``make images``; the tests' container mode).
+
+    python3 docker/build_images.py [--repo tierkeeper] [--version 0.1.0]  # build what is missing
+    python3 docker/build_images.py --check   # only look: exit 1 unless both are built
+
+Either prints {"engine": ..., "images": {repository: image}} as JSON on stdout (the builders' output goes
+to stderr). The inputs (the Dockerfile and every file it copies: pyproject.toml, constraints.txt,
+README.md, docker/install-venv.sh, the package sources; the engine; the local bases' ids) are hashed; each
+image is tagged ``tierkeeper/<target>:inputs-<hash>`` (what the tests run) and ``<repo>/<target>:<version>``,
+and an image whose inputs tag exists is not built again, so a second ``make test`` costs a lookup.
+
+With a running Docker engine the build is ``docker build`` with the Dockerfile's pinned bases. Otherwise
+(no engine, no Docker Hub: this project's CI machines) it is ``buildah build`` with base images made
+locally by docker/local-bases.sh and passed through the PYTHON_IMAGE and JRE_IMAGE build arguments, into
+the containers storage podman runs from; docker/install-build-tools.sh installs what that needs.
+Standard library only: it runs before any venv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = {"operator": "tierkeeper/operator", "pipeline": "tierkeeper/pipeline"}
+# Stand-ins for the Dockerfile's pinned bases where Docker Hub cannot be reached (docker/local-bases.sh).
+LOCAL_PYTHON = "localhost/tierkeeper-base/python:3.11-bookworm"
+LOCAL_JRE = "localhost/tierkeeper-base/jre:17-bookworm"
+# What the Dockerfile reads (its COPY sources), and itself.
+INPUT_FILES = ("Dockerfile", "pyproject.toml", "constraints.txt", "README.md", "docker/install-venv.sh")
+INPUT_TREES = ("storage_core", "operator")
+
+
+def _files() -> list[Path]:
+    files = [ROOT / name for name in INPUT_FILES]
+    for tree in INPUT_TREES:
+        files += [
+            path
+            for path in (ROOT / tree).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+        ]
+    return sorted(files)
+
+
+def _base_ids() -> str:
+    """The local bases' image ids: a rebuilt base makes new images (Docker's bases are pinned by digest
+    in the Dockerfile itself)."""
+    if shutil.which("podman") is None:
+        return "no podman"
+    ids = []
+    for ref in (LOCAL_PYTHON, LOCAL_JRE):
+        done = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{.Id}}", ref],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        ids.append(done.stdout.strip() if done.returncode == 0 else f"missing {ref}")
+    return " ".join(ids)
+
+
+def inputs_hash(engine: str) -> str:
+    digest = hashlib.sha256(engine.encode())
+    if engine != "docker":
+        digest.update(_base_ids().encode())
+    for path in _files():
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def docker_engine() -> bool:
+    """A Docker engine answers (a docker client alone is not one)."""
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0
+
+
+def _exists(engine: str, ref: str) -> bool:
+    tool = "docker" if engine == "docker" else "podman"
+    if shutil.which(tool) is None:
+        return False
+    command = [tool, "image", "inspect", ref] if engine == "docker" else [tool, "image", "exists", ref]
+    return subprocess.run(command, capture_output=True, check=False).returncode == 0
+
+
+def refs(engine: str) -> dict[str, str]:
+    """The image each of our repositories runs as, for the current inputs (built or not)."""
+    prefix = "" if engine == "docker" else "localhost/"
+    tag = f"inputs-{inputs_hash(engine)}"
+    return {repo: f"{prefix}{repo}:{tag}" for repo in TARGETS.values()}
+
+
+def _run(command: list[str]) -> None:
+    print("+", " ".join(command), file=sys.stderr, flush=True)
+    # The builders' output goes to stderr: stdout carries the one JSON line the tests read.
+    subprocess.run(command, cwd=ROOT, check=True, stdout=sys.stderr)
+
+
+def build(engine: str, repo: str, version: str) -> None:
+    if engine == "docker":
+        command = ["docker", "build"]
+        args: list[str] = []
+    else:
+        _run(["sh", str(ROOT / "docker/install-build-tools.sh")])
+        _run(["sh", str(ROOT / "docker/local-bases.sh"), LOCAL_PYTHON, LOCAL_JRE])
+        # --layers keeps the wheels stage between builds of changed sources; --network host because the
+        # wheels stage reaches the package index; the host's CA bundle goes over the one in the build
+        # containers so an egress proxy with its own CA is trusted (Debian's pip uses the system bundle).
+        command = ["buildah", "build", "--layers", "--pull=never", "--network", "host"]
+        args = [f"--build-arg=PYTHON_IMAGE={LOCAL_PYTHON}", f"--build-arg=JRE_IMAGE={LOCAL_JRE}"]
+        bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+        if bundle.is_file():
+            args.append(f"--volume={bundle}:{bundle}:ro")
+    wanted = refs(engine)  # after the bases exist: their ids are inputs
+    for target, repository in TARGETS.items():
+        if _exists(engine, wanted[repository]):
+            continue
+        started = time.monotonic()
+        prefix = "" if engine == "docker" else "localhost/"
+        tags = ["-t", wanted[repository], "-t", f"{prefix}{repo}/{target}:{version}"]
+        _run([*command, *args, "--target", target, *tags, "."])
+        print(
+            f"built {wanted[repository]} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", default="tierkeeper", help="registry path of the version tags")
+    # The package version and the chart's appVersion (tests/k8s/test_k8s_chart_knobs.py holds them equal).
+    parser.add_argument("--version", default="0.1.0")
+    parser.add_argument("--check", action="store_true", help="build nothing; exit 1 unless both are built")
+    options = parser.parse_args()
+    engine = "docker" if docker_engine() else "buildah"
+    if options.check:
+        wanted = refs(engine)
+        if not all(_exists(engine, ref) for ref in wanted.values()):
+            print(f"images not built for the current inputs ({engine}): run `make images`", file=sys.stderr)
+            return 1
+    else:
+        build(engine, options.repo, options.version)
+        wanted = refs(engine)
+    print(json.dumps({"engine": engine, "images": wanted}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
