@@ -95,7 +95,10 @@ def run_command(
 ) -> list[str]:
     """The ``run`` command for one container start; ``security`` is the container's securityContext."""
     command = [*engine.base(), "--rm", "--name", name, "--label", f"{LABEL}={label}", "--network", "host"]
-    command += ["--hostname", hostname, "--workdir", working_dir]
+    # A kubelet's pod resolves its own hostname (the pod's /etc/hosts, or the node's name with
+    # hostNetwork); on the host network podman adds no entry for it, and Spark's driver cannot start
+    # without one (UnknownHostException).
+    command += ["--hostname", hostname, "--add-host", f"{hostname}:127.0.0.1", "--workdir", working_dir]
     if uid is not None:
         command += ["--user", f"{uid}:{gid if gid is not None else 0}"]
     for group in groups:

@@ -15,7 +15,7 @@ from harness.pod_container import ContainerEngine, run_command
 # What the container reports about itself: identity, capabilities, what it can write, what it was given.
 PROBE = textwrap.dedent(
     """
-    import json, os, pathlib
+    import json, os, pathlib, socket
     def writable(path):
         try:
             pathlib.Path(path, ".probe").write_text("x")
@@ -35,6 +35,7 @@ PROBE = textwrap.dedent(
         "token": token.is_file() and token.read_text().count(".") == 2,
         "java": os.path.exists("/opt/java/openjdk/bin/java"),
         "hostname": os.uname().nodename,
+        "resolves": socket.gethostbyname(os.uname().nodename),
     }))
     """
 )
@@ -128,4 +129,5 @@ def test_a_pipeline_pod_runs_as_the_image_with_the_pods_security_context_env_and
         "token": True,
         "java": True,
         "hostname": "probe",
+        "resolves": "127.0.0.1",  # as in a kubelet's pod, whose /etc/hosts names it (Spark needs that)
     }, log
