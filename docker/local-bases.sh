@@ -1,4 +1,6 @@
 #!/bin/sh
+# The hooks below are single-quoted on purpose: mmdebstrap runs them with $1 set to the new root.
+# shellcheck disable=SC2016
 # Base images made locally for machines that cannot pull the Dockerfile's pinned bases (no Docker Hub):
 # Debian bookworm root filesystems from mmdebstrap, imported into the containers storage that buildah
 # and podman share, handed to the Dockerfile through its PYTHON_IMAGE and JRE_IMAGE build arguments.

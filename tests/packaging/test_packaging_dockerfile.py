@@ -97,3 +97,19 @@ def test_install_script_is_executable_posix_sh_and_shellcheck_clean() -> None:
 def test_no_frontend_image_is_pulled() -> None:
     # A `# syntax=` line makes BuildKit pull a frontend image by a floating tag before anything else.
     assert not re.match(r"\s*#\s*syntax\s*=", DOCKERFILE, re.IGNORECASE)
+
+
+def test_the_image_build_scripts_are_executable_posix_sh_and_shellcheck_clean() -> None:
+    """make images runs them on a CI machine with no Docker engine (docker/build_images.py)."""
+    scripts = [REPO_ROOT / "docker" / name for name in ("local-bases.sh", "install-build-tools.sh")]
+    for script in scripts:
+        assert script.stat().st_mode & 0o111, script
+        assert script.read_text().startswith("#!/bin/sh\n"), script
+    proc = subprocess.run(
+        [str(shellcheck_path()), *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
