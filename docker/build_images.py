@@ -19,6 +19,7 @@ Standard library only: it runs before any venv exists.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import shutil
@@ -32,6 +33,9 @@ TARGETS = {"operator": "tierkeeper/operator", "pipeline": "tierkeeper/pipeline"}
 # Stand-ins for the Dockerfile's pinned bases where Docker Hub cannot be reached (docker/local-bases.sh).
 LOCAL_PYTHON = "localhost/tierkeeper-base/python:3.11-bookworm"
 LOCAL_JRE = "localhost/tierkeeper-base/jre:17-bookworm"
+# One build at a time on a machine: a second caller (another checkout's tests, say) waits, then finds
+# the images the first one built instead of building the same layers beside it.
+LOCK = Path("/var/tmp/tierkeeper-images.lock")
 # What the Dockerfile reads (its COPY sources), and itself.
 INPUT_FILES = ("Dockerfile", "pyproject.toml", "constraints.txt", "README.md", "docker/install-venv.sh")
 INPUT_TREES = ("storage_core", "operator")
@@ -144,7 +148,9 @@ def main() -> int:
             print(f"images not built for the current inputs ({engine}): run `make images`", file=sys.stderr)
             return 1
     else:
-        build(engine, options.repo, options.version)
+        with open(LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            build(engine, options.repo, options.version)
         wanted = refs(engine)
     print(json.dumps({"engine": engine, "images": wanted}))
     return 0
