@@ -3,11 +3,12 @@
     python3 docker/build_images.py [--repo tierkeeper] [--version 0.1.0]  # build what is missing
     python3 docker/build_images.py --check   # only look: exit 1 unless both are built
 
-Either prints {"engine": ..., "images": {repository: image}} as JSON on stdout (the builders' output goes
-to stderr). The inputs (the Dockerfile and every file it copies: pyproject.toml, constraints.txt,
-README.md, docker/install-venv.sh, the package sources; the engine; the local bases' ids) are hashed; each
-image is tagged ``tierkeeper/<target>:inputs-<hash>`` (what the tests run) and ``<repo>/<target>:<version>``,
-and an image whose inputs tag exists is not built again, so a second ``make test`` costs a lookup.
+Either prints {"engine": ..., "images": {repository: image}} as JSON on stdout (the builders' output
+goes to stderr). The inputs are hashed: the Dockerfile and every file it copies (pyproject.toml,
+constraints.txt, README.md, docker/install-venv.sh, the package sources), the engine, and how the local
+bases are made. Each image is tagged ``tierkeeper/<target>:inputs-<hash>`` (what the tests run) and
+``<repo>/<target>:<version>``; an image whose inputs tag exists is not built again, so a second
+``make test`` costs a lookup.
 
 With a running Docker engine the build is ``docker build`` with the Dockerfile's pinned bases. Otherwise
 (no engine, no Docker Hub: this project's CI machines) it is ``buildah build`` with base images made
@@ -52,27 +53,10 @@ def _files() -> list[Path]:
     return sorted(files)
 
 
-def _base_ids() -> str:
-    """The local bases' image ids: a rebuilt base makes new images (Docker's bases are pinned by digest
-    in the Dockerfile itself)."""
-    if shutil.which("podman") is None:
-        return "no podman"
-    ids = []
-    for ref in (LOCAL_PYTHON, LOCAL_JRE):
-        done = subprocess.run(
-            ["podman", "image", "inspect", "--format", "{{.Id}}", ref],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        ids.append(done.stdout.strip() if done.returncode == 0 else f"missing {ref}")
-    return " ".join(ids)
-
-
 def inputs_hash(engine: str) -> str:
     digest = hashlib.sha256(engine.encode())
-    if engine != "docker":
-        digest.update(_base_ids().encode())
+    if engine != "docker":  # the local bases are what this script makes them (Docker's: pinned by digest)
+        digest.update((ROOT / "docker" / "local-bases.sh").read_bytes())
     for path in _files():
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -107,12 +91,17 @@ def _run(command: list[str]) -> None:
 
 
 def build(engine: str, repo: str, version: str) -> None:
+    jre: subprocess.Popen[bytes] | None = None
     if engine == "docker":
         command = ["docker", "build"]
         args: list[str] = []
     else:
         _run(["sh", str(ROOT / "docker/install-build-tools.sh")])
-        _run(["sh", str(ROOT / "docker/local-bases.sh"), LOCAL_PYTHON, LOCAL_JRE])
+        _run(["sh", str(ROOT / "docker/local-bases.sh"), "python", LOCAL_PYTHON])
+        # The JRE base is made while the operator target builds: that target does not use it.
+        jre = subprocess.Popen(
+            ["sh", str(ROOT / "docker/local-bases.sh"), "jre", LOCAL_JRE], stdout=sys.stderr
+        )
         # --layers keeps the wheels stage between builds of changed sources; --network host because the
         # wheels stage reaches the package index; the host's CA bundle goes over the one in the build
         # containers so an egress proxy with its own CA is trusted (Debian's pip uses the system bundle).
@@ -121,8 +110,10 @@ def build(engine: str, repo: str, version: str) -> None:
         bundle = Path("/etc/ssl/certs/ca-certificates.crt")
         if bundle.is_file():
             args.append(f"--volume={bundle}:{bundle}:ro")
-    wanted = refs(engine)  # after the bases exist: their ids are inputs
+    wanted = refs(engine)
     for target, repository in TARGETS.items():
+        if target == "pipeline" and jre is not None and jre.wait() != 0:
+            raise subprocess.CalledProcessError(jre.returncode, jre.args)
         if _exists(engine, wanted[repository]):
             continue
         started = time.monotonic()

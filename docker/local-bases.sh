@@ -5,7 +5,7 @@
 # Debian bookworm root filesystems from mmdebstrap, imported into the containers storage that buildah
 # and podman share, handed to the Dockerfile through its PYTHON_IMAGE and JRE_IMAGE build arguments.
 #
-#   docker/local-bases.sh PYTHON_REF JRE_REF
+#   docker/local-bases.sh python PYTHON_REF    # or: docker/local-bases.sh jre JRE_REF
 #
 # They stand in for python:3.11-slim-bookworm (Debian's Python 3.11 with pip, made to look like the
 # official image: `python` and `pip` on PATH, no EXTERNALLY-MANAGED marker, ca-certificates, tzdata)
@@ -13,18 +13,18 @@
 # Dockerfile takes it from). An existing image of the same name is kept.
 set -eu
 
-if [ "$#" -ne 2 ]; then
-    echo "usage: $0 PYTHON_REF JRE_REF" >&2
+if [ "$#" -ne 2 ] || { [ "$1" != python ] && [ "$1" != jre ]; }; then
+    echo "usage: $0 python|jre REF" >&2
     exit 2
 fi
-python_ref=$1
-jre_ref=$2
+base=$1
+ref=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 have() { podman image exists "$1"; }
 
-if ! have "$python_ref"; then
+if [ "$base" = python ] && ! have "$ref"; then
     mmdebstrap --quiet --variant=minbase \
         --include=python3,python3-pip,python3-venv,ca-certificates,netbase,tzdata \
         --customize-hook='ln -sf /usr/bin/python3 "$1/usr/local/bin/python"' \
@@ -32,17 +32,17 @@ if ! have "$python_ref"; then
         --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
         bookworm "$work/python.tar"
-    podman import --change 'CMD ["python3"]' "$work/python.tar" "$python_ref" >/dev/null
+    podman import --change 'CMD ["python3"]' "$work/python.tar" "$ref" >/dev/null
     rm -f "$work/python.tar"
 fi
 
-if ! have "$jre_ref"; then
+if [ "$base" = jre ] && ! have "$ref"; then
     # Debian's JRE keeps its configuration and CA store under /etc through absolute symbolic links;
     # copied with -L inside the chroot, /opt/java/openjdk is a self-contained JRE like Temurin's.
     mmdebstrap --quiet --variant=minbase --include=openjdk-17-jre-headless,ca-certificates-java \
         --customize-hook='mkdir -p "$1/opt/java" && chroot "$1" cp -rL /usr/lib/jvm/java-17-openjdk-amd64 /opt/java/openjdk' \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
         bookworm "$work/jre.tar"
-    podman import "$work/jre.tar" "$jre_ref" >/dev/null
+    podman import "$work/jre.tar" "$ref" >/dev/null
     rm -f "$work/jre.tar"
 fi
