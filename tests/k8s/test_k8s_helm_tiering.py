@@ -41,6 +41,9 @@ from tierkeeper_operator import GROUP, VERSION
 from tierkeeper_operator.jobs import LABEL_KIND
 
 DEADLINE = 300.0  # the operator pod, then its Jobs' pods, start Python processes on a busy 2-core machine
+# A Spark Job's container starts a JVM and a local Spark before any work: a trivial job took 5 minutes
+# in the pipeline image on this 2-core machine under a load average of 60.
+SPARK_DEADLINE = 900.0
 
 
 def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
@@ -187,7 +190,7 @@ def wait_for_spark_cleanup(plane: ControlPlane, namespace: str) -> dict[str, Any
 
     from harness.k8s import wait_until
 
-    job = wait_until(probe, DEADLINE, interval=2)
+    job = wait_until(probe, SPARK_DEADLINE, interval=2)
     assert job, ("no cleanup Job with --engine spark finished", job_logs(plane, namespace))
     return dict(job)
 
