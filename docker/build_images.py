@@ -23,6 +23,7 @@ import argparse
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -86,34 +87,71 @@ def refs(engine: str) -> dict[str, str]:
 
 def _run(command: list[str]) -> None:
     print("+", " ".join(command), file=sys.stderr, flush=True)
-    # The builders' output goes to stderr: stdout carries the one JSON line the tests read.
-    subprocess.run(command, cwd=ROOT, check=True, stdout=sys.stderr)
+    # The builders' output goes to stderr (stdout carries the one JSON line the tests read), each line
+    # with the seconds since the command started: where a slow build spends its time.
+    started = time.monotonic()
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            text = line.decode(errors="replace").rstrip()
+            print(f"[{time.monotonic() - started:5.0f}s] {text}", file=sys.stderr, flush=True)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, command)
+
+
+def _pip_cache() -> Path:
+    """The host's pip cache (pip's own default place), which the test venv's install filled."""
+    configured = os.environ.get("PIP_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pip"
+
+
+def _bases() -> dict[str, subprocess.Popen[bytes]]:
+    """Make the local bases side by side (each is mostly apt's downloads and unpacking)."""
+    script = str(ROOT / "docker" / "local-bases.sh")
+    return {
+        name: subprocess.Popen(["sh", script, name, ref], stdout=sys.stderr)
+        for name, ref in (("python", LOCAL_PYTHON), ("jre", LOCAL_JRE))
+    }
+
+
+def _wait(process: subprocess.Popen[bytes]) -> None:
+    if process.wait() != 0:
+        raise subprocess.CalledProcessError(process.returncode, process.args)
 
 
 def build(engine: str, repo: str, version: str) -> None:
-    jre: subprocess.Popen[bytes] | None = None
+    bases: dict[str, subprocess.Popen[bytes]] = {}
     if engine == "docker":
         command = ["docker", "build"]
         args: list[str] = []
     else:
         _run(["sh", str(ROOT / "docker/install-build-tools.sh")])
-        _run(["sh", str(ROOT / "docker/local-bases.sh"), "python", LOCAL_PYTHON])
-        # The JRE base is made while the operator target builds: that target does not use it.
-        jre = subprocess.Popen(
-            ["sh", str(ROOT / "docker/local-bases.sh"), "jre", LOCAL_JRE], stdout=sys.stderr
-        )
-        # --layers keeps the wheels stage between builds of changed sources; --network host because the
-        # wheels stage reaches the package index; the host's CA bundle goes over the one in the build
-        # containers so an egress proxy with its own CA is trusted (Debian's pip uses the system bundle).
+        bases = _bases()
+        # --layers keeps every stage whose inputs did not change (the dependencies' stages are keyed by
+        # constraints.txt alone); --network host because the wheel stages reach the package index; the
+        # host's CA bundle goes over the one in the build containers so an egress proxy with its own CA
+        # is trusted (Debian's pip uses the system bundle); the host's pip cache is mounted where the
+        # wheel stages look for one (PIP_CACHE), so what the test venv downloaded and built is reused.
+        cache = _pip_cache()
+        cache.mkdir(parents=True, exist_ok=True)
         command = ["buildah", "build", "--layers", "--pull=never", "--network", "host"]
-        args = [f"--build-arg=PYTHON_IMAGE={LOCAL_PYTHON}", f"--build-arg=JRE_IMAGE={LOCAL_JRE}"]
+        args = [
+            f"--build-arg=PYTHON_IMAGE={LOCAL_PYTHON}",
+            f"--build-arg=JRE_IMAGE={LOCAL_JRE}",
+            f"--volume={cache}:/pip-cache",
+            "--build-arg=PIP_CACHE=/pip-cache",
+        ]
         bundle = Path("/etc/ssl/certs/ca-certificates.crt")
         if bundle.is_file():
             args.append(f"--volume={bundle}:{bundle}:ro")
     wanted = refs(engine)
     for target, repository in TARGETS.items():
-        if target == "pipeline" and jre is not None and jre.wait() != 0:
-            raise subprocess.CalledProcessError(jre.returncode, jre.args)
+        # The operator target needs only the Python base; the JRE base goes on being made meanwhile.
+        for name in ("python",) if target == "operator" else ("python", "jre"):
+            if name in bases:
+                _wait(bases[name])
         if _exists(engine, wanted[repository]):
             continue
         started = time.monotonic()
