@@ -155,32 +155,33 @@ def check_final_stages_clean(dockerfile: Dockerfile) -> list[str]:
 VENV_STEPS = {"operator": ("deps", "project"), "pipeline": ("deps", "spark", "project")}
 
 
+_STEP = re.compile(r"install-venv\.sh (\w+) /opt/tierkeeper \S+ \S*constraints\.txt")
+
+
 def check_constraints_used(dockerfile: Dockerfile) -> list[str]:
-    """Each final target's venv is copied from build stages that run install-venv.sh with constraints.txt:
-    its dependencies (and for the pipeline PySpark) and the project, each step exactly once."""
+    """Each final target's venv is made by install-venv.sh with constraints.txt, each of its steps once:
+    the dependencies (and for the pipeline PySpark) and the project, run in the target's own chain of
+    stages or in a build stage whose /opt/tierkeeper or /stage tree it copies."""
     problems = []
     for target in FINAL_TARGETS:
+        chain = dockerfile.chain(target)
+        steps = [m.group(1) for stage in chain for run in stage.all("RUN") if (m := _STEP.search(run))]
         sources = [
             m.group(1)
-            for stage in dockerfile.chain(target)
+            for stage in chain
             for copy in stage.all("COPY")
             if (m := re.search(r"--from=(\S+)\s+(?:/opt/tierkeeper|/stage/?)\s", copy + " "))
         ]
-        steps = []
         for source in sources:
             runs = [run for stage in dockerfile.chain(source) for run in stage.all("RUN")]
-            found = [
-                m.group(1)
-                for run in runs
-                if (m := re.search(r"install-venv\.sh (\w+) /opt/tierkeeper \S+ \S*constraints\.txt", run))
-            ]
+            found = [m.group(1) for run in runs if (m := _STEP.search(run))]
             if not found:
                 problems.append(f"{target}: stage {source} does not run install-venv.sh with constraints.txt")
             steps += found[:1]  # the step of the copied stage itself (its chain is nearest first)
         if sorted(steps) != sorted(VENV_STEPS[target]):
             problems.append(
-                f"{target}: its venv is copied from install-venv.sh steps {steps}, "
-                f"expected {list(VENV_STEPS[target])} (from {sources})"
+                f"{target}: its venv is made by install-venv.sh steps {steps}, "
+                f"expected {list(VENV_STEPS[target])} (copied from {sources})"
             )
     return problems
 
