@@ -11,12 +11,14 @@
 ARG PYTHON_IMAGE=python:3.11.16-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
 ARG JRE_IMAGE=eclipse-temurin:17.0.20_8-jre-jammy@sha256:ec72ba5962b45ae4e7f96bfb5ebf6eeb34a488b967f937c8e14f0aaec688954f
 
-# ---- build stages: everything that compiles or downloads stays here ----
+# ---- build stages: everything that compiles or downloads happens here (deps-venv is also the final
+# stages' base: what its one RUN leaves is the venv) ----
 # The dependencies and the project are installed in separate stages, so the layers of the dependencies
 # (minutes) are keyed by constraints.txt alone and a source edit redoes only the project's wheel and its
 # install (seconds). Each pip run may use a pip cache the builder bind-mounts at PIP_CACHE: make images
 # mounts the host's, which the test venv filled (PySpark's wheel, built from its 455 MB sdist, is then
-# neither downloaded nor built again). Empty: no cache. Either way nothing of it is left in a layer.
+# neither downloaded nor built again). Empty: no cache. Nothing of a cache is left in a layer (buildah
+# leaves the empty directory it mounted the cache on).
 
 FROM ${PYTHON_IMAGE} AS project-wheel
 ARG PIP_CACHE=

@@ -67,8 +67,7 @@ BROKEN = {
     "check_oci_labels": (r'org.opencontainers.image.revision="\$\{REVISION\}"', 'other="x"'),
     "check_no_jvm_in_operator": (
         r"COPY --from=project-venv /stage/ /\n# Numeric",
-        "COPY --from=project-venv /stage/ /\n"
-        "COPY --from=jre /opt/java/openjdk /opt/java/openjdk\n# Numeric",
+        "COPY --from=project-venv /stage/ /\nCOPY --from=jre /opt/java/openjdk /opt/java/openjdk\n# Numeric",
     ),
 }
 
