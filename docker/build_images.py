@@ -108,7 +108,7 @@ def _pip_cache() -> Path:
 
 
 def _bases() -> dict[str, subprocess.Popen[bytes]]:
-    """Make the local bases side by side (each is mostly apt's downloads and unpacking)."""
+    """Make the local bases side by side (each is mostly apt installing packages, little of it downloads)."""
     script = str(ROOT / "docker" / "local-bases.sh")
     return {
         name: subprocess.Popen(["sh", script, name, ref], stdout=sys.stderr)
@@ -130,10 +130,10 @@ def build(engine: str, repo: str, version: str) -> None:
         _run(["sh", str(ROOT / "docker/install-build-tools.sh")])
         bases = _bases()
         # --layers keeps every stage whose inputs did not change (the dependencies' stages are keyed by
-        # constraints.txt alone); --network host because the wheel stages reach the package index; the
+        # constraints.txt alone); --network host because the pip stages reach the package index; the
         # host's CA bundle goes over the one in the build containers so an egress proxy with its own CA
         # is trusted (Debian's pip uses the system bundle); the host's pip cache is mounted where the
-        # wheel stages look for one (PIP_CACHE), so what the test venv downloaded and built is reused.
+        # pip stages look for one (PIP_CACHE), so what the test venv downloaded and built is reused.
         cache = _pip_cache()
         cache.mkdir(parents=True, exist_ok=True)
         command = ["buildah", "build", "--layers", "--pull=never", "--network", "host"]
