@@ -63,9 +63,9 @@ DEADLINE = 300.0  # pods start Python processes on a busy 2-core machine
 MOUNT = "/var/lib/kafka/data"
 SETTINGS_DIR = "/etc/tierkeeper/rebuild"
 # Test-only: the first run of the init container (no flag file yet in the pod's emptyDir) is killed at the
-# fifth restored file; every later run (the kubelet's restart) runs clean. No `exec`: in a container
-# the command is PID 1, and the kernel drops the SIGKILL the fault hook sends itself there; the shell
-# stays PID 1 and exits 137 like its killed child.
+# fifth restored file; every later run (the kubelet's restart) runs clean. The shell stays the
+# container's PID 1 and exits 137 like its killed child (a tierkeeper that was PID 1 itself would also
+# end there: the fault hook then exits with 137, since PID 1 cannot SIGKILL itself).
 KILL_FIRST_RUN = (
     "if [ ! -e /scratch/killed-once ]; then touch /scratch/killed-once; "
     'export TIERKEEPER_FAULT=rebuild.file.restored:5; fi; tierkeeper "$@"; exit $?'
