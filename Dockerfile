@@ -1,5 +1,6 @@
-# Tierkeeper images, two targets from one build (BuildKit's built-in frontend, Docker 23 or later; no
-# `# syntax=` line, so no frontend image is pulled unpinned; docs/install.md has the details):
+# Tierkeeper images, two targets from one build (any builder of multi-stage Dockerfiles: Docker with or
+# without BuildKit, buildah; no `# syntax=` line, so no frontend image is pulled unpinned;
+# docs/install.md has the details; `make images` builds both, with buildah where no Docker engine runs):
 #   docker build --target operator -t tierkeeper/operator:dev .   # the kopf operator: no PySpark, no JVM
 #   docker build --target pipeline -t tierkeeper/pipeline:dev .   # every `tierkeeper` subcommand + Java for Spark
 # Both run as the numeric user 10001 with the `tierkeeper` console script as entrypoint. Every Python
@@ -10,42 +11,56 @@
 ARG PYTHON_IMAGE=python:3.11.16-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
 ARG JRE_IMAGE=eclipse-temurin:17.0.20_8-jre-jammy@sha256:ec72ba5962b45ae4e7f96bfb5ebf6eeb34a488b967f937c8e14f0aaec688954f
 
-# ---- build stages: everything that compiles or downloads stays here ----
+# ---- build stages: everything that compiles or downloads happens here (deps-venv is also the final
+# stages' base: what its one RUN leaves is the venv) ----
+# The dependencies and the project are installed in separate stages, so the layers of the dependencies
+# (minutes) are keyed by constraints.txt alone and a source edit redoes only the project's wheel and its
+# install (seconds). Each pip run may use a pip cache the builder bind-mounts at PIP_CACHE: make images
+# mounts the host's, which the test venv filled (PySpark's wheel, built from its 455 MB sdist, is then
+# neither downloaded nor built again). Empty: no cache. Nothing of a cache is left in a layer (buildah
+# leaves the empty directory it mounted the cache on).
 
-FROM ${PYTHON_IMAGE} AS wheels
+FROM ${PYTHON_IMAGE} AS project-wheel
+ARG PIP_CACHE=
 WORKDIR /src
-# Wheels for the project and every pinned dependency (PySpark is an sdist on PyPI: it is built here,
-# so the final stages never need a build backend).
-COPY constraints.txt ./
-RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels --requirement constraints.txt
 # Only what the package build needs, so this layer's cache survives edits to tests and docs.
 COPY pyproject.toml README.md ./
 COPY storage_core ./storage_core
 COPY operator ./operator
-RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
+RUN if [ -n "$PIP_CACHE" ]; then export PIP_CACHE_DIR="$PIP_CACHE"; else export PIP_NO_CACHE_DIR=1; fi \
+ && pip wheel --disable-pip-version-check --no-deps --wheel-dir /dist .
 
-FROM ${PYTHON_IMAGE} AS venv-base
-# Offline from here on: only the wheels built above, and no pip cache left in any layer.
-ENV PIP_NO_INDEX=1 \
-    PIP_FIND_LINKS=/wheels \
-    PIP_NO_CACHE_DIR=1
+FROM ${PYTHON_IMAGE} AS deps-venv
+ARG PIP_CACHE=
 COPY constraints.txt docker/install-venv.sh /build/
+# Both targets' dependencies but PySpark's: the operator's whole venv but the project. (PySpark is an
+# sdist on PyPI: pip builds it in the spark stage, so no final stage needs a build backend.)
+RUN if [ -n "$PIP_CACHE" ]; then export PIP_CACHE_DIR="$PIP_CACHE"; else export PIP_NO_CACHE_DIR=1; fi \
+ && /build/install-venv.sh deps /opt/tierkeeper - /build/constraints.txt
 
-FROM venv-base AS operator-venv
-RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
-    --mount=type=bind,from=wheels,source=/dist,target=/dist \
-    /build/install-venv.sh operator /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
+FROM deps-venv AS spark-venv
+ARG PIP_CACHE=
+# PySpark and Py4J over the deps venv, written under /stage: the pipeline copies only these files.
+RUN if [ -n "$PIP_CACHE" ]; then export PIP_CACHE_DIR="$PIP_CACHE"; else export PIP_NO_CACHE_DIR=1; fi \
+ && /build/install-venv.sh spark /opt/tierkeeper - /build/constraints.txt /stage
 
-FROM venv-base AS pipeline-venv
-RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
-    --mount=type=bind,from=wheels,source=/dist,target=/dist \
-    /build/install-venv.sh pipeline /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt
+FROM deps-venv AS project-venv
+# The project without dependencies, under /stage: the only layer a source edit changes. Copied into
+# this stage, not bind-mounted with RUN --mount=type=bind,from=project-wheel: buildah 1.28 (Debian
+# bookworm's, what builds the images where no Docker engine runs) cannot mount a stage it took from its
+# layer cache. Only the /stage trees leave the build stages, so no wheel reaches a final image.
+COPY --from=project-wheel /dist /dist
+RUN /build/install-venv.sh project /opt/tierkeeper /dist/tierkeeper-*.whl /build/constraints.txt /stage
 
 FROM ${JRE_IMAGE} AS jre
 
-# ---- final stages: the interpreter, one venv, and (pipeline) a JRE; no compilers, no pip cache ----
+# ---- final stages: the interpreter, one venv (dependencies, then the project over them), and
+# (pipeline) a JRE; no compilers, no pip cache ----
 
-FROM ${PYTHON_IMAGE} AS runtime
+# On the deps venv's stage rather than a COPY of it: the same files, but a rebuild does not hash 500 MB to
+# find its COPY cached (20 s a target), nor a cold build write them twice. What that stage leaves besides
+# /opt/tierkeeper is /build (constraints.txt and install-venv.sh): no wheel, no pip cache.
+FROM deps-venv AS runtime
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
@@ -74,7 +89,7 @@ CMD ["--help"]
 FROM runtime AS operator
 LABEL org.opencontainers.image.title="tierkeeper-operator" \
       org.opencontainers.image.description="Tierkeeper's Kubernetes operator (TieredTopic, TieredBroker); no PySpark, no JVM."
-COPY --from=operator-venv /opt/tierkeeper /opt/tierkeeper
+COPY --from=project-venv /stage/ /
 # Numeric, so Kubernetes can verify runAsNonRoot without resolving the name.
 USER 10001:10001
 # The Helm chart runs `tierkeeper operator ...` with a read-only root filesystem.
@@ -87,6 +102,7 @@ ENV JAVA_HOME=/opt/java/openjdk \
     PATH=/opt/tierkeeper/bin:/opt/java/openjdk/bin:/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin
 # Temurin's JRE is self-contained (glibc only; jammy's glibc is older than bookworm's, so it runs here).
 COPY --from=jre /opt/java/openjdk /opt/java/openjdk
-COPY --from=pipeline-venv /opt/tierkeeper /opt/tierkeeper
+COPY --from=spark-venv /stage/ /
+COPY --from=project-venv /stage/ /
 USER 10001:10001
 CMD ["--help"]

@@ -29,7 +29,7 @@ lint: setup
 	$(PY) -m tierkeeper_operator.crdgen --out charts/tierkeeper/files/crds/ --check
 	$(PY) -m tierkeeper_operator.chartgen --check
 
-test: harness lint
+test: harness lint images
 	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # The fast lane for whoever changes the code: everything `lint` checks, then the tests that need no Kafka,
@@ -44,7 +44,7 @@ format: setup
 
 # The whole suite three times in a row with every core kept busy by tests/stress/burn.py (issue 19):
 # no test may depend on the machine's speed. Results are recorded in docs/reliability.md.
-stress-test: harness lint
+stress-test: harness lint images
 	tests/stress/run_stressed.sh 3 $(PYTEST_ARGS)
 
 # The CRDs, and the chart's copy of them (real files: Flux's source-controller drops symbolic links).
@@ -77,13 +77,16 @@ constraints:
 	  .constraints-venv/bin/python -m pip freeze --exclude tierkeeper; } > constraints.txt
 	rm -rf .constraints-venv
 
-# The two images (needs Docker with BuildKit; docs/install.md gives the details).
+# The two images, tagged $(IMAGE_REPO)/{operator,pipeline}:$(IMAGE_TAG) and by the hash of their inputs,
+# built only when that hash has no image yet (docker/build_images.py): with a Docker engine (BuildKit)
+# where one runs, else with buildah from locally made Debian bases (docker/local-bases.sh; the tools are
+# installed by docker/install-build-tools.sh). The tests run them as containers (the container_mode
+# fixture); docs/install.md gives the details.
 IMAGE_REPO ?= tierkeeper
 # The package version and the chart's appVersion (tests/k8s/test_k8s_chart_knobs.py holds them equal).
 IMAGE_TAG ?= 0.1.0
 images:
-	docker build --target operator -t $(IMAGE_REPO)/operator:$(IMAGE_TAG) .
-	docker build --target pipeline -t $(IMAGE_REPO)/pipeline:$(IMAGE_TAG) .
+	$(PYTHON) docker/build_images.py --repo $(IMAGE_REPO) --version $(IMAGE_TAG)
 
 # The end-to-end fault campaign (docs/reliability.md); CI runs two rounds of it inside `make test`.
 ROUNDS ?= 10

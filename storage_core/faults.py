@@ -6,7 +6,8 @@ Tests (and crash trials) set ONE environment variable for the process they start
 
 ``<point>`` is a name passed to :func:`fault_point` (the list is ``POINTS``); ``<n>`` (default 1) picks
 the n-th time this process passes that point; ``<action>`` is ``kill`` (default: SIGKILL to itself, so
-nothing is flushed or cleaned up, as in a node crash or an OOM kill), ``raise`` (:class:`InjectedFault`,
+nothing is flushed or cleaned up, as in a node crash or an OOM kill; as a container's PID 1, which
+cannot SIGKILL itself, ``os._exit(137)``), ``raise`` (:class:`InjectedFault`,
 a ``TierkeeperError``, as an I/O error at that spot would) or ``stop`` (SIGSTOP to itself: the process
 pauses there until the test sends SIGCONT, so a test can restart a broker at an exact point). A kill at a
 named point makes a crash test deterministic: the kill lands exactly where the test wants it, however
@@ -120,4 +121,14 @@ def fault_point(point: str) -> None:
                 continue
             if spec.action == "raise":
                 raise InjectedFault(f"injected fault at {point} (pass {passes})")
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
+
+
+def _die() -> None:
+    """End this process at once: nothing flushed, nothing cleaned up, no exception handler run."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    # Still here: this process is PID 1 of its PID namespace (a container's command), and the kernel
+    # drops a signal its init sends itself when it has no handler for it, SIGKILL included. _exit ends it
+    # just as abruptly (no atexit, no finally, no buffered output written), with the status a shell
+    # reports for a SIGKILLed command.
+    os._exit(128 + signal.SIGKILL)

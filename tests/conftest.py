@@ -16,6 +16,8 @@ import pytest
 from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
+from harness.pod_images import built_images as build_images
+from harness.pod_images import container_images
 from harness.s3_faults import FaultPlan, FaultProxy
 from harness.spark import local_session
 from harness.spark_iceberg import runtime_jars
@@ -27,7 +29,9 @@ from harness.spark_kafka import connector_jars
 # everything else runs in `make test`. A test is left out when it uses a fixture that starts one of them
 # (directly or through other fixtures), when its module starts or uses one itself, or when its whole
 # directory is about them.
-HEAVY_FIXTURES = frozenset({"kafka_broker", "kafka_cluster_factory", "spark", "k8s_control_plane"})
+HEAVY_FIXTURES = frozenset(
+    {"kafka_broker", "kafka_cluster_factory", "spark", "k8s_control_plane", "built_images", "container_mode"}
+)
 HEAVY_SOURCE = (
     "KafkaCluster(",
     "local_session(",
@@ -161,6 +165,32 @@ def k8s_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cont
         yield plane.start()
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def built_images() -> tuple[str, dict[str, str]]:
+    """(engine, {repository: image}) of the Dockerfile's targets for this checkout (docker/build_images.py:
+    already built by `make images` in `make test`, built here otherwise)."""
+    return build_images()
+
+
+@pytest.fixture
+def container_mode(
+    k8s_control_plane: ControlPlane, built_images: tuple[str, dict[str, str]]
+) -> Iterator[str]:
+    """For one test, the kubelet runs our images (tierkeeper/operator, tierkeeper/pipeline) as real
+    containers from the built images instead of the checkout's processes (harness.pod_container).
+    Yields the tool that runs them (podman, or docker where a Docker engine built them): a container
+    status's containerID starts with ``<tool>://``."""
+    table = k8s_control_plane.kubelet.images
+    saved = dict(table)
+    entries = container_images(*built_images)
+    table.update(entries)
+    try:
+        yield next(iter(entries.values())).engine
+    finally:
+        table.clear()
+        table.update(saved)
 
 
 @pytest.fixture

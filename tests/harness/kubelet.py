@@ -4,7 +4,9 @@ It registers Nodes (Ready, with capacity), binds every pending pod of the defaul
 them (round robin; nodeSelector on ``kubernetes.io/hostname`` is honoured, other constraints are not),
 and runs the pods bound to its nodes as local processes through :class:`harness.pod_worker.PodWorker`:
 
-- images map to local commands through :attr:`ProcessKubelet.images` (:mod:`harness.pod_images`);
+- images map to local commands through :attr:`ProcessKubelet.images` (:mod:`harness.pod_images`), or,
+  in container mode, to the images ``make images`` built, run by podman (:mod:`harness.pod_container`:
+  there the security context's capabilities and privilege escalation apply too);
 - command/args/workingDir/env (value, valueFrom secretKeyRef/configMapKeyRef/fieldRef, envFrom) as a
   kubelet resolves them, plus ``KUBERNETES_SERVICE_HOST/PORT`` pointing at the real API server;
 - volumes (emptyDir, hostPath, PVC bound to a hostPath/local PersistentVolume, secret, configMap,
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from harness.k8s_version import KUBERNETES_VERSION
 from harness.kafka_dist import HarnessError
 from harness.kube_rest import ApiError, KubeRest
+from harness.pod_container import engine_for
 from harness.pod_images import ImageCommand, default_images
 from harness.pod_worker import ContainerRecord, PodWorker, now, pod_is_terminal
 
@@ -46,6 +49,7 @@ class ProcessKubelet:
     nodes: int = 1
     images: dict[str, ImageCommand] = field(default_factory=default_images)
     errors: list[str] = field(default_factory=list, init=False)
+    engines_used: set[str] = field(default_factory=set, init=False)  # container mode's podman or docker
     node_names: list[str] = field(default_factory=list, init=False)
     _workers: dict[str, PodWorker] = field(default_factory=dict, init=False)
     _bound: set[str] = field(default_factory=set, init=False)
@@ -78,6 +82,8 @@ class ProcessKubelet:
             worker.kill_now()
         for worker in workers:
             worker.join(timeout=30)
+        for engine in self.engines_used:  # containers a killed `podman run` left behind
+            engine_for(engine).remove_labelled(str(self.workdir))
 
     def service_env(self) -> dict[str, str]:
         """A pod's variables for the ``kubernetes`` Service: here, the API server's own address."""

@@ -7,15 +7,20 @@ the code that runs is the checkout's own. An image missing from the table fails 
 Pending with that container state instead, as a kubelet keeps retrying the pull); it never runs
 something else.
 
-Tests add images with ``plane.kubelet.images["name"] = ImageCommand(...)``.
+Tests add images with ``plane.kubelet.images["name"] = ImageCommand(...)``. :func:`container_images`
+gives the entries that run our repositories from the images ``make images`` built, as real containers
+(the ``container_mode`` fixture of tests/conftest.py swaps them in for one test).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.kafka_dist import HarnessError
 from harness.paths import REPO_ROOT
 
 
@@ -31,6 +36,10 @@ class ImageCommand:
     needs: tuple[str, ...] = ()
     # Accounts the image adds to /etc/passwd and /etc/group (uid -> name; the group has the same id).
     accounts: dict[int, str] = field(default_factory=dict)
+    # Container mode (harness.pod_container): the built image to run, and the tool that runs it. The
+    # image's own files, accounts and environment apply; the fields above only mirror its Dockerfile.
+    container: str | None = None
+    engine: str = "podman"
 
 
 def repository_of(image: str) -> str:
@@ -85,3 +94,33 @@ def default_images() -> dict[str, ImageCommand]:
             cmd=("python3",), env={"PATH": path, "HOME": "/root", "PYTHONUNBUFFERED": "1"}, needs=needs
         ),
     }
+
+
+def built_images() -> tuple[str, dict[str, str]]:
+    """(engine, {repository: image}) of the images for the checkout as it is, built first where missing
+    (docker/build_images.py: a lookup when `make images` ran for these inputs, a build otherwise)."""
+    script = REPO_ROOT / "docker" / "build_images.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise HarnessError(f"building the images failed ({script}):\n{done.stderr[-4000:]}")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    return str(answer["engine"]), dict(answer["images"])
+
+
+def container_images(engine: str, built: dict[str, str]) -> dict[str, ImageCommand]:
+    """Our repositories run from their built images (Dockerfile: ENTRYPOINT ["tierkeeper"], USER
+    10001:10001, WORKDIR /tmp; the operator target's CMD is ["operator", "--help"])."""
+    tool = "docker" if engine == "docker" else "podman"
+    entries = {}
+    for repository, image in built.items():
+        cmd = ("operator", "--help") if repository.endswith("/operator") else ("--help",)
+        entries[repository] = ImageCommand(
+            entrypoint=("tierkeeper",),
+            cmd=cmd,
+            working_dir="/tmp",
+            user=10001,
+            group=10001,
+            container=image,
+            engine=tool,
+        )
+    return entries

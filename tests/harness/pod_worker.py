@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.kube_rest import ApiError, KubeRest
+from harness.pod_container import START_FAILURE, engine_for, run_command
 from harness.pod_images import ImageCommand, repository_of
 from harness.pod_spec import (
     ConfigMissing,
@@ -60,6 +61,8 @@ class ContainerRecord:
     restart_count: int = 0
     attempt: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    container: tuple[str, str] | None = None  # container mode: (engine, name) of the current run
+    runtime_ids: tuple[str, str] | None = None  # container mode: (containerID, imageID) of the last run
 
     @property
     def name(self) -> str:
@@ -67,11 +70,15 @@ class ContainerRecord:
 
     def status(self) -> dict[str, Any]:
         running = "running" in self.state
+        container_id = f"harness://{self.proc.pid}" if self.proc is not None else None
+        image_id = f"harness://{repository_of(self.spec['image'])}"
+        if self.runtime_ids is not None:
+            container_id, image_id = self.runtime_ids
         return {
             "name": self.name,
             "image": self.spec["image"],
-            "imageID": f"harness://{repository_of(self.spec['image'])}",
-            "containerID": f"harness://{self.proc.pid}" if self.proc is not None else None,
+            "imageID": image_id,
+            "containerID": container_id,
             "ready": running and not self.init,
             "started": running,
             "restartCount": self.restart_count,
@@ -117,6 +124,9 @@ class PodWorker(threading.Thread):
         for record in self.init_records + self.records:
             if record.proc is not None and record.proc.poll() is None:
                 _signal_group(record.proc, signal.SIGKILL)
+            if record.container is not None:  # a killed `podman run` leaves its container running
+                engine, name = record.container
+                engine_for(engine).remove(name)
 
     # -- the pod's life ---------------------------------------------------------------------------------
 
@@ -275,8 +285,11 @@ class PodWorker(threading.Thread):
                 "read_only": False,
             }
         )
-        mounts += account_files(directory, image.accounts)
+        if image.container is None:
+            mounts += account_files(directory, image.accounts)
         mounts.sort(key=lambda mount: Path(mount["target"]).parts)  # a mount inside another goes after it
+        if image.container is not None:
+            return self._run_container(record, image, argv, env, mounts, (uid, gid, groups), termination)
         spec = {
             "argv": argv,
             "env": env,
@@ -315,6 +328,75 @@ class PodWorker(threading.Thread):
         start_failure = start_error.read_text(errors="replace") if start_error.exists() else ""
         if start_failure:
             reason, message = "StartError", start_failure
+        elif (
+            not message
+            and code != 0
+            and record.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+        ):
+            message = "\n".join(log.read_text(errors="replace").splitlines()[-80:])[-2048:]
+        terminated = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now()}
+        if message:
+            terminated["message"] = message
+        record.state = {"terminated": terminated}
+        self._report()
+        return code
+
+    def _run_container(
+        self,
+        record: ContainerRecord,
+        image: ImageCommand,
+        argv: list[str],
+        env: dict[str, str],
+        mounts: list[dict[str, Any]],
+        identity: tuple[int | None, int | None, list[int]],
+        termination: Path,
+    ) -> int:
+        """Container mode (harness.pod_container): the same start, through ``podman run``."""
+        assert image.container is not None
+        engine = engine_for(image.engine)
+        self.kubelet.engines_used.add(image.engine)
+        meta = self.pod["metadata"]
+        name = f"tk-{meta['uid'][:8]}-{record.name}-{record.attempt}"
+        uid, gid, groups = identity
+        command = run_command(
+            engine,
+            name=name,
+            label=str(self.kubelet.workdir),
+            image=image.container,
+            argv=argv,
+            env=env,
+            working_dir=record.spec.get("workingDir") or image.working_dir,
+            mounts=mounts,
+            uid=uid,
+            gid=gid,
+            groups=groups,
+            hostname=self.pod["spec"].get("hostname") or meta["name"],
+            security=record.spec.get("securityContext", {}),
+        )
+        log = self.directory / "containers" / record.name / f"{record.attempt}.log"
+        self.kubelet.note_run(meta, record, log)
+        record.attempt += 1
+        started = now()
+        record.container = (image.engine, name)
+        record.runtime_ids = (f"{image.engine}://{name}", f"{image.engine}://{image.container}")
+        with open(log, "ab") as out:
+            record.proc = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd="/",
+                preexec_fn=_new_session,
+            )
+        record.state = {"running": {"startedAt": started}}
+        self._report()
+        code = self._wait(record.proc)
+        engine.remove(name)
+        record.container = None
+        message = termination.read_text(errors="replace")[:4096]
+        reason = "Completed" if code == 0 else "Error"
+        if code == START_FAILURE:  # the runtime's own failure: its words are the last lines of the log
+            reason, message = "StartError", "\n".join(log.read_text(errors="replace").splitlines()[-5:])
         elif (
             not message
             and code != 0

@@ -1,7 +1,11 @@
 """The chart end to end on the harness control plane: `helm install` with a real Kafka broker and moto S3,
 watching one namespace that enforces the `restricted` Pod Security level. The operator in the chart's pod
 (its Role only) reconciles a TieredTopic to Ready through copy and cleanup Jobs that run the chart's
-pipeline image; every request it made is in the API server's audit log, granted and not refused."""
+pipeline image; every request it made is in the API server's audit log, granted and not refused.
+
+Every pod runs in the kubelet's container mode: the operator and its Jobs are the images `make images`
+built (tierkeeper/operator, tierkeeper/pipeline), as user 10001 with a read-only root filesystem and no
+capabilities, as the chart and the Jobs ask and the restricted profile admits."""
 
 from __future__ import annotations
 
@@ -37,6 +41,9 @@ from tierkeeper_operator import GROUP, VERSION
 from tierkeeper_operator.jobs import LABEL_KIND
 
 DEADLINE = 300.0  # the operator pod, then its Jobs' pods, start Python processes on a busy 2-core machine
+# A Spark Job's container starts a JVM and a local Spark before any work: a trivial job took 5 minutes
+# in the pipeline image on this 2-core machine under a load average of 60.
+SPARK_DEADLINE = 900.0
 
 
 def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
@@ -44,6 +51,7 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
     kafka_cluster_factory: Callable[..., KafkaCluster],
     moto_server: MotoServer,
     tmp_path: Path,
+    container_mode: str,
 ) -> None:
     plane = k8s_control_plane
     plane.apply_crds(load_crds())
@@ -69,18 +77,15 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
     }
     probes, readiness, metrics = free_ports(3)
     values = tmp_path / "values.yaml"
-    values.write_text(
-        yaml.safe_dump(
-            {
-                "clusters": [cluster],
-                "watchNamespaces": [ns],
-                "reconcileIntervalSeconds": 5,
-                "probes": {"port": probes, "readiness": {"port": readiness}},
-                "metrics": {"port": metrics},
-                "jobDefaults": {"ttlSecondsAfterFinished": 600},
-            }
-        )
-    )
+    settings = {
+        "clusters": [cluster],
+        "watchNamespaces": [ns],
+        "reconcileIntervalSeconds": 5,
+        "probes": {"port": probes, "readiness": {"port": readiness}},
+        "metrics": {"port": metrics},
+        "jobDefaults": {"ttlSecondsAfterFinished": 600},
+    }
+    values.write_text(yaml.safe_dump(settings))
     (broker,) = kafka.node_ids
     broker_spec = {
         "clusterRef": {"name": "local"},
@@ -134,6 +139,12 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
             (container,) = job["spec"]["template"]["spec"]["containers"]
             assert container["image"].startswith("tierkeeper/pipeline:"), container["image"]
             assert job["spec"]["ttlSecondsAfterFinished"] == 600 and job["spec"]["backoffLimit"] == 0
+        # ... as containers of the built images, the operator's too.
+        ran = plane.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        ran.append(plane.request("GET", f"/api/v1/namespaces/{system}/pods/{pod['metadata']['name']}"))
+        for entry in [e for each in ran for e in each["status"]["containerStatuses"]]:
+            assert entry["containerID"].startswith(f"{container_mode}://"), entry
+            assert ":inputs-" in entry["imageID"], entry
         assert s3fs.S3FileSystem(**options).find(f"{bucket}/tier"), "nothing in S3"
 
         # Every request of the operator (its Role in the watched namespace only) was granted, with kopf's
@@ -146,6 +157,15 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
         )
         assert {("create", "batch", "jobs"), ("list", "", "pods"), ("create", "", "events")} <= made.keys()
 
+        # The same release with its cleanups on Spark (local[*] in the Job's pod: the pipeline image's JVM,
+        # its scratch space in the pod's /tmp): the next cleanup Job runs `--engine spark` and succeeds.
+        cluster["jobs"] = {"backoffLimit": 0, "cleanupEngine": "spark"}
+        values.write_text(yaml.safe_dump(settings))
+        helm(plane, "upgrade", release, str(CHART), "-n", system, "--values", str(values))
+        running_pod(plane, system, release, replacing=pod["metadata"]["name"])
+        spark_job = wait_for_spark_cleanup(plane, ns)
+        assert spark_job["status"].get("succeeded") == 1, (spark_job["status"], job_logs(plane, ns))
+
         helm(plane, "uninstall", release, "-n", system)
         assert wait_gone(plane, system, release), "the operator pod outlived the release"
     finally:
@@ -155,6 +175,24 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
                 plane.request("DELETE", f"/api/v1/namespaces/{namespace}")
             except ApiError:
                 pass
+
+
+def wait_for_spark_cleanup(plane: ControlPlane, namespace: str) -> dict[str, Any]:
+    """The first cleanup Job with ``--engine spark`` once it finished (succeeded or failed)."""
+
+    def probe() -> dict[str, Any] | None:
+        for job in plane.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs")["items"]:
+            (container,) = job["spec"]["template"]["spec"]["containers"]
+            status = job.get("status") or {}
+            if "spark" in container.get("args", []) and (status.get("succeeded") or status.get("failed")):
+                return dict(job)
+        return None
+
+    from harness.k8s import wait_until
+
+    job = wait_until(probe, SPARK_DEADLINE, interval=2)
+    assert job, ("no cleanup Job with --engine spark finished", job_logs(plane, namespace))
+    return dict(job)
 
 
 def wait_gone(plane: ControlPlane, namespace: str, release: str) -> bool:

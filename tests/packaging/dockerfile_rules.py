@@ -151,26 +151,37 @@ def check_final_stages_clean(dockerfile: Dockerfile) -> list[str]:
     return problems
 
 
+# The install-venv.sh steps that make each target's venv (docker/install-venv.sh).
+VENV_STEPS = {"operator": ("deps", "project"), "pipeline": ("deps", "spark", "project")}
+
+
+_STEP = re.compile(r"install-venv\.sh (\w+) /opt/tierkeeper \S+ \S*constraints\.txt")
+
+
 def check_constraints_used(dockerfile: Dockerfile) -> list[str]:
-    """Each final target's venv comes from a stage that installs with constraints.txt."""
+    """Each final target's venv is made by install-venv.sh with constraints.txt, each of its steps once:
+    the dependencies (and for the pipeline PySpark) and the project, run in the target's own chain of
+    stages or in a build stage whose /opt/tierkeeper or /stage tree it copies."""
     problems = []
     for target in FINAL_TARGETS:
+        chain = dockerfile.chain(target)
+        steps = [m.group(1) for stage in chain for run in stage.all("RUN") if (m := _STEP.search(run))]
         sources = [
             m.group(1)
-            for stage in dockerfile.chain(target)
+            for stage in chain
             for copy in stage.all("COPY")
-            if (m := re.search(r"--from=(\S+)\s+/opt/tierkeeper\b", copy))
+            if (m := re.search(r"--from=(\S+)\s+(?:/opt/tierkeeper|/stage/?)\s", copy + " "))
         ]
-        if len(sources) != 1:
+        for source in sources:
+            runs = [run for stage in dockerfile.chain(source) for run in stage.all("RUN")]
+            found = [m.group(1) for run in runs if (m := _STEP.search(run))]
+            if not found:
+                problems.append(f"{target}: stage {source} does not run install-venv.sh with constraints.txt")
+            steps += found[:1]  # the step of the copied stage itself (its chain is nearest first)
+        if sorted(steps) != sorted(VENV_STEPS[target]):
             problems.append(
-                f"{target}: expected one COPY of /opt/tierkeeper from a build stage, got {sources}"
-            )
-            continue
-        runs = [run for stage in dockerfile.chain(sources[0]) for run in stage.all("RUN")]
-        installs = [r for r in runs if "install-venv.sh" in r]
-        if not any(f"install-venv.sh {target} " in r and "constraints.txt" in r for r in installs):
-            problems.append(
-                f"{target}: stage {sources[0]} does not run install-venv.sh {target} with constraints.txt"
+                f"{target}: its venv is made by install-venv.sh steps {steps}, "
+                f"expected {list(VENV_STEPS[target])} (copied from {sources})"
             )
     return problems
 

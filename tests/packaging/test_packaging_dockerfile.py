@@ -8,8 +8,10 @@ shown catching a broken variant, so a rule that silently stopped matching would 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from dockerfile_rules import ALL_RULES, Dockerfile, parse, problems
@@ -59,14 +61,13 @@ BROKEN = {
         "RUN apt-get update && apt-get install -y gcc && pip install cython\nWORKDIR /tmp\n",
     ),
     "check_constraints_used": (
-        r"install-venv.sh operator /opt/tierkeeper /dist/tierkeeper-\*.whl /build/constraints.txt",
-        "pip install /dist/tierkeeper-*.whl --target /opt/tierkeeper",
+        r"install-venv.sh spark /opt/tierkeeper - /build/constraints.txt /stage",
+        "pip install --root /stage /wheels/pyspark-*.whl",
     ),
     "check_oci_labels": (r'org.opencontainers.image.revision="\$\{REVISION\}"', 'other="x"'),
     "check_no_jvm_in_operator": (
-        r"COPY --from=operator-venv /opt/tierkeeper /opt/tierkeeper\n",
-        "COPY --from=operator-venv /opt/tierkeeper /opt/tierkeeper\n"
-        "COPY --from=jre /opt/java/openjdk /opt/java/openjdk\n",
+        r"COPY --from=project-venv /stage/ /\n# Numeric",
+        "COPY --from=project-venv /stage/ /\nCOPY --from=jre /opt/java/openjdk /opt/java/openjdk\n# Numeric",
     ),
 }
 
@@ -97,3 +98,37 @@ def test_install_script_is_executable_posix_sh_and_shellcheck_clean() -> None:
 def test_no_frontend_image_is_pulled() -> None:
     # A `# syntax=` line makes BuildKit pull a frontend image by a floating tag before anything else.
     assert not re.match(r"\s*#\s*syntax\s*=", DOCKERFILE, re.IGNORECASE)
+
+
+def test_the_image_build_scripts_are_executable_posix_sh_and_shellcheck_clean() -> None:
+    """make images runs them on a CI machine with no Docker engine (docker/build_images.py)."""
+    scripts = [REPO_ROOT / "docker" / name for name in ("local-bases.sh", "install-build-tools.sh")]
+    for script in scripts:
+        assert script.stat().st_mode & 0o111, script
+        assert script.read_text().startswith("#!/bin/sh\n"), script
+    proc = subprocess.run(
+        [str(shellcheck_path()), *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_missing_build_tools_are_named_when_they_cannot_be_installed(tmp_path: Path) -> None:
+    """Without buildah, podman, runc and mmdebstrap, and no apt-get to install them, `make images` (and so
+    every container-mode test, through the built_images fixture) fails naming what is missing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "id").symlink_to(shutil.which("id") or "/usr/bin/id")
+    proc = subprocess.run(
+        ["/bin/sh", str(REPO_ROOT / "docker" / "install-build-tools.sh")],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir)},
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "missing buildah podman runc mmdebstrap" in proc.stderr
+    assert "apt-get install buildah podman runc mmdebstrap" in proc.stderr

@@ -63,10 +63,12 @@ DEADLINE = 300.0  # pods start Python processes on a busy 2-core machine
 MOUNT = "/var/lib/kafka/data"
 SETTINGS_DIR = "/etc/tierkeeper/rebuild"
 # Test-only: the first run of the init container (no flag file yet in the pod's emptyDir) is killed at the
-# fifth restored file; every later run (the kubelet's restart) runs clean.
+# fifth restored file; every later run (the kubelet's restart) runs clean. The shell stays the
+# container's PID 1 and exits 137 like its killed child (a tierkeeper that was PID 1 itself would also
+# end there: the fault hook then exits with 137, since PID 1 cannot SIGKILL itself).
 KILL_FIRST_RUN = (
     "if [ ! -e /scratch/killed-once ]; then touch /scratch/killed-once; "
-    'export TIERKEEPER_FAULT=rebuild.file.restored:5; fi; exec tierkeeper "$@"'
+    'export TIERKEEPER_FAULT=rebuild.file.restored:5; fi; tierkeeper "$@"; exit $?'
 )
 
 
@@ -150,12 +152,14 @@ def _pod(plane: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
     return pod
 
 
-def broker_pod(name: str, *, kill_first_run: bool) -> dict[str, Any]:
+def broker_pod(name: str, *, kill_first_run: bool, remote: str) -> dict[str, Any]:
     """The broker pod as docs/rebuild.md shows it: the init container, then the broker's container (here a
-    stand-in: the harness runs Kafka itself once the init container has exited 0)."""
+    stand-in: the harness runs Kafka itself once the init container has exited 0). The file:// tier
+    (``remote``) is mounted where its URL points, as a container sees nothing of the host otherwise."""
+    tier = remote.removeprefix("file://")
     init: dict[str, Any] = {
         "name": INIT_CONTAINER,
-        "image": "tierkeeper",
+        "image": "tierkeeper/pipeline:0.1.0",
         "args": [
             "rebuild",
             "--if-empty",
@@ -173,6 +177,7 @@ def broker_pod(name: str, *, kill_first_run: bool) -> dict[str, Any]:
             {"name": "data", "mountPath": MOUNT},
             {"name": "rebuild-settings", "mountPath": SETTINGS_DIR, "readOnly": True},
             {"name": "scratch", "mountPath": "/scratch"},
+            {"name": "tier", "mountPath": tier, "readOnly": True},
         ],
     }
     if kill_first_run:
@@ -197,6 +202,7 @@ def broker_pod(name: str, *, kill_first_run: bool) -> dict[str, Any]:
                 {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{REBUILT}"}},
                 {"name": "rebuild-settings", "configMap": {"name": settings_config_map_name("local")}},
                 {"name": "scratch", "emptyDir": {}},
+                {"name": "tier", "hostPath": {"path": tier, "type": "Directory"}},
             ],
         },
     }
@@ -236,8 +242,9 @@ def _check_rejoined(kafka: KafkaCluster, before: dict[str, dict[str, bytes]], en
 
 
 def test_init_container_restores_before_the_broker_starts_and_survives_a_kill(
-    k8s_control_plane: ControlPlane, k8s_namespace: str, kafka: KafkaCluster, remote: str
+    k8s_control_plane: ControlPlane, k8s_namespace: str, kafka: KafkaCluster, remote: str, container_mode: str
 ) -> None:
+    """The init container runs from the built pipeline image (the kubelet's container mode)."""
     plane, ns = k8s_control_plane, k8s_namespace
     pod_name = f"kafka-{REBUILT}"
     reconciler = _setup(plane, ns, kafka, remote, pod_name)
@@ -250,7 +257,9 @@ def test_init_container_restores_before_the_broker_starts_and_survives_a_kill(
     assert sorted(settings.brokers) == ["1", "2", "3"]
 
     stop_and_wipe(kafka)
-    plane.request("POST", f"/api/v1/namespaces/{ns}/pods", broker_pod(pod_name, kill_first_run=True))
+    plane.request(
+        "POST", f"/api/v1/namespaces/{ns}/pods", broker_pod(pod_name, kill_first_run=True, remote=remote)
+    )
 
     def init_done() -> dict[str, Any] | None:
         pod = _pod(plane, ns, pod_name) or {}
@@ -304,7 +313,7 @@ def test_a_requested_rebuild_job_waits_while_a_pod_writes_to_the_volume(
     reconciler = _setup(plane, ns, kafka, remote, pod_name)
     reconciler.run_round()  # the settings ConfigMap the pod mounts
     # The broker still runs, and a pod of it holds the volume read-write (no init container here).
-    holder = broker_pod(pod_name, kill_first_run=False)
+    holder = broker_pod(pod_name, kill_first_run=False, remote=remote)
     holder["spec"]["initContainers"] = []
     plane.request("POST", f"/api/v1/namespaces/{ns}/pods", holder)
     _until(
@@ -420,7 +429,8 @@ def test_a_failing_init_container_keeps_the_broker_down_and_stalls_its_tieredbro
     reconciler = Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster})
     reconciler.run_round()
     pod_name = f"kafka-{REBUILT}"
-    plane.request("POST", f"/api/v1/namespaces/{ns}/pods", broker_pod(pod_name, kill_first_run=False))
+    pod = broker_pod(pod_name, kill_first_run=False, remote=f"file://{tmp_path / 'tier'}")
+    plane.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
 
     def failed() -> dict[str, Any] | None:
         status = (_broker(plane, ns).get("status") or {}).get("rebuild")

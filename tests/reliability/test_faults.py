@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,4 +75,30 @@ def test_kill_is_a_sigkill_of_the_process_itself() -> None:
         timeout=60,
     )
     assert proc.returncode == -signal.SIGKILL
+    assert proc.stdout.splitlines() == ["first pass survived"]
+
+
+def test_kill_ends_the_process_when_it_is_pid_1() -> None:
+    """In a container the command is PID 1 of its PID namespace, where the kernel drops the SIGKILL it
+    sends itself: the hook must end it anyway (the container-mode tests kill Jobs this way)."""
+    unshare = shutil.which("unshare")
+    assert unshare, "this test needs util-linux's unshare to run Python as PID 1 of a new PID namespace"
+    code = (
+        "import os\n"
+        "from storage_core.faults import fault_point\n"
+        "assert os.getpid() == 1, os.getpid()\n"
+        "print('first pass survived', flush=True)\n"
+        "fault_point('copy.segment.started')\n"
+        "print('after the kill', flush=True)\n"
+    )
+    proc = subprocess.run(
+        [unshare, "--pid", "--fork", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, ENV: "copy.segment.started"},
+        timeout=60,
+    )
+    assert "Operation not permitted" not in proc.stderr, f"unshare --pid needs root here: {proc.stderr}"
+    # unshare --fork exits with its child's status: 137 is the hook's _exit (a SIGKILL would show as -9).
+    assert proc.returncode == 128 + signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.splitlines() == ["first pass survived"]
