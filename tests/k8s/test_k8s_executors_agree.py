@@ -7,7 +7,8 @@ limit (standalone mode used to ignore it).
 The Jobs' pods are pinned to a node that does not exist, so none runs: standalone mode does the work, and
 its topic status after the copy (its cleanup left out) is written to the TieredTopic, so the operator's
 next round plans from the same status: the cleanup Job. That the same Job result folds into the same
-status either way: reconcile/test_request_round_trip.py."""
+status either way: reconcile/test_request_round_trip.py. The topic keeps an Iceberg table: standalone mode
+exports to it on Spark in process, the operator plans the export Job with the same request."""
 
 from __future__ import annotations
 
@@ -26,13 +27,19 @@ from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.cli.main import build_parser
 from storage_core.jobs.resource_files import load_manifests
 from storage_core.jobs.standalone import Standalone
-from storage_core.reconcile.requests import CleanupRequest, CopyRequest, Request, request_from_args
+from storage_core.reconcile.requests import (
+    CleanupRequest,
+    CopyRequest,
+    ExportRequest,
+    Request,
+    request_from_args,
+)
 from tierkeeper_operator import GROUP, VERSION
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.loop import Reconciler
 
 
-def _resources(ns: str, topic: str, kafka: KafkaCluster) -> list[dict[str, Any]]:
+def _resources(ns: str, topic: str, kafka: KafkaCluster, table: str) -> list[dict[str, Any]]:
     (broker_id,) = kafka.node_ids
     log_dir = str(kafka.log_dir(broker_id))
     meta = {"namespace": ns}
@@ -57,6 +64,7 @@ def _resources(ns: str, topic: str, kafka: KafkaCluster) -> list[dict[str, Any]]
                 "topic": topic,
                 "localRetentionMs": 0,
                 "copy": {"intervalSeconds": 600},
+                "table": {"location": table},
             },
         },
     ]
@@ -72,7 +80,8 @@ def _job_requests(plane: ControlPlane, ns: str) -> list[Request]:
 
 def _by_kind(requests: list[Request]) -> dict[str, list[Request]]:
     return {
-        kind.__name__: [r for r in requests if isinstance(r, kind)] for kind in (CopyRequest, CleanupRequest)
+        kind.__name__: [r for r in requests if isinstance(r, kind)]
+        for kind in (CopyRequest, CleanupRequest, ExportRequest)
     }
 
 
@@ -100,7 +109,8 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
             "jobs": {"image": "tierkeeper", "maxBytesPerSecond": 50_000_000, "copyParallelism": 2},
         }
     )
-    resources = _resources(ns, topic, kafka_broker)
+    table = f"file://{tmp_path / 'table'}"
+    resources = _resources(ns, topic, kafka_broker, table)
 
     for obj in resources:
         plural = obj["kind"].lower() + "s"
@@ -112,14 +122,14 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "all.yaml").write_text(yaml.safe_dump_all(resources))
     standalone = Standalone({"local": cluster}, load_manifests(tmp_path / "manifests"))
-    report = standalone.run_round()  # the copy, its result folded in, then the cleanup
+    report = standalone.run_round()  # the copy, its result folded in, then the cleanup and the export
     in_process = _by_kind(report.requests)
 
-    copied = standalone.topic_status[f"{ns}/{topic}"].model_copy(update={"last_cleanup": None})
+    copied = standalone.topic_status[f"{ns}/{topic}"].model_copy(update={"last_cleanup": None, "table": None})
     kube.patch_status(
         "tieredtopics", ns, topic, copied.model_dump(by_alias=True, mode="json", exclude_none=True)
     )
-    operator.run_round()  # the cleanup, from the same status
+    operator.run_round()  # the cleanup and the export, from the same status
     through_jobs = _by_kind(_job_requests(plane, ns))
 
     (copy,) = in_process["CopyRequest"]
@@ -128,5 +138,14 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
     assert cleanup.copy_interval_ms == 600_000  # the topic's interval, not the 1 h default
     assert through_jobs == in_process
     # The in-process runs were real: copied, then trimmed behind the tier with the topic's interval.
+    (export,) = in_process["ExportRequest"]
+    assert (export.topic, export.table.location) == (topic, table)
     status = report.plan.topic_status[f"{ns}/{topic}"]
     assert status.last_cleanup is not None and status.last_cleanup.result == "Succeeded", status
+    # The export ran on Spark in this process: the table holds every tiered offset.
+    assert status.table is not None and status.table.last_export is not None, status.table
+    assert status.table.last_export.result == "Succeeded", status.table.last_export
+    assert status.table.snapshot_id is not None and status.table.lag_offsets == 0
+    assert status.remote is not None and status.remote.partitions[0].end_offset is not None
+    tiered = status.remote.partitions[0].end_offset + 1  # no transactions: every offset is a row
+    assert status.table.rows == tiered and [p.next_offset for p in status.table.exported] == [tiered]
