@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 
 from storage_core.errors import ConfigError
 from storage_core.spark.iceberg_catalog import CatalogConfig, load_existing
-from storage_core.spark.iceberg_table import NEXT_OFFSETS, PARTITION_FIELD
+from storage_core.spark.iceberg_table import NEXT_OFFSETS, PARTITION_FIELD, TOPIC, TOPIC_ID
 from storage_core.spark.iceberg_task import write_data_files
 from storage_core.spark.options import StorageSpec
 
@@ -141,7 +141,8 @@ def compact(table: Any, target: StorageSpec, min_files: int) -> tuple[int, int]:
         return 0, 0
     snapshot = table.metadata.current_snapshot()
     # The position stays on the current snapshot: the next export reads it there.
-    position = {k: v for k, v in (snapshot.summary or {}).items() if k.startswith("tierkeeper.")}
+    summary = snapshot.summary
+    position = {k: summary[k] for k in (NEXT_OFFSETS, TOPIC, TOPIC_ID) if summary and summary.get(k)}
     old: list[Any] = []
     new: list[Any] = []
     for batch in batches:
@@ -199,8 +200,11 @@ def expire_snapshots(table: Any, options: MaintenanceOptions) -> int:
     doomed = expirable(table.metadata, options)
     if not doomed:
         return 0
-    requirement = AssertRefSnapshotId(snapshot_id=table.metadata.current_snapshot_id, ref="main")
-    table.catalog.commit_table(table, (requirement,), (RemoveSnapshotsUpdate(snapshot_ids=doomed),))
+    requirement = AssertRefSnapshotId.model_validate(
+        {"snapshot-id": table.metadata.current_snapshot_id, "ref": "main"}
+    )
+    update = RemoveSnapshotsUpdate.model_validate({"snapshot-ids": doomed})
+    table.catalog.commit_table(table, (requirement,), (update,))
     return len(doomed)
 
 
