@@ -247,7 +247,10 @@ def plan(
     copy_work: dict[tuple[str, int], list[TopicPartitions]] = defaultdict(list)
     for topic in topics:
         health, leaders = _topic_verdict(topic, clusters, usable)
-        result.topic_status[topic.key] = with_lag(topic.status).model_copy(
+        # A table no longer in the spec leaves the status (it stays where it is: never deleted by us).
+        dropped = topic.spec is not None and topic.spec.table is None and topic.status.table is not None
+        current = topic.status.model_copy(update={"table": None}) if dropped else with_lag(topic.status)
+        result.topic_status[topic.key] = current.model_copy(
             update={
                 "observed_generation": topic.generation,
                 "message": health.message,

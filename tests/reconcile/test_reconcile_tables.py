@@ -171,6 +171,8 @@ def test_the_planner_plans_the_export_and_a_failed_one_shows_in_the_status_and_c
         20,
     )
     assert next(c for c in st.conditions if c.type == "Ready").status == "True"
+    no_table = plan(CLUSTERS, [_topic(st, {})], [BROKER], RunningWork(), T0 + 2 * MINUTE)
+    assert no_table.topic_status["ns/orders"].table is None and no_table.tables == []
 
 
 @pytest.mark.parametrize(
