@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from storage_core.errors import ConfigError
+from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.spark.iceberg_catalog import CatalogConfig, load_existing
 from storage_core.spark.iceberg_table import NEXT_OFFSETS, PARTITION_FIELD, TOPIC, TOPIC_ID
 from storage_core.spark.iceberg_task import write_data_files
@@ -154,14 +154,35 @@ def compact(table: Any, target: StorageSpec, min_files: int) -> tuple[int, int]:
         partition = int(rows.column(PARTITION_FIELD)[0].as_py())
         new += write_data_files(table.metadata, rows, target, partition)
         old += batch
+    from pyiceberg.exceptions import CommitFailedException
+
     transaction = table.transaction()
-    with transaction.update_snapshot(snapshot_properties=position).overwrite() as rewrite:
-        for f in old:
-            rewrite.delete_data_file(f)
-        for f in new:
-            rewrite.append_data_file(f)
-    transaction.commit_transaction()
+    try:
+        with transaction.update_snapshot(snapshot_properties=position).overwrite() as rewrite:
+            for f in old:
+                rewrite.delete_data_file(f)
+            for f in new:
+                rewrite.append_data_file(f)
+        transaction.commit_transaction()
+    except CommitFailedException as exc:
+        for f in new:  # referenced by no snapshot: ours to delete (else an orphan for a later run)
+            try:
+                table.io.delete(f.file_path)
+            except OSError as gone:
+                log.warning("could not delete uncommitted file %s: %s", f.file_path, gone)
+        raise MaintenanceConflict(_conflict(table, exc)) from None
     return len(old), len(new)
+
+
+class MaintenanceConflict(TierkeeperError):
+    """Another writer (an export) committed while maintenance ran; nothing of this step is committed."""
+
+
+def _conflict(table: Any, exc: Exception) -> str:
+    return (
+        f"table {table.metadata.location}: another writer committed first ({exc}); nothing of this step is "
+        "committed, run table-maintenance again"
+    )
 
 
 # ---- snapshot expiry ---------------------------------------------------------------------------------
@@ -204,7 +225,12 @@ def expire_snapshots(table: Any, options: MaintenanceOptions) -> int:
         {"snapshot-id": table.metadata.current_snapshot_id, "ref": "main"}
     )
     update = RemoveSnapshotsUpdate.model_validate({"snapshot-ids": doomed})
-    table.catalog.commit_table(table, (requirement,), (update,))
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        table.catalog.commit_table(table, (requirement,), (update,))
+    except CommitFailedException as exc:
+        raise MaintenanceConflict(_conflict(table, exc)) from None
     return len(doomed)
 
 
