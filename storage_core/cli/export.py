@@ -132,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.format == "iceberg":
         return _run_iceberg(args, source, target, opts)
-    if args.table or args.catalog or args.catalog_property:
+    if args.table or args.catalog or args.catalog_property or args.result_file:
         from storage_core.errors import ConfigError
 
-        raise ConfigError("--table, --catalog and --catalog-property need --format iceberg")
+        raise ConfigError("--table, --catalog, --catalog-property and --result-file need --format iceberg")
     spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
     try:
         summary = run_export(
