@@ -86,7 +86,11 @@ def _by_kind(requests: list[Request]) -> dict[str, list[Request]]:
 
 
 def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
-    k8s_control_plane: ControlPlane, k8s_namespace: str, kafka_broker: KafkaCluster, tmp_path: Path
+    k8s_control_plane: ControlPlane,
+    k8s_namespace: str,
+    kafka_broker: KafkaCluster,
+    tmp_path: Path,
+    spark: Any,  # the session's: standalone mode's export runs on the active session (not stopped after)
 ) -> None:
     plane, ns = k8s_control_plane, k8s_namespace
     plane.apply_crds(load_crds())
@@ -149,3 +153,4 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests(
     assert status.remote is not None and status.remote.partitions[0].end_offset is not None
     tiered = status.remote.partitions[0].end_offset + 1  # no transactions: every offset is a row
     assert status.table.rows == tiered and [p.next_offset for p in status.table.exported] == [tiered]
+    assert not spark.sparkContext._jsc.sc().isStopped()  # a session it did not start is left running
