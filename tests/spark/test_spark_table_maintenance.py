@@ -1,7 +1,7 @@
 """``tierkeeper table-maintenance`` on an exported table: compaction, snapshot expiry and orphan removal each
 leave the table equal to what a read_committed consumer reads (read back by pyiceberg, code we did not
 write), never delete a file a live snapshot references or a young one, and keep the export position (a
-rerun exports nothing twice)."""
+rerun exports nothing twice). The table is written by the export's own tasks, run in this process."""
 
 from __future__ import annotations
 
@@ -21,6 +21,27 @@ from .test_spark_export_iceberg import _rows_of, _static_table, _want
 DAY_MS = 86_400_000
 
 
+class InProcessTasks:
+    """Runs the export's tasks one after the other in this process, where the export asks Spark to run
+    them (``sparkContext.parallelize(jobs).map(task).collect()``): the subject here is maintenance, and
+    the export's tasks on Spark are tests/spark/test_spark_export_iceberg.py's."""
+
+    def __init__(self) -> None:
+        self.sparkContext = self
+        self._jobs: list[Any] = []
+
+    def parallelize(self, jobs: list[Any], _slices: int) -> InProcessTasks:
+        self._jobs = list(jobs)
+        return self
+
+    def map(self, task: Any) -> InProcessTasks:
+        self._jobs = [task(job) for job in self._jobs]
+        return self
+
+    def collect(self) -> list[Any]:
+        return self._jobs
+
+
 def _files(root: Path) -> set[str]:
     return {str(p) for p in root.rglob("*") if p.is_file()}
 
@@ -38,7 +59,7 @@ def _referenced(location: str) -> set[str]:
 
 
 def test_compaction_expiry_and_orphan_removal_keep_the_table_readable_and_the_position(
-    tk_spark: Any, spark_dataset: Dataset, file_tier: Tier, tmp_path: Path
+    spark_dataset: Dataset, file_tier: Tier, tmp_path: Path
 ) -> None:
     from storage_core.jobs.export_iceberg import run_export_iceberg
     from storage_core.jobs.table_maintenance import MaintenanceOptions, expire_snapshots, remove_orphans
@@ -53,7 +74,7 @@ def test_compaction_expiry_and_orphan_removal_keep_the_table_readable_and_the_po
     # One split per (small) tiered segment: many small data files per table partition, as frequent
     # exports leave them.
     opts = ScanOptions(storage=source, topic=topic, isolation=Isolation.READ_COMMITTED)
-    exported = run_export_iceberg(tk_spark, source, target, opts)
+    exported = run_export_iceberg(InProcessTasks(), source, target, opts)
     want = _want(spark_dataset, file_tier, topic, 1)
     assert exported.records == len(want) and exported.files >= 2, exported
 
@@ -107,6 +128,6 @@ def test_compaction_expiry_and_orphan_removal_keep_the_table_readable_and_the_po
     assert _rows_of(_static_table(location).scan().to_arrow()) == want
 
     # The position survived all three: a rerun exports nothing and keeps the snapshot.
-    again = run_export_iceberg(tk_spark, source, target, opts)
+    again = run_export_iceberg(InProcessTasks(), source, target, opts)
     assert again.records == 0 and again.next_offsets == exported.next_offsets
     assert again.snapshot_id == _static_table(location).metadata.current_snapshot_id
