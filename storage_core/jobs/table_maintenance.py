@@ -7,7 +7,8 @@ In this order, each step committed (or not) on its own:
    small data files, rewrite them into one file, sorted by offset, in an ``overwrite`` snapshot that
    deletes exactly those files and adds the new one. It carries the export position
    (``tierkeeper.next-offsets``) of the snapshot it builds on and must build on the current snapshot, so
-   an export committing meanwhile makes it fail (its new file becomes an orphan), never loses a row.
+   an export committing meanwhile makes it fail (``MaintenanceConflict``; its new data files deleted, the
+   manifests of the refused commit left as orphans) rather than lose a row.
 2. **Snapshot expiry**: remove snapshots older than ``snapshot_max_age_ms`` except the newest
    ``keep_snapshots``, the heads of branches and tags, and the current snapshot's ancestry down to the
    newest snapshot holding the export position (the next export reads it there).
