@@ -1,4 +1,5 @@
-"""The copy and cleanup Jobs the operator creates: pure functions from a planned action to a Job manifest.
+"""The copy, cleanup, export and table maintenance Jobs the operator creates: pure functions from a
+planned action to a Job manifest.
 
 - Names are deterministic: the owner and the round they belong to, so re-creating the Job of a round
   after an operator restart hits "already exists" instead of starting a second one.
@@ -29,7 +30,9 @@ from storage_core.reconcile.requests import (
     cleanup_request,
     copy_request,
     delete_request,
+    table_request,
 )
+from storage_core.reconcile.tables import TableAction
 
 MANAGED_BY = "tierkeeper-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -259,6 +262,33 @@ def cleanup_job(
     annotations = {ANNOTATION_WORK: json.dumps([[action.topic_key, action.topic, []]], separators=(",", ":"))}
     name = job_name("cleanup", owner.name, round_key)
     return _job(name, owner, labels, annotations, cluster, container, volumes, None)
+
+
+TABLE_JOB_KINDS = {"export": "export", "maintain": "table-maintenance"}
+"""Job-kind label of a table run, by TableAction.kind."""
+
+
+def table_job(
+    action: TableAction, cluster: KafkaClusterConfig, owner: Owner, round_key: str
+) -> dict[str, Any]:
+    """The Job exporting the topic's tier to its Iceberg table (Spark in the Job's pod, or the cluster's
+    sparkMaster) or maintaining that table. A configured catalog's Secret becomes environment variables
+    (pyiceberg reads PYICEBERG_CATALOG__<NAME>__<KEY>), never arguments."""
+    args = job_args(table_request(action, cluster))
+    container = _container(cluster, args)
+    catalog = action.table.catalog
+    if catalog is not None and catalog.secret_ref is not None:
+        container.setdefault("envFrom", []).append({"secretRef": {"name": catalog.secret_ref.name}})
+    kind = TABLE_JOB_KINDS[action.kind]
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_KIND: kind,
+        LABEL_CLUSTER: action.cluster,
+        LABEL_TOPIC: owner.name,
+    }
+    annotations = {ANNOTATION_WORK: json.dumps([[action.topic_key, action.topic, []]], separators=(",", ":"))}
+    name = job_name("export" if action.kind == "export" else "tablemaint", owner.name, round_key)
+    return _job(name, owner, labels, annotations, cluster, container, [], None)
 
 
 def delete_job(

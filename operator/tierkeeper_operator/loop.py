@@ -29,19 +29,22 @@ from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION, decide_deletion, needs_finalizer
 from storage_core.reconcile.observed import RunningWork
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Plan
-from storage_core.reconcile.results import decode_cleanup, decode_copy
+from storage_core.reconcile.results import decode_cleanup, decode_copy, decode_table
 from storage_core.reconcile.round import (
     CleanupOutcome,
     CopyOutcome,
     KafkaObserver,
     Resource,
     Statuses,
+    TableOutcome,
     broker_inputs,
     execute,
     fold_cleanup,
     fold_copy,
+    fold_table,
     topic_inputs,
 )
+from storage_core.reconcile.tables import TableAction
 from storage_core.reconcile.tiered_clusters import admitted
 from tierkeeper_operator.cluster_rounds import ClusterRounds, LiveClusters
 from tierkeeper_operator.fetcher_rounds import FetcherRounds
@@ -56,11 +59,13 @@ from tierkeeper_operator.jobs import (
     LABEL_MANAGED_BY,
     LABEL_TOPIC,
     MANAGED_BY,
+    TABLE_JOB_KINDS,
     Owner,
     cleanup_job,
     copy_job,
     delete_job,
     job_state,
+    table_job,
     termination_message,
     work_of,
 )
@@ -162,17 +167,23 @@ class Reconciler:
             report, problem = decode_cleanup(message or "")
             failure = None if problem is None else f"Job {name} {state.lower()}: {problem}"
             fold_cleanup(statuses, [key for key, _ in work], CleanupOutcome(report, failure, name), now)
+        elif kind in _TABLE_KINDS:
+            table_kind = _TABLE_KINDS[kind]
+            report, problem = decode_table(table_kind, message or "")
+            failure = None if problem is None else f"Job {name} {state.lower()}: {problem}"
+            for key, _ in work:
+                fold_table(statuses, key, table_kind, TableOutcome(report, failure, name), now)
         self.metrics.jobs.labels(kind=kind or "unknown", result=state).inc()
         for key, _, _ in work_of(job):
             obj, status = objects.get(key), topics.get(key)
-            outcome = None if status is None else status.last_copy if kind == "copy" else status.last_cleanup
+            outcome = None if status is None else _last_run(status, kind)
             if obj is not None and outcome is not None:
                 failed = outcome.result == "Failed"
                 self._event(
                     obj,
                     "TieredTopic",
                     "Warning" if failed else "Normal",
-                    f"{(kind or 'job').capitalize()}{outcome.result}",
+                    f"{(kind or 'job').title().replace('-', '')}{outcome.result}",
                     f"Job {name}: {outcome.message}",
                 )
         self.kube.annotate_job(meta["namespace"], name, {ANNOTATION_RECORDED: "true"})
@@ -383,6 +394,7 @@ class Reconciler:
         recorded = []
         copy_busy: set[tuple[str, int]] = set()
         cleanup_busy: set[str] = set()
+        table_busy: set[str] = set()
         for job in listed.jobs:
             meta = job["metadata"]
             labels = meta.get("labels") or {}
@@ -391,6 +403,8 @@ class Reconciler:
             if job_state(job) == "Running":
                 if labels.get(LABEL_KIND) == "copy":
                     copy_busy.add((labels.get(LABEL_CLUSTER, ""), int(labels.get(LABEL_BROKER, -1))))
+                elif labels.get(LABEL_KIND) in _TABLE_KINDS:
+                    table_busy.update(key for key, _, _ in work_of(job))
                 else:
                     cleanup_busy.update(key for key, _, _ in work_of(job))
             elif full and (meta.get("annotations") or {}).get(ANNOTATION_RECORDED) != "true":
@@ -398,7 +412,7 @@ class Reconciler:
                     job, listed.statuses.topics, listed.statuses.brokers, broker_keys, listed.topic_objs
                 )
                 recorded.append(meta["name"])
-        return RunningWork(frozenset(copy_busy), frozenset(cleanup_busy)), recorded
+        return RunningWork(frozenset(copy_busy), frozenset(cleanup_busy), frozenset(table_busy)), recorded
 
     def _plan_and_start(self, listed: _Listed, running: RunningWork) -> _Started:
         """Observe Kafka, plan, and start the planned copy and cleanup Jobs
@@ -515,6 +529,29 @@ class JobStarter:
             self.created.append(job["metadata"]["name"])
             message = f"Job {job['metadata']['name']} started"
             self._r._event(obj, "TieredTopic", "Normal", "CleanupStarted", message)
+
+    def table(self, action: TableAction) -> None:
+        obj = self._listed.topic_objs[action.topic_key]
+        job = table_job(action, self._r.clusters[action.cluster], _owner("TieredTopic", obj), self._round_key)
+        if self._r._create(job):
+            self.created.append(job["metadata"]["name"])
+            reason = "ExportStarted" if action.kind == "export" else "TableMaintenanceStarted"
+            self._r._event(obj, "TieredTopic", "Normal", reason, f"Job {job['metadata']['name']} started")
+
+
+_TABLE_KINDS = {label: kind for kind, label in TABLE_JOB_KINDS.items()}
+"""TableAction.kind by job-kind label."""
+
+
+def _last_run(status: TieredTopicStatus, kind: str | None) -> Any:
+    """The status's outcome of the last run of a Job of ``kind``."""
+    if kind == "copy":
+        return status.last_copy
+    if kind == "cleanup":
+        return status.last_cleanup
+    if kind in _TABLE_KINDS and status.table is not None:
+        return status.table.last_export if kind == "export" else status.table.last_maintenance
+    return None
 
 
 def _owner(kind: str, obj: Mapping[str, Any]) -> Owner:

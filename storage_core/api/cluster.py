@@ -196,13 +196,13 @@ class JobDefaults(ApiModel):
     spark_master: str | None = Field(
         default=None,
         min_length=1,
-        description="Spark master of cleanup Jobs with cleanupEngine spark (default: local[*] in the Job's "
-        "pod), e.g. k8s://https://kubernetes.default.svc or spark://host:7077.",
+        description="Spark master of export Jobs and of cleanup Jobs with cleanupEngine spark (default: "
+        "local[*] in the Job's pod), e.g. k8s://https://kubernetes.default.svc or spark://host:7077.",
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict,
-        description="Spark settings of cleanup Jobs with cleanupEngine spark (`--spark-conf KEY=VALUE` "
-        "each); not for secrets (they are Job arguments).",
+        description="Spark settings of export Jobs and of cleanup Jobs with cleanupEngine spark "
+        "(`--spark-conf KEY=VALUE` each); not for secrets (they are Job arguments).",
     )
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from storage_core.api.cluster import SecretRef, credential_like
 from storage_core.api.fields import (
     INFINITE,
     AbsolutePath,
     CronExpression,
     ObjectName,
+    RemoteUrl,
     RetentionBytes,
     RetentionMs,
     TopicName,
@@ -32,6 +34,12 @@ DEFAULT_FETCHERS_MAX = 8
 DEFAULT_FETCHERS_REPLAN_S = 300
 DEFAULT_FETCHERS_STEP_TIMEOUT_S = 120
 DEFAULT_MOUNT_PATH = "/var/lib/kafka/data"
+DEFAULT_EXPORT_INTERVAL_S = 3600
+DEFAULT_MAINTENANCE_INTERVAL_S = 86_400
+DEFAULT_KEEP_SNAPSHOTS = 10
+DEFAULT_SNAPSHOT_MAX_AGE_S = 7 * 86_400
+DEFAULT_ORPHAN_MIN_AGE_S = 3 * 86_400
+DEFAULT_COMPACT_MIN_FILES = 8
 
 
 class ClusterRef(ApiModel):
@@ -97,6 +105,127 @@ class CleanupPolicy(ApiModel):
     )
 
 
+def default_table_name(topic: str) -> str:
+    """``tierkeeper.<topic>`` with the characters catalogs refuse in a name made ``_`` (spec.table.name's
+    default, and ``tierkeeper export --table``'s)."""
+    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in topic)
+    return f"tierkeeper.{safe}"
+
+
+class TableCatalog(ApiModel):
+    """A catalog the export commits through (REST, Hive Metastore, AWS Glue, SQL), configured for
+    pyiceberg."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="The catalog's pyiceberg name: its settings are the environment variables "
+        "PYICEBERG_CATALOG__<NAME>__<KEY> (from secretRef) and properties.",
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Non-secret catalog properties (type, uri, warehouse, ...); credentials are refused "
+        "here: put them in secretRef.",
+    )
+    secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret whose keys become environment variables of the export and maintenance Jobs, "
+        "e.g. PYICEBERG_CATALOG__LAKE__CREDENTIAL.",
+    )
+
+    @field_validator("properties")
+    @classmethod
+    def _properties_without_credentials(cls, value: dict[str, str]) -> dict[str, str]:
+        found = sorted(k for k in value if credential_like(k))
+        if found:
+            raise ValueError(f"catalog properties {', '.join(found)} look like credentials: use secretRef")
+        return value
+
+
+class TableMaintenance(ApiModel):
+    """Snapshot expiry, orphan-file removal and compaction of the table, on an interval
+    (``tierkeeper table-maintenance``)."""
+
+    enabled: bool = Field(default=True, description="Run maintenance Jobs for the table.")
+    interval_seconds: int = Field(
+        default=DEFAULT_MAINTENANCE_INTERVAL_S, ge=300, le=2_592_000, description="Seconds between runs."
+    )
+    keep_snapshots: int = Field(
+        default=DEFAULT_KEEP_SNAPSHOTS,
+        ge=1,
+        le=10_000,
+        description="The newest snapshots always kept, whatever their age (the current one always is).",
+    )
+    snapshot_max_age_seconds: int = Field(
+        default=DEFAULT_SNAPSHOT_MAX_AGE_S,
+        ge=0,
+        description="Snapshots older than this (and not among the newest keepSnapshots) are expired: time "
+        "travel reaches back this far.",
+    )
+    orphan_min_age_seconds: int = Field(
+        default=DEFAULT_ORPHAN_MIN_AGE_S,
+        ge=3600,
+        description="A file no snapshot references is deleted only once older than this: it must exceed "
+        "the longest export run (a running export's files are referenced only when it commits).",
+    )
+    compact_min_files: int = Field(
+        default=DEFAULT_COMPACT_MIN_FILES,
+        ge=0,
+        le=10_000,
+        description="Rewrite a table partition (day and Kafka partition) into one file once it holds this "
+        "many data files; 0 turns compaction off.",
+    )
+
+
+class TableSpec(ApiModel):
+    """Keep an Apache Iceberg table of the topic's tiered history current (``tierkeeper export --format
+    iceberg``, run by the operator or standalone mode)."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"{cel_or_default('trigger', 'AfterCopy')} == 'Interval' || !has(self.intervalSeconds)",
+            message="table.intervalSeconds applies to trigger Interval only",
+            check=lambda t: t.trigger == "Interval" or "interval_seconds" not in t.model_fields_set,
+        ),
+    )
+
+    format: Literal["iceberg"] = Field(default="iceberg", description="Table format (iceberg).")
+    location: RemoteUrl = Field(
+        description="The table's directory (file://, s3://, ...): data and metadata files go there, written "
+        "with the cluster's remote storage options when the scheme is the remote tier's."
+    )
+    name: str | None = Field(
+        default=None,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$",
+        description="Table name NAMESPACE.NAME in the catalog (default tierkeeper.<topic>).",
+    )
+    catalog: TableCatalog | None = Field(
+        default=None,
+        description="A configured catalog; omit for the embedded one (the table directory itself, nothing "
+        "to run).",
+    )
+    trigger: Literal["AfterCopy", "Interval"] = Field(
+        default="AfterCopy",
+        description="AfterCopy: export once a copy round has tiered records the table lacks. Interval: "
+        "export every intervalSeconds when it lacks any.",
+    )
+    interval_seconds: int = Field(
+        default=DEFAULT_EXPORT_INTERVAL_S,
+        ge=60,
+        le=604_800,
+        description="Seconds between exports (trigger Interval only).",
+    )
+    isolation: Literal["read_committed", "read_uncommitted"] = Field(
+        default="read_committed",
+        description="read_committed leaves out aborted transactions, as a read_committed consumer does.",
+    )
+    maintenance: TableMaintenance = Field(
+        default_factory=TableMaintenance, description="Snapshot expiry, orphan removal, compaction."
+    )
+
+
 class TieredTopicSpec(ClusterMemberSpec):
     """Desired tiering of one Kafka topic."""
 
@@ -133,6 +262,11 @@ class TieredTopicSpec(ClusterMemberSpec):
         default="Retain",
         description="What deleting this object does to the topic's remote tier: Retain keeps it, Delete "
         "removes it (crash-safe, through the storage core).",
+    )
+    table: TableSpec | None = Field(
+        default=None,
+        description="Keep an Apache Iceberg table of the topic's tiered records current (export Jobs after "
+        "copies or on an interval, and table maintenance). The table is never deleted with this object.",
     )
 
 

@@ -33,7 +33,7 @@ class Condition(ApiModel):
 
 
 class RunOutcome(ApiModel):
-    """How the last copy or cleanup run touching this object ended."""
+    """How the last copy, cleanup, export or table maintenance run touching this object ended."""
 
     time: str = Field(description="RFC 3339 time the run ended.")
     result: Literal["Succeeded", "Failed"] = Field(description="Succeeded or Failed.")
@@ -77,6 +77,33 @@ class CopyLag(ApiModel):
     bytes: int = Field(default=0, ge=0, description="Their bytes.")
 
 
+class PartitionPosition(ApiModel):
+    """How far one partition is in the table."""
+
+    partition: int = Field(ge=0, description="Partition number.")
+    next_offset: int = Field(ge=0, description="Every record below this offset is in the table, none above.")
+
+
+class TableStatus(ApiModel):
+    """The Iceberg table kept current from the topic's remote tier (spec.table)."""
+
+    name: str | None = Field(default=None, description="The table's name in its catalog.")
+    location: str | None = Field(default=None, description="The table's directory.")
+    snapshot_id: int | None = Field(default=None, description="The table's current snapshot.")
+    rows: int | None = Field(default=None, ge=0, description="Rows in the current snapshot.")
+    exported: list[PartitionPosition] = Field(
+        default_factory=list, description="Per partition, the next offset the table lacks."
+    )
+    lag_offsets: int | None = Field(
+        default=None,
+        ge=0,
+        description="Offsets held by the remote tier and not yet in the table (summed over partitions; "
+        "transaction markers and aborted records count too).",
+    )
+    last_export: RunOutcome | None = Field(default=None, description="The last export run.")
+    last_maintenance: RunOutcome | None = Field(default=None, description="The last maintenance run.")
+
+
 class ResourceStatus(ApiModel):
     """Status fields both resources have."""
 
@@ -99,6 +126,7 @@ class TieredTopicStatus(ResourceStatus):
     copy_lag: CopyLag | None = Field(default=None, description="What is not yet tiered.")
     last_copy: RunOutcome | None = Field(default=None, description="The last copy round of this topic.")
     last_cleanup: RunOutcome | None = Field(default=None, description="The last cleanup run of this topic.")
+    table: TableStatus | None = Field(default=None, description="The Iceberg table (spec.table).")
 
 
 class RebuildStatus(ApiModel):

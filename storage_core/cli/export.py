@@ -7,7 +7,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from storage_core.cli.common import add_remote_args, emit_json, require_positive, storage_options
+from storage_core.cli.common import (
+    add_remote_args,
+    add_result_file_arg,
+    emit_json,
+    require_positive,
+    storage_options,
+    write_result_file,
+)
 
 T = TypeVar("T")
 
@@ -40,6 +47,22 @@ def register(subparsers: Any) -> None:
         default="parquet",
         help="iceberg: an Apache Iceberg table committed once per run; parquet: files plus a state file",
     )
+    add_table_args(p)
+    p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
+    p.add_argument("--max-split-bytes", type=int, metavar="B", help="stored bytes per task (default 128 MiB)")
+    p.add_argument(
+        "--splits-per-commit", type=int, metavar="N", help="parquet: tasks per committed wave (default 64)"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable summary")
+    add_result_file_arg(p)
+    add_remote_args(p)
+    add_spark_args(p)
+    p.set_defaults(handler=run)
+
+
+def add_table_args(p: argparse.ArgumentParser) -> None:
+    """The flags naming an Iceberg table and its catalog (``export --format iceberg``,
+    ``table-maintenance``)."""
     p.add_argument("--table", metavar="NS.NAME", help="iceberg: table name (default tierkeeper.<topic>)")
     p.add_argument(
         "--catalog",
@@ -54,23 +77,34 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="iceberg: catalog property; repeatable (credentials belong in the environment)",
     )
-    p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
-    p.add_argument("--max-split-bytes", type=int, metavar="B", help="stored bytes per task (default 128 MiB)")
-    p.add_argument(
-        "--splits-per-commit", type=int, metavar="N", help="parquet: tasks per committed wave (default 64)"
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable summary")
-    add_remote_args(p)
-    add_spark_args(p)
-    p.set_defaults(handler=run)
 
 
-def _target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str, Any]:
+def catalog_config(args: argparse.Namespace) -> Any:
+    """The configured catalog the flags name, or None for the embedded one."""
+    from storage_core.errors import ConfigError
+    from storage_core.spark.iceberg_catalog import CatalogConfig
+
+    if args.catalog_property and not args.catalog:
+        raise ConfigError("--catalog-property needs --catalog (the embedded catalog takes no properties)")
+    if not args.catalog:
+        return None
+    props: dict[str, str] = {}
+    for item in args.catalog_property:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--catalog-property {item!r}: expected KEY=VALUE")
+        props[key.strip()] = value
+    return CatalogConfig(args.catalog, props)
+
+
+def target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str, Any]:
+    """``--to-storage-option``s, or the remote tier's options when the scheme is the same."""
     import json
 
+    from storage_core.jobs.table_runs import table_storage
+
     if not args.to_storage_option:
-        same_scheme = args.to.split("://", 1)[0] == args.remote.split("://", 1)[0]
-        return dict(source) if same_scheme else {}
+        return table_storage(args.to, args.remote, source)
     out: dict[str, Any] = {}
     for item in args.to_storage_option:
         key, _, raw = item.partition("=")
@@ -90,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     require_positive(args, "max_split_bytes", "splits_per_commit")
     source_options = storage_options(args)
     source = StorageSpec(args.remote, source_options)
-    target = StorageSpec(args.to, _target_options(args, source_options))
+    target = StorageSpec(args.to, target_options(args, source_options))
     opts = ScanOptions(
         storage=source,
         topic=args.topic,
@@ -100,10 +134,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.format == "iceberg":
         return _run_iceberg(args, source, target, opts)
-    if args.table or args.catalog or args.catalog_property:
+    if args.table or args.catalog or args.catalog_property or args.result_file:
         from storage_core.errors import ConfigError
 
-        raise ConfigError("--table, --catalog and --catalog-property need --format iceberg")
+        raise ConfigError("--table, --catalog, --catalog-property and --result-file need --format iceberg")
     splits = args.splits_per_commit or DEFAULT_SPLITS_PER_COMMIT
     summary = _on_spark(args, lambda spark: run_export(spark, source, target, opts, splits_per_commit=splits))
     return _report(
@@ -134,25 +168,22 @@ def _report(args: argparse.Namespace, summary: Any, line: str) -> int:
 
 
 def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) -> int:
-    from storage_core.errors import ConfigError
+    from storage_core.errors import TierkeeperError
     from storage_core.jobs.export_iceberg import run_export_iceberg
-    from storage_core.spark.iceberg_catalog import CatalogConfig
+    from storage_core.reconcile.results import encode_table
 
-    if args.catalog_property and not args.catalog:
-        raise ConfigError("--catalog-property needs --catalog (the embedded catalog takes no properties)")
-    catalog = None
-    if args.catalog:
-        props: dict[str, str] = {}
-        for item in args.catalog_property:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ConfigError(f"--catalog-property {item!r}: expected KEY=VALUE")
-            props[key.strip()] = value
-        catalog = CatalogConfig(args.catalog, props)
-    summary = _on_spark(
-        args,
-        lambda spark: run_export_iceberg(spark, source, target, opts, table_name=args.table, catalog=catalog),
-    )
+    try:
+        catalog = catalog_config(args)
+        summary = _on_spark(
+            args,
+            lambda spark: run_export_iceberg(spark, source, target, opts, table_name=args.table, catalog=catalog),
+        )
+    except TierkeeperError as exc:
+        if args.result_file:
+            write_result_file(args.result_file, encode_table("export", None, str(exc)))
+        raise
+    if args.result_file:
+        write_result_file(args.result_file, encode_table("export", dataclasses.asdict(summary)))
     return _report(
         args,
         summary,

@@ -32,6 +32,7 @@ from storage_core.cli import (
     recover,
     scrub,
     standalone,
+    table_maintenance,
 )
 from storage_core.errors import TierkeeperError
 
@@ -43,6 +44,7 @@ BUILTIN_COMMANDS: tuple[Register, ...] = (
     read.register,
     ls.register,
     export.register,
+    table_maintenance.register,
     scrub.register,
     cleanup.register,
     recover.register,

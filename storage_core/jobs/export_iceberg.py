@@ -45,6 +45,8 @@ class IcebergExportSummary:
     splits: int
     snapshot_id: int | None
     next_offsets: dict[int, int]
+    rows: int | None = None
+    """Rows in the table's current snapshot (its summary's total-records)."""
 
 
 def run_export_iceberg(
@@ -67,7 +69,9 @@ def run_export_iceberg(
         splits = plan_splits(reader, opts, committed)
     base = table.metadata.current_snapshot_id
     if not splits:
-        return IcebergExportSummary(tp0.topic, name, table.metadata.location, 0, 0, 0, base, committed)
+        return IcebergExportSummary(
+            tp0.topic, name, table.metadata.location, 0, 0, 0, base, committed, _rows(table)
+        )
     jobs = [IcebergTask(source, target, opts.isolation, s, table.metadata) for s in splits]
     outcomes = spark.sparkContext.parallelize(jobs, len(jobs)).map(Guarded(task)).collect()
     results = [o for o in outcomes if isinstance(o, SplitFiles)]
@@ -85,8 +89,22 @@ def run_export_iceberg(
         _commit(table, files, summary_properties(tp0.topic, tp0.topic_id, next_offsets))
     snapshot = table.metadata.current_snapshot_id
     return IcebergExportSummary(
-        tp0.topic, name, table.metadata.location, records, len(files), len(splits), snapshot, next_offsets
+        tp0.topic,
+        name,
+        table.metadata.location,
+        records,
+        len(files),
+        len(splits),
+        snapshot,
+        next_offsets,
+        _rows(table),
     )
+
+
+def _rows(table: Any) -> int | None:
+    snapshot = table.metadata.current_snapshot()
+    total = snapshot.summary.get("total-records") if snapshot is not None and snapshot.summary else None
+    return int(total) if total is not None else None
 
 
 def _commit(table: Any, files: list[Any], properties: dict[str, str]) -> None:

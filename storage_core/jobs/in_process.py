@@ -13,8 +13,14 @@ from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec
 from storage_core.errors import TierkeeperError
 from storage_core.reconcile.planner import CleanupAction, CopyAction
-from storage_core.reconcile.requests import Request, cleanup_request, copy_request
-from storage_core.reconcile.round import CleanupOutcome, CopyOutcome
+from storage_core.reconcile.requests import (
+    Request,
+    cleanup_request,
+    copy_request,
+    table_request,
+)
+from storage_core.reconcile.round import CleanupOutcome, CopyOutcome, TableOutcome
+from storage_core.reconcile.tables import TableAction
 
 StoreFactory = Callable[[KafkaClusterConfig], Any]
 
@@ -76,6 +82,17 @@ class InProcessExecutor:
         except TierkeeperError as exc:
             return CleanupOutcome(failure=str(exc))
         return CleanupOutcome(report=report)
+
+    def table(self, action: TableAction) -> TableOutcome:
+        from storage_core.jobs.table_runs import run_table_request
+
+        request = table_request(action, self._clusters[action.cluster])
+        self.requests.append(request)
+        try:
+            report = run_table_request(request, dict(request.remote.storage_options))
+        except TierkeeperError as exc:
+            return TableOutcome(failure=str(exc))
+        return TableOutcome(report=report)
 
 
 def remote_store(cluster: KafkaClusterConfig) -> Any:

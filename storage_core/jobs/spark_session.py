@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from storage_core.errors import ConfigError
@@ -33,3 +34,18 @@ def spark_session(app: str, master: str | None, conf: dict[str, str]) -> Any:
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextmanager
+def job_spark_session(app: str, master: str | None, conf: dict[str, str]) -> Iterator[Any]:
+    """A session for one run in a longer-lived process (standalone mode): stopped afterwards unless it
+    was already running when the run began (then it belongs to whoever started it)."""
+    from pyspark.sql import SparkSession
+
+    existing = SparkSession.getActiveSession()
+    spark = spark_session(app, master, conf)
+    try:
+        yield spark
+    finally:
+        if existing is None:
+            spark.stop()

@@ -47,6 +47,7 @@ from storage_core.reconcile.round import (
     execute,
     topic_inputs,
 )
+from storage_core.reconcile.tables import TableAction
 
 Clock = Callable[[], datetime.datetime]
 
@@ -62,7 +63,9 @@ class RoundReport:
     cleanups: list[CleanupAction] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
-    """The requests the round ran, copies and cleanups (fetcher steps: in ``fetcher_changes`` outcomes)."""
+    """The requests the round ran: copies, cleanups, exports and table maintenance (fetcher steps: in
+    ``fetcher_changes`` outcomes)."""
+    tables: list[TableAction] = field(default_factory=list)
 
 
 class Standalone:
@@ -139,7 +142,7 @@ class Standalone:
             self._store,
         )
         report = RoundReport(
-            done.plan, done.copies, done.cleanups, done.events, list(self._executor.requests)
+            done.plan, done.copies, done.cleanups, done.events, list(self._executor.requests), done.tables
         )
         self._run_fetchers(before, report)
         return report

@@ -77,12 +77,14 @@ class BrokerInput:
 
 @dataclass(frozen=True)
 class RunningWork:
-    """Work in progress: at most one copy per broker and one cleanup per topic run at a time."""
+    """Work in progress: at most one copy per broker, one cleanup and one table run per topic at a time."""
 
     copy_brokers: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     """(cluster name, broker id) of every broker with a copy run (Job) in progress."""
     cleanup_topics: frozenset[str] = field(default_factory=frozenset)
     """Keys of TieredTopics with a cleanup run in progress."""
+    table_topics: frozenset[str] = field(default_factory=frozenset)
+    """Keys of TieredTopics with an export or table maintenance run in progress."""
 
 
 CONFIG_BATCH = 500

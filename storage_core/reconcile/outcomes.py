@@ -13,9 +13,11 @@ from typing import Any
 
 from storage_core.api.status import (
     CopyLag,
+    PartitionPosition,
     PartitionTier,
     RemoteSummary,
     RunOutcome,
+    TableStatus,
     TieredBrokerStatus,
     TieredTopicStatus,
 )
@@ -157,3 +159,66 @@ def topic_after_cleanup(
     if status.remote is not None:
         update.update(_with_partitions(status, tiers))
     return status.model_copy(update=update)
+
+
+def _table_of(status: TieredTopicStatus) -> TableStatus:
+    return status.table if status.table is not None else TableStatus()
+
+
+def topic_after_export(
+    status: TieredTopicStatus,
+    report: Mapping[str, Any] | None,
+    now: datetime.datetime,
+    job: str | None = None,
+    failure: str | None = None,
+) -> TieredTopicStatus:
+    """``report``: ``tierkeeper export --format iceberg --json``'s summary (or a Job's result decoded)."""
+    table = _table_of(status)
+    if failure is not None or report is None:
+        outcome = _failed(table.last_export, now, failure or "the export left no result", job)
+        return status.model_copy(update={"table": table.model_copy(update={"last_export": outcome})})
+    update: dict[str, Any] = {
+        "name": report.get("table", table.name),
+        "location": report.get("location", table.location),
+        "snapshot_id": report.get("snapshot_id"),
+        "rows": report.get("rows", table.rows),
+        "last_export": RunOutcome(
+            time=rfc3339(now),
+            result="Succeeded",
+            message=f"exported {int(report.get('records', 0))} records in "
+            f"{int(report.get('files', 0))} files",
+            job=job,
+        ),
+    }
+    offsets = report.get("next_offsets")
+    if offsets is not None:  # absent when a large result was cut to fit a termination message
+        update["exported"] = [
+            PartitionPosition(partition=int(p), next_offset=int(o))
+            for p, o in sorted(offsets.items(), key=lambda item: int(item[0]))
+        ]
+    return status.model_copy(update={"table": table.model_copy(update=update)})
+
+
+def topic_after_maintenance(
+    status: TieredTopicStatus,
+    report: Mapping[str, Any] | None,
+    now: datetime.datetime,
+    job: str | None = None,
+    failure: str | None = None,
+) -> TieredTopicStatus:
+    """``report``: ``tierkeeper table-maintenance --json``'s summary (or a Job's result decoded)."""
+    table = _table_of(status)
+    if failure is not None or report is None:
+        outcome = _failed(table.last_maintenance, now, failure or "table maintenance left no result", job)
+        return status.model_copy(update={"table": table.model_copy(update={"last_maintenance": outcome})})
+    message = (
+        f"expired {int(report.get('expired_snapshots', 0))} snapshots, deleted "
+        f"{int(report.get('orphans_deleted', 0))} orphan files, compacted "
+        f"{int(report.get('files_compacted', 0))} files into {int(report.get('files_written', 0))}"
+    )
+    update: dict[str, Any] = {
+        "snapshot_id": report.get("snapshot_id", table.snapshot_id),
+        "rows": report.get("rows", table.rows),
+        "last_maintenance": RunOutcome(time=rfc3339(now), result="Succeeded", message=message, job=job),
+    }
+    return status.model_copy(update={"table": table.model_copy(update=update)})

@@ -34,6 +34,7 @@ from storage_core.reconcile.conditions import Health, conditions_for, run_failur
 from storage_core.reconcile.eligibility import refusals
 from storage_core.reconcile.observed import BrokerInput, ClientConfigProblem, RunningWork, TopicInput
 from storage_core.reconcile.schedule import copy_due, copy_due_next, interval_due, interval_due_next
+from storage_core.reconcile.tables import TableAction, decide_table, with_lag
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ class Event:
 class Plan:
     copies: list[CopyAction] = field(default_factory=list)
     cleanups: list[CleanupAction] = field(default_factory=list)
+    tables: list[TableAction] = field(default_factory=list)
+    """Exports and table maintenance (spec.table, :mod:`storage_core.reconcile.tables`)."""
     topic_status: dict[str, TieredTopicStatus] = field(default_factory=dict)
     broker_status: dict[str, TieredBrokerStatus] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -178,9 +181,16 @@ def _topic_verdict(
     if spec.paused:
         return Health(True, "Paused", "paused: no copies, no cleanup"), leaders
     last_copy, last_cleanup = topic.status.last_copy, topic.status.last_cleanup
-    for last, what in ((last_copy, "copy"), (last_cleanup, "cleanup")):
+    table = topic.status.table if spec.table is not None else None
+    runs = [(last_copy, "copy", "CopyFailed"), (last_cleanup, "cleanup", "CleanupFailed")]
+    if table is not None:
+        runs += [
+            (table.last_export, "export", "ExportFailed"),
+            (table.last_maintenance, "table maintenance", "TableMaintenanceFailed"),
+        ]
+    for last, what, reason in runs:
         if last is not None and last.result == "Failed":
-            return run_failure("CopyFailed" if what == "copy" else "CleanupFailed", what, last), leaders
+            return run_failure(reason, what, last), leaders
     if last_copy is None:
         if topic.kafka.empty:
             # Checked and tierable, and no record to copy: Ready now rather than after a Job that would
@@ -237,7 +247,10 @@ def plan(
     copy_work: dict[tuple[str, int], list[TopicPartitions]] = defaultdict(list)
     for topic in topics:
         health, leaders = _topic_verdict(topic, clusters, usable)
-        result.topic_status[topic.key] = topic.status.model_copy(
+        # A table no longer in the spec leaves the status (it stays where it is: never deleted by us).
+        dropped = topic.spec is not None and topic.spec.table is None and topic.status.table is not None
+        current = topic.status.model_copy(update={"table": None}) if dropped else with_lag(topic.status)
+        result.topic_status[topic.key] = current.model_copy(
             update={
                 "observed_generation": topic.generation,
                 "message": health.message,
@@ -271,6 +284,11 @@ def plan(
             result.cleanups.append(CleanupAction(cluster, topic.key, spec.topic, spec))
         elif topic.status.last_copy is not None and topic.key not in running.cleanup_topics:
             result.due_at(interval_due_next(spec.cleanup.interval_seconds, topic.status.last_cleanup), now)
+        if spec.table is not None:
+            decision = decide_table(spec.table, topic.status, topic.key in running.table_topics, now)
+            if decision.action is not None:
+                result.tables.append(TableAction(decision.action, cluster, topic.key, spec.topic, spec.table))
+            result.due_at(decision.due_at, now)
     for (cluster, broker_id), work in sorted(copy_work.items()):
         broker = usable[(cluster, broker_id)]
         result.copies.append(CopyAction(cluster, broker_id, broker.key, tuple(work)))

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storage_core.api.cluster import KafkaClusterConfig
-from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec
+from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec, default_table_name
 from storage_core.reconcile.eligibility import trim_timing
 from storage_core.reconcile.planner import CleanupAction, CopyAction
+from storage_core.reconcile.tables import TableAction
 
 
 @dataclass(frozen=True)
@@ -281,8 +282,112 @@ class FetcherStepRequest:
         return cls(args.broker, args.target, KafkaClient.from_args(args), args.timeout)
 
 
+@dataclass(frozen=True)
+class TableTarget:
+    """Where a topic's Iceberg table is and which catalog commits it (``spec.table``), as flags."""
+
+    location: str
+    name: str | None = None
+    catalog: str | None = None
+    catalog_properties: tuple[tuple[str, str], ...] = ()
+
+    def args(self) -> list[str]:
+        out = ["--to", self.location]
+        if self.name:
+            out += ["--table", self.name]
+        if self.catalog:
+            out += ["--catalog", self.catalog]
+        for key, value in self.catalog_properties:
+            out += ["--catalog-property", f"{key}={value}"]
+        return out
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TableTarget:
+        return cls(args.to, args.table, args.catalog, _pairs(args.catalog_property))
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """Append what the tier holds and the table lacks to the topic's Iceberg table, in one snapshot
+    (``tierkeeper export --format iceberg``)."""
+
+    topic: str
+    remote: RemoteTier
+    table: TableTarget
+    isolation: str = "read_committed"
+    spark_master: str | None = None
+    spark_conf: tuple[tuple[str, str], ...] = ()
+
+    def args(self) -> list[str]:
+        out = ["export", "--format", "iceberg", "--topic", self.topic, *self.table.args()]
+        out += ["--isolation", self.isolation, *self.remote.args()]
+        if self.spark_master:
+            out += ["--spark-master", self.spark_master]
+        for key, value in self.spark_conf:
+            out += ["--spark-conf", f"{key}={value}"]
+        return out
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExportRequest:
+        return cls(
+            topic=args.topic,
+            remote=RemoteTier.from_args(args),
+            table=TableTarget.from_args(args),
+            isolation=args.isolation,
+            spark_master=args.spark_master,
+            spark_conf=_pairs(args.spark_conf),
+        )
+
+
+@dataclass(frozen=True)
+class TableMaintenanceRequest:
+    """Expire old snapshots, delete orphan files and compact small ones in the topic's Iceberg table
+    (``tierkeeper table-maintenance``)."""
+
+    remote: RemoteTier
+    """The cluster's tier: the table is written with its storage options when the scheme is the same."""
+    table: TableTarget
+    keep_snapshots: int
+    snapshot_max_age_ms: int
+    orphan_min_age_ms: int
+    compact_min_files: int
+
+    def args(self) -> list[str]:
+        return [
+            "table-maintenance",
+            *self.table.args(),
+            "--keep-snapshots",
+            str(self.keep_snapshots),
+            "--snapshot-max-age-ms",
+            str(self.snapshot_max_age_ms),
+            "--orphan-min-age-ms",
+            str(self.orphan_min_age_ms),
+            "--compact-min-files",
+            str(self.compact_min_files),
+            *self.remote.args(),
+        ]
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TableMaintenanceRequest:
+        return cls(
+            remote=RemoteTier.from_args(args),
+            table=TableTarget.from_args(args),
+            keep_snapshots=args.keep_snapshots,
+            snapshot_max_age_ms=args.snapshot_max_age_ms,
+            orphan_min_age_ms=args.orphan_min_age_ms,
+            compact_min_files=args.compact_min_files,
+        )
+
+
 Request = (
-    CopyRequest | CleanupRequest | DeleteRequest | RebuildRequest | FetcherStepRequest | CheckRemoteRequest
+    CopyRequest
+    | CleanupRequest
+    | DeleteRequest
+    | RebuildRequest
+    | FetcherStepRequest
+    | CheckRemoteRequest
+    | ExportRequest
+    | TableMaintenanceRequest
 )
 """Every kind of work a round hands to an executor."""
 
@@ -300,6 +405,10 @@ def request_from_args(args: argparse.Namespace) -> Request:
         return FetcherStepRequest.from_args(args)
     if args.command == "check-remote":
         return CheckRemoteRequest.from_args(args)
+    if args.command == "export" and args.format == "iceberg":
+        return ExportRequest.from_args(args)
+    if args.command == "table-maintenance":
+        return TableMaintenanceRequest.from_args(args)
     raise ValueError(f"tierkeeper {args.command} is no request's command")
 
 
@@ -388,4 +497,39 @@ def fetcher_step_request(
         value=value,
         kafka=kafka_client(cluster, config_dir),
         timeout_seconds=float(spec.step_timeout_seconds),
+    )
+
+
+def table_target(action: TableAction) -> TableTarget:
+    table, catalog = action.table, action.table.catalog
+    return TableTarget(
+        location=table.location,
+        name=table.name or default_table_name(action.topic),
+        catalog=catalog.name if catalog is not None else None,
+        catalog_properties=tuple(sorted(catalog.properties.items())) if catalog is not None else (),
+    )
+
+
+def table_request(
+    action: TableAction, cluster: KafkaClusterConfig
+) -> ExportRequest | TableMaintenanceRequest:
+    """The export (Spark engine: the cluster's jobs.sparkMaster and sparkConf) or the maintenance run."""
+    if action.kind == "export":
+        jobs = cluster.jobs
+        return ExportRequest(
+            topic=action.topic,
+            remote=remote_tier(cluster),
+            table=table_target(action),
+            isolation=action.table.isolation,
+            spark_master=jobs.spark_master or None,
+            spark_conf=tuple(sorted(jobs.spark_conf.items())),
+        )
+    maintenance = action.table.maintenance
+    return TableMaintenanceRequest(
+        remote=remote_tier(cluster),
+        table=table_target(action),
+        keep_snapshots=maintenance.keep_snapshots,
+        snapshot_max_age_ms=maintenance.snapshot_max_age_seconds * 1000,
+        orphan_min_age_ms=maintenance.orphan_min_age_seconds * 1000,
+        compact_min_files=maintenance.compact_min_files,
     )

@@ -148,3 +148,33 @@ def decode_cleanup(text: str) -> tuple[dict[str, Any] | None, str | None]:
         "bytes_deleted": document.get("bytes_deleted", 0),
     }
     return report, None
+
+
+def encode_table(kind: str, report: Mapping[str, Any] | None, failure: str | None = None) -> str:
+    """The result of an export (``kind`` "export") or table maintenance ("maintain") run: its summary,
+    or its failure. Next offsets of very many partitions are dropped to fit (the status keeps the last)."""
+    document: dict[str, Any] = {"v": VERSION, "kind": kind}
+    if failure is not None or report is None:
+        document["failure"] = _cut(failure or "no result")
+        return json.dumps(document, separators=(",", ":"))
+    document["report"] = {k: v for k, v in report.items() if v is not None}
+    text = json.dumps(document, separators=(",", ":"), default=str)
+    if len(text) > LIMIT:
+        document["report"].pop("next_offsets", None)
+        document["truncated"] = True
+        text = json.dumps(document, separators=(",", ":"), default=str)
+    return text
+
+
+def decode_table(kind: str, text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``encode_table``'s report, or why there is none (an unreadable result is a failed run)."""
+    try:
+        document = json.loads(text)
+        if not isinstance(document, dict) or document.get("v") != VERSION or document.get("kind") != kind:
+            raise ValueError(f"not a Tierkeeper {kind} result")
+    except ValueError as exc:
+        return None, f"the Job left no readable result ({_cut(str(exc))})"
+    if document.get("failure"):
+        return None, str(document["failure"])
+    report = document.get("report")
+    return (report if isinstance(report, dict) else None), None

@@ -44,6 +44,7 @@ from storage_core.reconcile.observed import (
     observe_topics,
 )
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan, plan
+from storage_core.reconcile.tables import TableAction
 
 Clock = Callable[[], datetime.datetime]
 Observation = tuple[KafkaTopic | None, str | None]
@@ -159,6 +160,15 @@ class CleanupOutcome:
     job: str | None = None
 
 
+@dataclass(frozen=True)
+class TableOutcome:
+    report: Mapping[str, Any] | None = None
+    """The export's or the maintenance run's ``--json`` summary (or a Job's result decoded); None when
+    the run failed."""
+    failure: str | None = None
+    job: str | None = None
+
+
 class Executor(Protocol):
     """Carries out a round's actions. An outcome returned is folded in at once; None means the action was
     started and its outcome is folded by a later round (a Kubernetes Job)."""
@@ -166,6 +176,8 @@ class Executor(Protocol):
     def copy(self, action: CopyAction) -> CopyOutcome | None: ...
 
     def cleanup(self, action: CleanupAction) -> CleanupOutcome | None: ...
+
+    def table(self, action: TableAction) -> TableOutcome | None: ...
 
 
 @dataclass
@@ -222,6 +234,18 @@ def fold_cleanup(
         )
 
 
+def fold_table(
+    statuses: Statuses, key: str, kind: str, outcome: TableOutcome, now: datetime.datetime
+) -> None:
+    """Fold an export's (``kind`` "export") or a table maintenance run's outcome into the TieredTopic's
+    status."""
+    status = statuses.topics.get(key)
+    if status is None:
+        return
+    after = outcomes.topic_after_export if kind == "export" else outcomes.topic_after_maintenance
+    statuses.topics[key] = after(status, outcome.report, now, job=outcome.job, failure=outcome.failure)
+
+
 @dataclass
 class Executed:
     """What a round planned and ran: the last plan (the statuses the round ends with), the actions
@@ -230,6 +254,7 @@ class Executed:
     plan: Plan
     copies: list[CopyAction] = field(default_factory=list)
     cleanups: list[CleanupAction] = field(default_factory=list)
+    tables: list[TableAction] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
 
@@ -244,9 +269,10 @@ def execute(
     keep: Callable[[Plan], None],
 ) -> Executed:
     """Plan, hand the copies to ``executor``, plan again if any outcome came back (cleanups follow the
-    copies they trim behind), hand the cleanups over, and plan once more for the statuses the round ends
-    with. ``keep`` stores a plan's statuses into ``statuses`` (the caller may merge in what the planner
-    does not decide, e.g. a broker's rebuild)."""
+    copies they trim behind), hand the cleanups over, plan again, hand the table runs over (an export
+    follows the copies it exports), and plan once more for the statuses the round ends with. ``keep``
+    stores a plan's statuses into ``statuses`` (the caller may merge in what the planner does not
+    decide, e.g. a broker's rebuild)."""
 
     def replan() -> Plan:
         planned = plan(
@@ -278,7 +304,15 @@ def execute(
         if cleaned is not None:
             fold_cleanup(statuses, [cleanup.topic_key], cleaned, clock())
             folded = True
-    if folded:
-        done.plan = replan()
-        done.events.extend(e for e in done.plan.events if e not in done.events)
+    # Exports follow the copies and cleanups of the round: an AfterCopy table sees what they tiered.
+    after_cleanups = replan() if folded else after_copies
+    folded = False
+    for table in after_cleanups.tables:
+        done.tables.append(table)
+        ran = executor.table(table)
+        if ran is not None:
+            fold_table(statuses, table.topic_key, table.kind, ran, clock())
+            folded = True
+    done.plan = replan() if folded else after_cleanups
+    done.events.extend(e for e in done.plan.events if e not in done.events)
     return done

@@ -182,6 +182,29 @@ def open_table(
     return table
 
 
+def load_existing(target: StorageSpec, table_name: str, catalog: CatalogConfig | None) -> Table:
+    """The table at ``target`` (or named ``table_name`` in ``catalog``), which must exist; its FileIO
+    writes through ``target``. For maintenance, which never creates a table."""
+    identifier = tuple(table_name.split("."))
+    if catalog is None:
+        table = EmbeddedCatalog(target).load(identifier)
+        if table is None:
+            raise ConfigError(f"no Iceberg table at {target.url} (no metadata/v<N>.metadata.json)")
+        return table
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        loaded = load_catalog(catalog.name, **catalog.properties).load_table(identifier)
+    except (ValueError, NotImplementedError) as exc:
+        raise ConfigError(f"catalog {catalog.name}: {exc}") from None
+    except NoSuchTableError:
+        raise ConfigError(f"catalog {catalog.name} has no table {table_name}") from None
+    if loaded.metadata.location.rstrip("/") != target.url.rstrip("/"):
+        raise ConfigError(f"table {table_name} is at {loaded.metadata.location}, not at --to {target.url}")
+    return Table(identifier, loaded.metadata, loaded.metadata_location, StoreFileIO(target), loaded.catalog)
+
+
 def _open_configured(
     target: StorageSpec, topic: str, topic_id: str, identifier: tuple[str, ...], config: CatalogConfig
 ) -> Table:

@@ -28,6 +28,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from storage_core.api.resources import default_table_name as default_table_name
 from storage_core.errors import ConfigError
 
 NEXT_OFFSETS = "tierkeeper.next-offsets"
@@ -71,12 +72,6 @@ TABLE_PROPERTIES = {
     # split and day, up to this size.
     "write.target-file-size-bytes": str(512 << 20),
 }
-
-
-def default_table_name(topic: str) -> str:
-    """``tierkeeper.<topic>`` with the characters catalogs refuse in a name made ``_``."""
-    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in topic)
-    return f"tierkeeper.{safe}"
 
 
 def summary_properties(topic: str, topic_id: str, next_offsets: dict[int, int]) -> dict[str, str]:

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from storage_core.api.parse import parse_spec
-from storage_core.api.resources import CopyPolicy, LogDirLocation, ReplicaFetchers, TieredTopicSpec
+from storage_core.api.resources import CopyPolicy, LogDirLocation, ReplicaFetchers, TableSpec, TieredTopicSpec
 from storage_core.api.rules import ApiModel, Rule
 from storage_core.api.tiered_cluster import TieredClusterSpec
 
@@ -34,6 +34,10 @@ CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
     (CopyPolicy, {"intervalSeconds": 60}, True),
     (CopyPolicy, {"schedule": "*/5 * * * *"}, True),
     (CopyPolicy, {"schedule": "*/5 * * * *", "intervalSeconds": 60}, False),
+    (TableSpec, {"location": "s3://lake/t"}, True),
+    (TableSpec, {"location": "s3://lake/t", "trigger": "Interval", "intervalSeconds": 600}, True),
+    (TableSpec, {"location": "s3://lake/t", "trigger": "AfterCopy", "intervalSeconds": 600}, False),
+    (TableSpec, {"location": "s3://lake/t", "intervalSeconds": 600}, False),
     (ReplicaFetchers, {}, True),
     (ReplicaFetchers, {"mode": "fixed"}, False),
     (ReplicaFetchers, {"mode": "fixed", "value": 4}, True),

@@ -101,6 +101,45 @@ def test_cleanup_job_manifest() -> None:
     assert json.loads(job["metadata"]["annotations"][ANNOTATION_WORK]) == [["kafka/orders", "orders", []]]
 
 
+@pytest.mark.parametrize("kind", ["export", "maintain"])
+def test_table_job_manifest_gets_the_catalog_secret_only_as_environment(kind: str) -> None:
+    from storage_core.reconcile.results import decode_table, encode_table
+    from storage_core.reconcile.tables import TableAction
+    from tierkeeper_operator.jobs import table_job
+
+    spec = TieredTopicSpec.model_validate(
+        {
+            "clusterRef": {"name": "c"},
+            "topic": "orders",
+            "table": {
+                "location": "s3://b/tables/orders",
+                "catalog": {
+                    "name": "lake",
+                    "properties": {"type": "rest"},
+                    "secretRef": {"name": "lake-cat"},
+                },
+            },
+        }
+    )
+    assert spec.table is not None
+    action = TableAction(kind, "c", "kafka/orders", "orders", spec.table)  # type: ignore[arg-type]
+    job = table_job(action, CLUSTER, Owner("TieredTopic", "orders", "kafka", "u"), "r")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    verb = {"export": "export", "maintain": "table-maintenance"}[kind]
+    assert container["args"][0] == verb and job["metadata"]["labels"][LABEL_KIND] == verb
+    assert {"secretRef": {"name": "lake-cat"}} in container["envFrom"]  # pyiceberg's PYICEBERG_CATALOG__...
+    assert {"secretRef": {"name": "s3"}} in container["envFrom"]  # the table is on the tier's store
+    assert "lake-cat" not in " ".join(container["args"])
+    assert container["args"][container["args"].index("--table") + 1] == "tierkeeper.orders"
+    assert json.loads(job["metadata"]["annotations"][ANNOTATION_WORK]) == [["kafka/orders", "orders", []]]
+    # What the Job leaves as its termination message reads back, success or failure.
+    report = {"snapshot_id": 7, "next_offsets": {str(p): 10**12 for p in range(500)}}
+    decoded, failure = decode_table(kind, encode_table(kind, report))
+    assert failure is None and decoded is not None and decoded["snapshot_id"] == 7
+    assert "next_offsets" not in decoded and len(encode_table(kind, report)) <= 4096  # cut to fit
+    assert decode_table(kind, encode_table(kind, None, "catalog lake: 403")) == (None, "catalog lake: 403")
+
+
 def test_job_state_and_termination_message() -> None:
     assert job_state({"status": {}}) == "Running"
     assert job_state({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}) == "Succeeded"

@@ -288,3 +288,47 @@ def test_the_same_cleanup_outcome_folds_alike_and_only_the_current_incarnation_c
     assert fold(decoded) == fold(report)
     (tier,) = fold(report).remote.partitions  # type: ignore[union-attr]
     assert (tier.start_offset, tier.segments, tier.bytes) == (200, 3, 300)
+
+
+TABLE_TOPIC = TieredTopicSpec.model_validate(
+    {
+        "clusterRef": {"name": "c"},
+        "topic": "orders.v1",
+        "table": {
+            "location": "s3://bucket/tables/orders",
+            "catalog": {"name": "lake", "properties": {"type": "rest", "uri": "https://cat"}},
+            "isolation": "read_uncommitted",
+            "maintenance": {"keepSnapshots": 3, "compactMinFiles": 4},
+        },
+    }
+)
+
+
+@pytest.mark.parametrize("kind", ["export", "maintain"])
+@pytest.mark.parametrize("with_catalog", [False, True])
+def test_a_table_request_parses_back_into_the_in_process_inputs(kind: str, with_catalog: bool) -> None:
+    from storage_core.cli.export import catalog_config, target_options
+    from storage_core.jobs.table_runs import export_inputs, maintenance_inputs
+    from storage_core.reconcile.requests import table_request
+    from storage_core.reconcile.tables import TableAction
+
+    assert TABLE_TOPIC.table is not None
+    spec = TABLE_TOPIC.table if with_catalog else TABLE_TOPIC.table.model_copy(update={"catalog": None})
+    config = cluster(False, sparkMaster="spark://m:7077", sparkConf={"b": "2"})
+    request = table_request(TableAction(kind, "c", "kafka/orders", "orders.v1", spec), config)  # type: ignore[arg-type]
+    assert round_trip(request) == request
+    args = parsed(job_args(request))
+    options = dict(request.remote.storage_options)
+    assert target_options(args, storage_options(args)) == options  # same scheme: the tier's options
+    if kind == "export":
+        source, target, opts, name, catalog = export_inputs(request, options)  # type: ignore[arg-type]
+        assert (args.format, args.topic, args.isolation) == ("iceberg", "orders.v1", "read_uncommitted")
+        assert (target.url, target.options, name) == (args.to, options, "tierkeeper.orders_v1")
+        assert (str(opts.isolation.value), args.spark_master) == ("read_uncommitted", "spark://m:7077")
+    else:
+        target, name, catalog, maintenance = maintenance_inputs(request, options, 0)  # type: ignore[arg-type]
+        assert (maintenance.keep_snapshots, maintenance.compact_min_files) == (3, 4)
+        assert (args.keep_snapshots, args.compact_min_files, args.orphan_min_age_ms) == (3, 4, 3 * 86_400_000)
+        assert (target.url, name) == ("s3://bucket/tables/orders", "tierkeeper.orders_v1")
+    assert catalog == catalog_config(args)
+    assert (catalog is not None) is with_catalog

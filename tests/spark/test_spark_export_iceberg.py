@@ -308,3 +308,39 @@ def test_a_configured_catalog_commits_the_table_and_refuses_a_stale_commit(
     _commit(fresh, [], summary_properties(topic, topic_id, summary.next_offsets))
     with pytest.raises(ExportConflict, match="another export committed first"):
         _commit(stale, [], summary_properties(topic, topic_id, summary.next_offsets))
+
+    # Maintenance commits through the catalog too; one that builds on a moved table is refused.
+    from storage_core.jobs.table_maintenance import (
+        MaintenanceConflict,
+        MaintenanceOptions,
+        compact,
+        remove_orphans,
+        run_table_maintenance,
+    )
+    from storage_core.spark.iceberg_catalog import load_existing
+
+    before_maintenance = load_existing(target, "kafka.txn", catalog)
+    now = int(time.time() * 1000)
+    keep_orphans = MaintenanceOptions(1, 0, 1 << 50, 2, now + 1)
+    done = run_table_maintenance(target, "kafka.txn", catalog, keep_orphans)
+    assert done.files_compacted >= 2 and done.expired_snapshots >= 1 and done.orphans_deleted == 0, done
+    table = SqlCatalog("lake", uri=uri).load_table("kafka.txn")
+    assert len(table.metadata.snapshots) == 1 and table.metadata.current_snapshot_id == done.snapshot_id
+    assert _rows_of(table.scan().to_arrow()) == _want(spark_dataset, file_tier, topic, 1)
+    data_files = {p for p in (tmp_path / "table" / "data").rglob("*") if p.is_file()}
+    with pytest.raises(MaintenanceConflict, match="another writer committed first"):
+        compact(before_maintenance, target, 2)
+    # Its new data files are deleted; the manifests pyiceberg wrote for the refused commit are orphans.
+    assert {p for p in (tmp_path / "table" / "data").rglob("*") if p.is_file()} == data_files
+    assert remove_orphans(load_existing(target, "kafka.txn", catalog), target, 0, now + 1) >= 2
+    table = SqlCatalog("lake", uri=uri).load_table("kafka.txn")
+    assert _rows_of(table.scan().to_arrow()) == _want(spark_dataset, file_tier, topic, 1)
+    rerun = run_export_iceberg(
+        tk_spark,
+        source,
+        target,
+        ScanOptions(storage=source, topic=topic, isolation=Isolation.READ_COMMITTED),
+        table_name="kafka.txn",
+        catalog=catalog,
+    )
+    assert rerun.records == 0 and rerun.next_offsets == summary.next_offsets  # the position survived
