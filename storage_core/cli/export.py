@@ -176,7 +176,9 @@ def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) 
         catalog = catalog_config(args)
         summary = _on_spark(
             args,
-            lambda spark: run_export_iceberg(spark, source, target, opts, table_name=args.table, catalog=catalog),
+            lambda spark: run_export_iceberg(
+                spark, source, target, opts, table_name=args.table, catalog=catalog
+            ),
         )
     except TierkeeperError as exc:
         if args.result_file:
