@@ -78,6 +78,10 @@ class ScanOptions:
     max_records_per_partition: int | None = None
     refresh_interval_ms: int = DEFAULT_REFRESH_INTERVAL_MS
     """Streaming: a trigger reuses the manifests read less than this long ago (no listing at all)."""
+    max_offsets_per_trigger: int | None = None
+    """Streaming: at most about this many offsets per micro-batch, prorated over partitions (Kafka's)."""
+    max_bytes_per_trigger: int | None = None
+    """Streaming: at most this many stored segment bytes per micro-batch (at least one segment)."""
 
 
 _KNOWN = {
@@ -99,6 +103,8 @@ _KNOWN = {
     "failondataloss",
     "maxbytespersplit",
     "manifestrefreshintervalms",
+    "maxoffsetspertrigger",
+    "maxbytespertrigger",
     "endpointurl",
     "region",
     "pathstyle",
@@ -110,9 +116,8 @@ _KNOWN = {
 _NOT_APPLICABLE = {
     "assign": "name the topic with option topic (every tiered partition is read; filter on partition)",
     "subscribepattern": "name one topic with option topic",
-    "maxoffsetspertrigger": "a micro-batch reads every newly tiered segment",
-    "minoffsetspertrigger": "a micro-batch reads every newly tiered segment",
-    "maxtriggerdelay": "a micro-batch reads every newly tiered segment",
+    "minoffsetspertrigger": "a micro-batch reads every newly tiered segment (maxOffsetsPerTrigger is honoured)",
+    "maxtriggerdelay": "a micro-batch reads every newly tiered segment (maxOffsetsPerTrigger is honoured)",
     "groupidprefix": "the remote tier is read without a consumer group",
     "fetchoffset.numretries": "offsets come from the remote tier's metadata, not from brokers",
     "fetchoffset.retryintervalms": "offsets come from the remote tier's metadata, not from brokers",
@@ -233,6 +238,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
     for key, name in _ENDINGS.items():
         if streaming and key in opts:
             raise ConfigError(f"option {name} is for batch queries only")
+    for key, name in _STREAM_ONLY.items():
+        if not streaming and key in opts:
+            raise ConfigError(f"option {name} is for streaming queries only")
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise ConfigError(
@@ -260,8 +268,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         min_partitions=_optional_int(opts, "minPartitions", minimum=1),
         max_records_per_partition=_optional_int(opts, "maxRecordsPerPartition", minimum=1),
         refresh_interval_ms=DEFAULT_REFRESH_INTERVAL_MS if refresh is None else refresh,
+        max_offsets_per_trigger=_optional_int(opts, "maxOffsetsPerTrigger", minimum=1),
+        max_bytes_per_trigger=_optional_int(opts, "maxBytesPerTrigger", minimum=1),
     )
 
+
+_STREAM_ONLY = {"maxoffsetspertrigger": "maxOffsetsPerTrigger", "maxbytespertrigger": "maxBytesPerTrigger"}
 
 _ENDINGS = {
     "endingoffsets": "endingOffsets",

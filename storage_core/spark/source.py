@@ -35,6 +35,7 @@ from storage_core.remote.layout import TopicPartitionId
 from storage_core.remote.metadata import Manifest
 from storage_core.remote.reader import ReadOptions, RemoteReader
 from storage_core.remote.scan_plan import PartitionWindow, ScanSplit, plan_partition, read_split
+from storage_core.spark.admission import Pending, admit
 from storage_core.spark.options import ScanOptions, parse_include_headers, parse_options
 from storage_core.spark.windows import Pruning, partition_window, plan_batch, topic_partitions
 
@@ -220,9 +221,23 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return out
 
     def latestOffset(self) -> dict[str, int]:
+        limited = self.opts.max_offsets_per_trigger is not None or self.opts.max_bytes_per_trigger is not None
+        if limited and not self._high:
+            # A new query: Spark asks for the latest offset before the initial one, and the first batch
+            # begins at the initial one. (A restart says where its checkpoint is first, through
+            # setLatestSeenOffset -> partitions(X, X); without that, a base below the checkpoint only
+            # gives one empty batch, see _plan.)
+            self.initialOffset()
         with _open_reader(self.opts) as reader:
             manifests = self._refresh(reader)
-        self._raise_high({p: m.end_offset + 1 for p, (_, m) in manifests.items() if m.end_offset is not None})
+        ends = {p: m.end_offset + 1 for p, (_, m) in manifests.items() if m.end_offset is not None}
+        if limited:
+            pending = {
+                p: _pending(manifests[p][1], self._high.get(p, manifests[p][1].start_offset or 0), end)
+                for p, end in ends.items()
+            }
+            ends = admit(pending, self.opts.max_offsets_per_trigger, self.opts.max_bytes_per_trigger)
+        self._raise_high(ends)
         return dict(self._high)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
@@ -299,6 +314,16 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to acknowledge: the remote tier is read, never consumed."""
         self._raise_high(end)
+
+
+def _pending(manifest: Manifest, start: int, end: int) -> Pending:
+    """[start, end) of a partition with the stored sizes of the segments serving it."""
+    segments = tuple(
+        (r.last_offset + 1, r.segment.size_bytes)
+        for r in manifest.cover().ranges
+        if r.last_offset >= start and r.first_offset < end
+    )
+    return Pending(start, max(start, end), segments)
 
 
 def _holes(manifest: Manifest, lo: int, hi: int) -> list[tuple[int, int]]:

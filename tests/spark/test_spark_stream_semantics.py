@@ -400,3 +400,63 @@ def test_several_incarnations_hint_names_the_topic_id_option(tmp_path: Path) -> 
     with RemoteReader(tier.store()) as reader, pytest.raises(ConfigError) as err:
         topic_partitions(reader, parse_options({"remote": tier.url, "topic": "orders"}))
     assert "option topicId" in str(err.value) and "--topic-id" not in str(err.value)
+
+
+# ---- 8. rate limits: maxOffsetsPerTrigger, maxBytesPerTrigger ---
+
+
+def _drain(reader: _StreamReader) -> list[dict[int, tuple[int, int]]]:
+    """Run triggers as Spark does (latest first, then the initial offset; each batch from the previous
+    end) until nothing is new: each batch's planned offsets."""
+    batches: list[dict[int, tuple[int, int]]] = []
+    start = None
+    for _ in range(200):
+        end = reader.latestOffset()
+        if start is None:
+            start = reader.initialOffset()
+        if end == start:
+            return batches
+        batches.append(_offsets_planned(reader.partitions(start, end)))
+        reader.commit(end)
+        start = end
+    raise AssertionError("the stream never caught up")
+
+
+def test_max_offsets_per_trigger_bounds_every_batch_and_reads_every_offset_once(
+    own_tier: Tier, tiered_topic: str
+) -> None:
+    reader = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxOffsetsPerTrigger="500")
+    batches = _drain(reader)
+    assert len(batches) >= 6, "3000 offsets in batches of about 500"
+    read: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    for batch in batches:
+        assert sum(hi - lo for lo, hi in batch.values()) <= 500 + 2
+        for p, window in batch.items():
+            read[p].append(window)
+    for p, windows in read.items():
+        assert windows[0][0] == 0 and windows[-1][1] == own_tier.remote_end(tiered_topic, p) + 1
+        assert all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False)), "gap or overlap"
+
+
+def test_max_bytes_per_trigger_takes_whole_segments_within_the_limit(
+    own_tier: Tier, tiered_topic: str
+) -> None:
+    sizes = {p: [m.size_bytes for m in _manifest(own_tier, tiered_topic, p)[1].segments] for p in (0, 1)}
+    limit = 3 * max(max(s) for s in sizes.values())
+    reader = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxBytesPerTrigger=str(limit))
+    batches = _drain(reader)
+    total = sum(sum(s) for s in sizes.values())
+    assert len(batches) >= total // limit
+    manifests = {p: _manifest(own_tier, tiered_topic, p)[1] for p in (0, 1)}
+    for batch in batches:
+        stored = sum(
+            m.size_bytes
+            for p, (lo, hi) in batch.items()
+            for m in manifests[p].segments
+            if m.end_offset >= lo and m.base_offset < hi
+        )
+        assert stored <= limit, "a batch read more stored bytes than maxBytesPerTrigger"
+    # A limit below one segment still moves: one segment per batch.
+    tiny = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxBytesPerTrigger="1")
+    first = tiny.partitions(tiny.initialOffset(), tiny.latestOffset())
+    assert len(first) == 1
