@@ -11,7 +11,11 @@ the limit is still read. A segment the batch starts in the middle of counts with
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Pending:
         return sum(size for _, size in self.segments)
 
 
-def admit(pending: dict[str, Pending], max_offsets: int | None, max_bytes: int | None) -> dict[str, int]:
+def admit(pending: dict[K, Pending], max_offsets: int | None, max_bytes: int | None) -> dict[K, int]:
     """Per partition, the end (exclusive) of the next micro-batch: at most ``end``, never below ``start``."""
     out = {p: pend.end if pend.offsets else pend.start for p, pend in pending.items()}
     if max_offsets is not None:
@@ -43,7 +47,7 @@ def admit(pending: dict[str, Pending], max_offsets: int | None, max_bytes: int |
     return {p: max(pending[p].start, end) for p, end in out.items()}
 
 
-def _by_offsets(pending: dict[str, Pending], ends: dict[str, int], limit: int) -> dict[str, int]:
+def _by_offsets(pending: dict[K, Pending], ends: dict[K, int], limit: int) -> dict[K, int]:
     total = sum(p.offsets for p in pending.values())
     if total <= limit:
         return ends
@@ -55,7 +59,7 @@ def _by_offsets(pending: dict[str, Pending], ends: dict[str, int], limit: int) -
     return out
 
 
-def _by_bytes(pending: dict[str, Pending], limit: int) -> dict[str, int]:
+def _by_bytes(pending: dict[K, Pending], limit: int) -> dict[K, int]:
     total = sum(p.bytes for p in pending.values())
     ends = {p: pend.end if pend.offsets else pend.start for p, pend in pending.items()}
     if total <= limit:
@@ -76,7 +80,7 @@ def _by_bytes(pending: dict[str, Pending], limit: int) -> dict[str, int]:
         # one segment, so the stream always moves.
         p, pend = max(
             ((p, pend) for p, pend in pending.items() if pend.segments and pend.offsets),
-            key=lambda item: (item[1].bytes, item[0]),
+            key=lambda item: item[1].bytes,
         )
         out[p] = min(pend.end, pend.segments[0][0])
     return out

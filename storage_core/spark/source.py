@@ -6,11 +6,11 @@ opens its own store from the picklable :class:`~storage_core.spark.options.Stora
 byte range and yields Arrow batches (formats/arrow_records.py), so no row passes through Python
 objects. Spark creates the SparkSession; nothing here does.
 
-Filter pushdown (Spark >= 4.1, ``spark.sql.python.filterPushdown.enabled=true``) is offered by
-:class:`TierkeeperPushdownDataSource`; Spark refuses a reader that implements ``pushFilters`` while the
-setting is off, so :class:`TierkeeperDataSource` does not, and :func:`register` picks the one that fits
-the session. Pushed filters on ``partition``, ``offset`` and ``timestamp`` prune partitions, segments
-and index entries; Spark still evaluates every filter on the rows, so pruning only has to be safe.
+Filter pushdown (Spark >= 4.1, ``spark.sql.python.filterPushdown.enabled=true``) works with the one
+:class:`TierkeeperDataSource`, the automatically registered one included (see :class:`_PushFilters`
+for how it passes Spark's check while the setting is off). Pushed filters on ``partition``, ``offset``
+and ``timestamp`` prune partitions, segments and index entries; Spark still evaluates every filter on
+the rows, so pruning only has to be safe.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from storage_core.errors import DataLossError
+from storage_core.errors import ConfigError, DataLossError
 from storage_core.remote.layout import TopicPartitionId
 from storage_core.remote.metadata import Manifest
 from storage_core.remote.reader import ReadOptions, RemoteReader
@@ -70,10 +70,35 @@ def _read(opts: ScanOptions, partition: SplitPartition) -> Iterator[pa.RecordBat
         yield from read_split(reader, partition.split, include_headers=opts.include_headers)
 
 
+class _PushFilters:
+    """The batch reader's ``pushFilters``, presented as DataSourceReader's own.
+
+    Spark refuses (DATA_SOURCE_PUSHDOWN_DISABLED) a reader whose ``pushFilters`` is not the base
+    class's while ``spark.sql.python.filterPushdown.enabled`` is off (its default), lest filters be
+    silently dropped; it recognizes the base method by ``__func__``. Dropping ours is harmless (they
+    only prune; Spark evaluates every filter on the rows), so the one source registered automatically
+    (``pyspark_tierkeeper``) prunes whenever the session enables pushdown and still reads when it does
+    not; only a pushdown-aware caller (Spark with the setting on) ever calls this."""
+
+    __func__ = DataSourceReader.pushFilters
+
+    def __init__(self, reader: _BatchReader) -> None:
+        self._reader = reader
+
+    def __call__(self, filters: list[Any]) -> Iterator[Any]:
+        self._reader.pruning = pruning_from_filters(filters)
+        # Every filter goes back to Spark as well: pruning is by whole index entries, not rows.
+        yield from filters
+
+
 class _BatchReader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, opts: ScanOptions) -> None:
         self.opts = opts
         self.pruning = Pruning()
+
+    @property
+    def pushFilters(self) -> _PushFilters:
+        return _PushFilters(self)
 
     def partitions(self) -> Sequence[InputPartition]:
         with _open_reader(self.opts) as reader:
@@ -162,94 +187,116 @@ def pruning_from_filters(filters: Sequence[Any]) -> Pruning:
     return Pruning(frozenset(partitions) if partitions is not None else None, lo, hi, ts_lo)
 
 
-class _PushdownBatchReader(_BatchReader):
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        self.pruning = pruning_from_filters(filters)
-        # Every filter goes back to Spark as well: pruning is by whole index entries, not rows.
-        yield from filters
+Key = tuple[str, int]
+"""(topic, partition): how the stream reader keys its offsets."""
+
+
+def offsets_json(offsets: dict[Key, int]) -> dict[str, dict[str, int]]:
+    """``{"topic": {"0": next offset}}``: Kafka's JSON, which Spark writes to the checkpoint."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
 
 
 class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
-    """Offsets are ``{"<partition>": next offset}``; the latest is each partition's remote end + 1, so a
-    newly tiered segment becomes the next micro-batch. Spark checkpoints the offsets, which is what makes
-    a restart read every record exactly once.
+    """Offsets are Kafka's JSON, ``{"topic": {"<partition>": next offset}}``; the latest is each
+    partition's remote end + 1, so a newly tiered segment becomes the next micro-batch. Spark
+    checkpoints the offsets, which is what makes a restart read every record exactly once.
 
-    As in the Kafka source: the starting options decide the initial offset only; a partition that
-    appears later is read from its first tiered offset; every planned range is checked for offsets the
-    remote tier no longer holds (``failOnDataLoss``); the latest offset never moves backwards (a
-    quarantined last segment must not make Spark commit a lower offset and read it again). Manifests are
-    refreshed at most once per ``manifestRefreshIntervalMs``: Spark asks for the latest offset every few
-    milliseconds when idle, and each refresh lists every partition of the topic."""
+    As in the Kafka source: the starting options decide the initial offset only; a partition (or, with
+    subscribePattern, a topic) that appears later is read from its first tiered offset; every planned
+    range is checked for offsets the remote tier no longer holds (``failOnDataLoss``); the latest offset
+    never moves backwards (a quarantined last segment must not make Spark commit a lower offset and read
+    it again); ``maxOffsetsPerTrigger`` / ``maxBytesPerTrigger`` bound what a batch reads. Manifests
+    are refreshed at most once per ``manifestRefreshIntervalMs``: Spark asks for the latest offset every
+    few milliseconds when idle, and each refresh lists every partition read."""
 
     def __init__(self, opts: ScanOptions, clock: Callable[[], float] = time.monotonic) -> None:
         self.opts = opts
         self._clock = clock
-        self._manifests: dict[str, tuple[TopicPartitionId, Manifest]] = {}
+        self._manifests: dict[Key, tuple[TopicPartitionId, Manifest]] = {}
         self._refreshed_at: float | None = None
-        self._high: dict[str, int] = {}
+        self._high: dict[Key, int] = {}
         """Per partition, the highest offset handed to (or received from) Spark: latest never goes below."""
-        self._read_to: dict[str, int] = {}
+        self._read_to: dict[Key, int] = {}
         """Per partition, a batch's start that was above its end (after a restart, the tier's end having
         gone back): every offset below it was read before, so the next batches begin there at least."""
 
+    def _keys(self, offsets: dict[str, Any]) -> dict[Key, int]:
+        """Spark's offsets (Kafka's JSON) keyed by (topic, partition). A flat ``{"0": n}`` is a checkpoint
+        written before offsets named their topic: it is the one topic's, or refused."""
+        if all(isinstance(v, dict) for v in offsets.values()):
+            return {(t, int(p)): int(o) for t, per in offsets.items() for p, o in per.items()}
+        if not self.opts.topic:
+            raise ConfigError(
+                "the checkpoint's offsets name no topic (written by an older tierkeeper for one topic): "
+                "subscribe to that one topic, or start a new checkpoint"
+            )
+        return {(self.opts.topic, int(p)): int(o) for p, o in offsets.items()}
+
     def _refresh(
         self, reader: RemoteReader, *, force: bool = False
-    ) -> dict[str, tuple[TopicPartitionId, Manifest]]:
+    ) -> dict[Key, tuple[TopicPartitionId, Manifest]]:
         now = self._clock()
         due = self._refreshed_at is None or (now - self._refreshed_at) * 1000 >= self.opts.refresh_interval_ms
         if force or due:
             self._manifests = {
-                str(tp.partition): (tp, reader.manifest(tp, refresh=True))
+                (tp.topic, tp.partition): (tp, reader.manifest(tp, refresh=True))
                 for tp in topic_partitions(reader, self.opts)
             }
             self._refreshed_at = now
         return self._manifests
 
-    def _raise_high(self, offsets: dict[str, int]) -> None:
-        for p, offset in offsets.items():
-            self._high[p] = max(self._high.get(p, offset), offset)
+    def _raise_high(self, offsets: dict[Key, int]) -> None:
+        for key, offset in offsets.items():
+            self._high[key] = max(self._high.get(key, offset), offset)
 
-    def initialOffset(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def _initial(self) -> dict[Key, int]:
+        out: dict[Key, int] = {}
         with _open_reader(self.opts) as reader:
-            for p, (tp, manifest) in self._refresh(reader, force=True).items():
+            for key, (tp, manifest) in self._refresh(reader, force=True).items():
                 if manifest.start_offset is None or manifest.end_offset is None:
                     continue
                 window = partition_window(reader, self.opts, tp, manifest, Pruning())
-                out[p] = window.start if window is not None else manifest.end_offset + 1
+                out[key] = window.start if window is not None else manifest.end_offset + 1
         self._raise_high(out)
         return out
 
-    def latestOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        return offsets_json(self._initial())
+
+    def latestOffset(self) -> dict[str, dict[str, int]]:
         limited = self.opts.max_offsets_per_trigger is not None or self.opts.max_bytes_per_trigger is not None
         if limited and not self._high:
             # A new query: Spark asks for the latest offset before the initial one, and the first batch
             # begins at the initial one. (A restart says where its checkpoint is first, through
             # setLatestSeenOffset -> partitions(X, X); without that, a base below the checkpoint only
             # gives one empty batch, see _plan.)
-            self.initialOffset()
+            self._initial()
         with _open_reader(self.opts) as reader:
             manifests = self._refresh(reader)
-        ends = {p: m.end_offset + 1 for p, (_, m) in manifests.items() if m.end_offset is not None}
+        ends = {k: m.end_offset + 1 for k, (_, m) in manifests.items() if m.end_offset is not None}
         if limited:
             pending = {
-                p: _pending(manifests[p][1], self._high.get(p, manifests[p][1].start_offset or 0), end)
-                for p, end in ends.items()
+                k: _pending(manifests[k][1], self._high.get(k, manifests[k][1].start_offset or 0), end)
+                for k, end in ends.items()
             }
             ends = admit(pending, self.opts.max_offsets_per_trigger, self.opts.max_bytes_per_trigger)
         self._raise_high(ends)
-        return dict(self._high)
+        return offsets_json(self._high)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        self._raise_high(end)
-        self._raise_high(start)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin_at, end_at = self._keys(start), self._keys(end)
+        self._raise_high(end_at)
+        self._raise_high(begin_at)
         out: list[InputPartition] = []
         with _open_reader(self.opts) as reader:
             manifests = self._manifests
-            if any(p not in manifests for p in end):
+            if any(k not in manifests for k in end_at):
                 manifests = self._refresh(reader, force=True)
-            for p, stop in sorted(end.items(), key=lambda item: int(item[0])):
-                planned = self._plan(reader, manifests.get(p), p, start.get(p), stop)
+            for key, stop in sorted(end_at.items()):
+                planned = self._plan(reader, manifests.get(key), key, begin_at.get(key), stop)
                 out.extend(SplitPartition(s) for s in planned)
         return out
 
@@ -257,50 +304,50 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self,
         reader: RemoteReader,
         known: tuple[TopicPartitionId, Manifest] | None,
-        p: str,
+        key: Key,
         begin: int | None,
         stop: int,
     ) -> list[ScanSplit]:
-        """The splits of [begin, stop) of partition ``p``; every offset of it the tier does not hold is
+        """The splits of [begin, stop) of partition ``key``; every offset of it the tier does not hold is
         data loss (failOnDataLoss). ``begin`` None: a partition that appeared after the query started."""
         if begin is not None:
             if stop < begin:
                 # Only after a restart (latest never goes back in one reader): the tier's end went back
                 # below the checkpoint. Spark starts the next batch at ``stop``; [stop, begin) was read.
-                self._read_to[p] = max(begin, self._read_to.get(p, begin))
-            begin = max(begin, self._read_to.get(p, begin))
+                self._read_to[key] = max(begin, self._read_to.get(key, begin))
+            begin = max(begin, self._read_to.get(key, begin))
         manifest = known[1] if known is not None else None
         first = manifest.start_offset if manifest is not None else None
         last = manifest.end_offset if manifest is not None else None
         if known is None or manifest is None or first is None or last is None:
             if begin is not None and begin < stop:
-                self._data_loss(p, begin, stop, "the remote tier holds nothing of the partition now")
+                self._data_loss(key, begin, stop, "the remote tier holds nothing of the partition now")
             return []
         tp, after_last = known[0], last + 1
         if begin is None:
             # As the Kafka source does with an added partition: read from its start, which should be 0.
             if first > 0:
-                self._data_loss(p, 0, first, "a partition added after the query started begins there")
+                self._data_loss(key, 0, first, "a partition added after the query started begins there")
             begin = first
         if begin >= stop:
             return []
         if begin < first:
-            self._data_loss(p, begin, first, "deleted by remote retention or quarantined")
+            self._data_loss(key, begin, first, "deleted by remote retention or quarantined")
             begin = first
         if stop > after_last:
             self._data_loss(
-                p, max(begin, after_last), stop, "no longer at the remote tier's end (quarantined?)"
+                key, max(begin, after_last), stop, "no longer at the remote tier's end (quarantined?)"
             )
             stop = after_last
         for lo, hi in _holes(manifest, begin, stop):
-            self._data_loss(p, lo, hi, "a hole inside the remote tier (a quarantined or missing segment)")
+            self._data_loss(key, lo, hi, "a hole inside the remote tier (a quarantined or missing segment)")
         if begin >= stop:
             return []
         window = PartitionWindow(tp, begin, stop)
         return plan_partition(reader, manifest, window, max_split_bytes=self.opts.max_split_bytes)
 
-    def _data_loss(self, p: str, lo: int, hi: int, why: str) -> None:
-        what = f"{self.opts.topic}-{p}: offsets {lo}..{hi - 1} are not in the remote tier ({why})"
+    def _data_loss(self, key: Key, lo: int, hi: int, why: str) -> None:
+        what = f"{key[0]}-{key[1]}: offsets {lo}..{hi - 1} are not in the remote tier ({why})"
         if self.opts.fail_on_data_loss:
             raise DataLossError(
                 f"{what}; some data may have been lost. Set failOnDataLoss=false to skip them with a warning"
@@ -311,9 +358,9 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         assert isinstance(partition, SplitPartition)
         return _read(self.opts, partition)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to acknowledge: the remote tier is read, never consumed."""
-        self._raise_high(end)
+        self._raise_high(self._keys(end))
 
 
 def _pending(manifest: Manifest, start: int, end: int) -> Pending:
@@ -340,7 +387,8 @@ def _holes(manifest: Manifest, lo: int, hi: int) -> list[tuple[int, int]]:
 
 
 class TierkeeperDataSource(DataSource):  # type: ignore[misc]
-    """The remote tier of one topic as a DataFrame (batch and streaming), without filter pushdown."""
+    """The remote tier as a DataFrame (batch and streaming); pushed filters prune when the session
+    enables Python filter pushdown, and are simply left to Spark when it does not."""
 
     @classmethod
     def name(cls) -> str:
@@ -359,8 +407,5 @@ class TierkeeperDataSource(DataSource):  # type: ignore[misc]
         return _StreamReader(parse_options(self.options, streaming=True))
 
 
-class TierkeeperPushdownDataSource(TierkeeperDataSource):
-    """:class:`TierkeeperDataSource` plus ``pushFilters`` (needs spark.sql.python.filterPushdown.enabled)."""
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return _PushdownBatchReader(parse_options(self.options))
+TierkeeperPushdownDataSource = TierkeeperDataSource
+"""The name of the pushdown variant before one class served both (kept for existing code)."""

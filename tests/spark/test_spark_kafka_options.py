@@ -106,10 +106,6 @@ def test_subscribe_min_partitions_and_max_records_per_partition(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"subscribe": "a,b"}, "several topics"),
-        ({"topic": "t", "subscribe": "t"}, "not both"),
-        ({"topic": "t", "assign": '{"t": [0]}'}, "option assign of the Kafka source does not apply"),
-        ({"topic": "t", "subscribePattern": "t.*"}, "subscribepattern"),
         ({"topic": "t", "maxOffsetsPerTrigger": "10"}, "streaming queries only"),
         ({"topic": "t", "minOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger is honoured"),
         ({"topic": "t", "kafka.bootstrap.servers": "b:9092"}, "not from brokers"),
