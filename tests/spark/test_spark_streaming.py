@@ -1,5 +1,6 @@
 """spark.readStream.format("tierkeeper"): segments tiered after the query started arrive as new
-micro-batches, and a query restarted from its checkpoint writes every record exactly once."""
+micro-batches, a query restarted from its checkpoint writes every record exactly once, and
+maxOffsetsPerTrigger bounds every batch (Trigger.AvailableNow included: one bounded batch)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     copy_to(tier, spark_dataset, kafka_broker, [topic])
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
-    def start() -> Any:
+    def start(limit: int | None = None, available_now: bool = False) -> Any:
         stream = (
             tk_spark.readStream.format("tierkeeper")
             .option("topic", topic)
@@ -57,14 +58,19 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
         )
         for key, value in tier.df_options.items():
             stream = stream.option(key, value)
-        return (
+        if limit is not None:
+            stream = stream.option("maxOffsetsPerTrigger", str(limit))
+        writer = (
             stream.load()
             .select("partition", "offset")
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
-            .start()
         )
+        return (writer.trigger(availableNow=True) if available_now else writer).start()
+
+    def batch_rows(query: Any) -> list[int]:
+        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
     def written() -> list[tuple[int, int]]:
         rows = tk_spark.read.parquet(str(out)).collect()
@@ -83,10 +89,10 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     second = written()
     assert len(second) == len(set(second)) and set(second) == _tiered_offsets(tier, topic)
     assert len(second) > len(first)
-    # Stopped; more data is tiered; the restarted query resumes from its checkpoint.
+    # Stopped; more data is tiered; the restarted query resumes from its checkpoint, 500 offsets a batch.
     _produce(spark_dataset.bootstrap, topic, 6000, 2000)
     copy_to(tier, spark_dataset, kafka_broker, [topic])
-    query = start()
+    query = start(limit=500)
     try:
         query.processAllAvailable()
     finally:
@@ -95,3 +101,13 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     assert len(third) == len(set(third)), "a record was written twice"
     assert set(third) == _tiered_offsets(tier, topic)
     assert len(third) > len(second)
+    rows = batch_rows(query)
+    assert sum(rows) == len(third) - len(second) and len(rows) >= 3 and max(rows) <= 500 + 2, rows
+    # Trigger.AvailableNow with a limit: one bounded batch, then the run ends; the next run continues.
+    _produce(spark_dataset.bootstrap, topic, 8000, 2000)
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    query = start(limit=300, available_now=True)
+    assert query.awaitTermination(600) and query.exception() is None
+    fourth = written()
+    assert len(fourth) == len(set(fourth)) and 0 < len(fourth) - len(third) <= 300 + 2
+    assert batch_rows(query) == [len(fourth) - len(third)]
