@@ -222,6 +222,9 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._read_to: dict[Key, int] = {}
         """Per partition, a batch's start that was above its end (after a restart, the tier's end having
         gone back): every offset below it was read before, so the next batches begin there at least."""
+        self._based = False
+        """Whether the next batch's start is known: the initial offsets were computed, or Spark named a
+        start (a restart's checkpoint through partitions)."""
 
     def _keys(self, offsets: dict[str, Any]) -> dict[Key, int]:
         """Spark's offsets (Kafka's JSON) keyed by (topic, partition). A flat ``{"0": n}`` is a checkpoint
@@ -261,6 +264,7 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 window = partition_window(reader, self.opts, tp, manifest, Pruning())
                 out[key] = window.start if window is not None else manifest.end_offset + 1
         self._raise_high(out)
+        self._based = True
         return out
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
@@ -268,7 +272,7 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def latestOffset(self) -> dict[str, dict[str, int]]:
         limited = self.opts.max_offsets_per_trigger is not None or self.opts.max_bytes_per_trigger is not None
-        if limited and not self._high:
+        if limited and not self._based:
             # A new query: Spark asks for the latest offset before the initial one, and the first batch
             # begins at the initial one. (A restart says where its checkpoint is first, through
             # setLatestSeenOffset -> partitions(X, X); without that, a base below the checkpoint only
@@ -288,6 +292,7 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin_at, end_at = self._keys(start), self._keys(end)
+        self._based = True
         self._raise_high(end_at)
         self._raise_high(begin_at)
         out: list[InputPartition] = []
