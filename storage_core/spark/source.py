@@ -80,7 +80,7 @@ class _PushFilters:
     (``pyspark_tierkeeper``) prunes whenever the session enables pushdown and still reads when it does
     not; only a pushdown-aware caller (Spark with the setting on) ever calls this."""
 
-    __func__ = DataSourceReader.pushFilters
+    __func__ = staticmethod(DataSourceReader.pushFilters)  # read through an instance: the plain function
 
     def __init__(self, reader: _BatchReader) -> None:
         self._reader = reader
