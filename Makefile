@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: test check stress-test demo setup harness lint format crds chart docs manifests constraints images clean
+.PHONY: test check campaign stress-test demo setup harness lint format crds chart docs manifests constraints images clean
 
 setup: $(STAMP)
 
@@ -84,6 +84,12 @@ IMAGE_TAG ?= 0.1.0
 images:
 	docker build --target operator -t $(IMAGE_REPO)/operator:$(IMAGE_TAG) .
 	docker build --target pipeline -t $(IMAGE_REPO)/pipeline:$(IMAGE_TAG) .
+
+# The end-to-end fault campaign (docs/reliability.md); CI runs two rounds of it inside `make test`.
+ROUNDS ?= 10
+SEED ?= 1
+campaign: harness
+	PYTHONPATH=tests $(PY) -m campaign.runner --rounds $(ROUNDS) --seed $(SEED) --workdir .campaign/seed-$(SEED) --report .campaign/report.jsonl
 
 demo: harness
 	PYTHONPATH=tests $(PY) examples/demo.py

@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import ReplicaFetchers
 from storage_core.fetchers.model import Assignment
 from storage_core.fetchers.placement import random_placement, round_robin_placement
@@ -27,6 +28,12 @@ from storage_core.jobs.fetcher_changes import BrokerFetchers, FetcherChanges
 
 PLAN_BUDGET_SECONDS = 5.0
 OPERATOR_BUDGET_SECONDS = 2.0
+# The cluster the operator round's step requests would name (no step is taken: nothing is approved).
+CLUSTERS = {
+    "big": KafkaClusterConfig.model_validate(
+        {"name": "big", "bootstrapServers": "big:9092", "remote": {"url": "memory://big"}}
+    )
+}
 
 
 def line_topology() -> Assignment:
@@ -195,7 +202,9 @@ def bench_operator(seed: int) -> bool:
         items = [BrokerFetchers(f"kafka/broker-{b}", "big", b, spec, None) for b in brokers]
         timings = []
         for _ in range(3):
-            changes = FetcherChanges(lambda _name: observed, lambda: now, steps_per_round=1)
+            changes = FetcherChanges(
+                lambda _name: observed, lambda: now, clusters=CLUSTERS, steps_per_round=1
+            )
             start = time.perf_counter()
             outcomes = changes.run(items)
             timings.append(time.perf_counter() - start)

@@ -44,6 +44,8 @@ POINTS: dict[str, str] = {
     "recover.chunk.produced": "recover: a chunk produced in an open transaction, not yet committed",
     "recover.chunk.committed": "recover: a chunk's transaction committed with its progress",
     "scrub.quarantine.marked": "scrub: QUARANTINED markers of a partition written, manifest not rewritten",
+    "export.iceberg.split.written": "export iceberg: a task stored one split's data files, nothing committed",
+    "export.iceberg.committing": "export iceberg: every data file of the run stored, no snapshot committed",
     "cleanup.trim.recorded": "local trim offset recorded in partition-state.json, DeleteRecords not sent",
     # Passed by every verb (copy, read, cleanup, rebuild, recover...): pick the n-th request to crash there.
     "store.request": "a remote-store operation is about to be sent (adapters.store), once per operation",

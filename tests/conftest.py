@@ -18,6 +18,7 @@ from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
 from harness.s3_faults import FaultPlan, FaultProxy
 from harness.spark import local_session
+from harness.spark_iceberg import runtime_jars
 from harness.spark_kafka import connector_jars
 
 # ---- the fast lane (`make check`) -------------------------------------------------------------------------
@@ -31,6 +32,7 @@ HEAVY_SOURCE = (
     "KafkaCluster(",
     "local_session(",
     "ControlPlane(",
+    "CampaignSystem.start(",
     '"--engine", "spark"',
     "--spark-master",
     "spark_session(",
@@ -138,8 +140,9 @@ def s3_bucket(moto_server: MotoServer) -> Iterator[tuple[str, dict[str, Any]]]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    # Spark's own Kafka source is on the classpath so tests can read a topic through format("kafka") too.
-    session = local_session(tmp_path_factory.mktemp("spark"), jars=connector_jars())
+    # Spark's own Kafka source is on the classpath so tests can read a topic through format("kafka") too,
+    # and Iceberg's Spark runtime so they can read exported tables through format("iceberg").
+    session = local_session(tmp_path_factory.mktemp("spark"), jars=[*connector_jars(), *runtime_jars()])
     try:
         yield session
     finally:

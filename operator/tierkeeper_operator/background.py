@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage_core.api.cluster import KafkaClusterConfig
+from tierkeeper_operator.gateway_objects import GatewaySettings
 from tierkeeper_operator.loop import Reconciler
 from tierkeeper_operator.metrics import Metrics
 from tierkeeper_operator.peering import PeeringConfig, PeeringGate
@@ -142,6 +143,8 @@ class RoundsOptions:
     """Per-topic labels on the tiered-bytes and lag metrics (opt-in: one series per topic)."""
     kafka_config_dirs: Mapping[str, Path] = field(default_factory=dict)
     """Cluster name -> where its clientConfigSecretRef Secret is mounted (the operator's own clients)."""
+    gateway_settings: GatewaySettings | None = None
+    """What every TieredCluster's gateway gets from the operator's configuration (ServiceMonitors)."""
 
 
 def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOptions) -> Rounds:
@@ -176,7 +179,9 @@ def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOpti
         metrics=metrics,
         identity=options.identity,
         kafka_config_dirs=options.kafka_config_dirs,
+        gateway_settings=options.gateway_settings,
     )
     wakeups = Wakeups()
     SpecWatch(kube, wakeups).start()
+    SpecWatch(kube, wakeups, "tieredclusters", full_rounds=True).start()
     return Rounds(reconciler, options.interval, gate, ready, wakeups=wakeups).start()

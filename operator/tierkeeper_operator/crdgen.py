@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from storage_core.api import GROUP, VERSION
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
+from storage_core.api.tiered_cluster import TieredClusterSpec, TieredClusterStatus
 from tierkeeper_operator.peering import PEERING_GROUP, PEERING_VERSION
 
 GITOPS_ANNOTATIONS = {
@@ -66,6 +67,7 @@ _KEY_ORDER = (
     "items",
     "additionalProperties",
     "x-kubernetes-validations",
+    "x-kubernetes-preserve-unknown-fields",
 )
 _DROPPED_KEYS = frozenset({"title", "$defs", "default"})
 
@@ -140,6 +142,32 @@ KINDS: tuple[ResourceKind, ...] = (
             _AGE,
         ),
     ),
+    ResourceKind(
+        kind="TieredCluster",
+        plural="tieredclusters",
+        singular="tieredcluster",
+        short_names=("tcluster",),
+        spec_model=TieredClusterSpec,
+        status_model=TieredClusterStatus,
+        columns=(
+            PrinterColumn(
+                "Kafka", ".status.kafka.bootstrapServers", description="The bootstrap address in use."
+            ),
+            PrinterColumn("Remote", ".spec.remote.url", description="The remote tier's root."),
+            PrinterColumn(
+                "Gateway", ".status.gateway.bootstrap", description="Where clients read the tiered history."
+            ),
+            PrinterColumn(
+                "Ready",
+                '.status.conditions[?(@.type=="Ready")].status',
+                description="True once Kafka and the remote tier are reachable.",
+            ),
+            PrinterColumn(
+                "Status", ".status.message", priority=1, description="The state, or what is wrong."
+            ),
+            _AGE,
+        ),
+    ),
 )
 
 
@@ -188,6 +216,8 @@ def structural(node: Mapping[str, Any], defs: Mapping[str, Any], where: str = ""
             # Structural schemas forbid `additionalProperties: false`; unknown fields are pruned instead.
             if isinstance(value, Mapping):
                 out[key] = structural(value, defs, f"{where}{{}}")
+            elif value is True:  # a free-form map (dict[str, Any]): kept as written, not pruned
+                out["x-kubernetes-preserve-unknown-fields"] = True
         else:
             out[key] = value
     if nullable:

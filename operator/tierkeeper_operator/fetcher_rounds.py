@@ -55,12 +55,16 @@ class FetcherRounds:
         *,
         admin_factory: Callable[[str, dict[str, str]], Any] | None = None,
         kafka_config_dirs: Mapping[str, Path] | None = None,
+        secret_reader: Callable[[str], dict[str, str] | None] | None = None,
     ) -> None:
         self.kube = kube
         self.clusters = clusters
         self.clock = clock
         self.metrics = metrics
-        self._admin_for = ClusterClients(clusters, kafka_config_dirs or {}, admin_factory or fetcher_admin)
+        self._config_dirs = dict(kafka_config_dirs or {})
+        self._admin_for = ClusterClients(
+            clusters, self._config_dirs, admin_factory or fetcher_admin, secret_reader
+        )
 
     def run(
         self,
@@ -101,7 +105,14 @@ class FetcherRounds:
             )
         if not items:
             return
-        outcomes = FetcherChanges(self._admin_for, self.clock, steps_per_round=1).run(items)
+        changes = FetcherChanges(
+            self._admin_for,
+            self.clock,
+            clusters=self.clusters,
+            config_dirs=self._config_dirs,
+            steps_per_round=1,
+        )
+        outcomes = changes.run(items)
         now = self.clock()
         for item in items:
             outcome = outcomes[item.key]
@@ -134,7 +145,7 @@ class FetcherRounds:
             self.metrics.fetcher_proposal_pending_seconds.labels(**labels).set(
                 _pending_seconds(outcome.status, now)
             )
-            self.metrics.fetcher_steps.inc(len(outcome.steps_set))
+            self.metrics.fetcher_steps.inc(len(outcome.steps))
 
     def _clear_annotation(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]

@@ -33,6 +33,7 @@ from storage_core.api.resources import TieredBrokerSpec
 from storage_core.api.status import ResourceStatus
 from storage_core.reconcile.conditions import Health, conditions_for, recorded_conditions
 from storage_core.reconcile.planner import admission
+from storage_core.reconcile.tiered_clusters import Directory, admitted
 from tierkeeper_operator.settings import apply_operator_settings
 
 if TYPE_CHECKING:
@@ -53,10 +54,20 @@ def status_patch(
     generation: int | None,
     status: Mapping[str, Any],
     now: datetime.datetime,
+    namespace: str = "",
+    where: Directory | None = None,
+    clusters_known: bool = True,
 ) -> tuple[dict[str, Any], Health]:
-    """The ``status`` fields to patch for the object as it is now, and the health they say."""
+    """The ``status`` fields to patch for the object as it is now, and the health they say. ``where``:
+    the TieredClusters in effect (a clusterRef naming one of another namespace is refused)."""
     parsed = parse_spec(model, spec)
+    if where is not None:
+        parsed = admitted(namespace, parsed, where)  # type: ignore[type-var]
     health = admission(parsed.value, parsed.problem, clusters)  # type: ignore[arg-type]
+    if health is not None and health.reason == "ClusterNotFound" and not clusters_known:
+        # At startup kopf resumes every TieredBroker before the first round has listed the TieredClusters:
+        # an unknown name then may be one not listed yet, and the round judges it a moment later.
+        return {}, Health(True, "Unchanged", "left to the reconcile round")
     previous = recorded_conditions(status)
     if health is None:
         if any(c.type == "Ready" for c in previous) and not any(c.type == "Stalled" for c in previous):
@@ -84,14 +95,18 @@ def _changed(
     **_: Any,
 ) -> None:
     generation = meta.get("generation")
+    rounds = memo.get("rounds")
     fields, health = status_patch(
         model,
         usable,
-        memo.get("clusters", {}),
+        memo.get("clusters", {}) if rounds is None else rounds.reconciler.clusters,
         spec,
         generation if isinstance(generation, int) else None,
         status,
         datetime.datetime.now(datetime.UTC),
+        str(meta.get("namespace") or ""),
+        None if rounds is None else rounds.reconciler.cluster_rounds.directory,
+        rounds is None or rounds.reconciler.cluster_rounds.resolved,
     )
     if fields:
         patch.setdefault("status", {}).update(fields)
@@ -110,7 +125,8 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     """A registry holding every Tierkeeper handler and one login handler.
 
-    ``clusters``: the cluster configurations (by name) that clusterRef names resolve against.
+    ``clusters``: the cluster configurations of ``--cluster`` files (by name) that clusterRef names
+    resolve against; with ``rounds``, the TieredClusters the rounds list are in effect beside them.
     ``login`` is kopf's piggybacking on the kubernetes client by default (in-cluster service account,
     else kubeconfig). Tests pass ``kopf.login_with_kubeconfig``, which reads ``$KUBECONFIG`` when it
     runs rather than when the kubernetes package was first imported.

@@ -25,6 +25,7 @@ from storage_core.api.resources import TieredBrokerSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction
 from storage_core.reconcile.requests import (
     Request,
+    check_remote_request,
     cleanup_request,
     copy_request,
     delete_request,
@@ -53,6 +54,29 @@ class Owner:
     namespace: str
     uid: str
 
+    def reference(self) -> dict[str, Any]:
+        """The ownerReference of an object the operator makes for this resource: the controller owner,
+        without blockOwnerDeletion (which would need the finalizers permission on the owner's kind)."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+
+
+def restricted_container_security() -> dict[str, Any]:
+    """A container's securityContext under the restricted Pod Security profile, with a read-only root
+    (only the /tmp emptyDir is writable), for every container the operator makes."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
 
 def job_name(kind: str, owner: str, round_key: str) -> str:
     """``tk-<kind>-<owner>-<hash>``: at most 52 characters, so the pods' ``job-name`` labels stay valid."""
@@ -77,12 +101,7 @@ def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
             "requests": _quantities(jobs.resources.requests.model_dump(by_alias=True)),
             "limits": _quantities(jobs.resources.limits.model_dump(by_alias=True)),
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": restricted_container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     secret = cluster.remote.storage_options_secret_ref
@@ -162,16 +181,7 @@ def _job(
             "namespace": owner.namespace,
             "labels": labels,
             "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": owner.kind,
-                    "name": owner.name,
-                    "uid": owner.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "ownerReferences": [owner.reference()],
         },
         "spec": {
             "backoffLimit": jobs.backoff_limit,
@@ -259,6 +269,22 @@ def delete_job(
     }
     name = job_name("delete", owner.name, round_key)
     return _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
+
+
+BUCKET_CHECK = "bucket-check"
+"""The job-kind label of a TieredCluster's bucket check (followed by the cluster rounds, not the topics')."""
+
+
+def bucket_check_job(cluster: KafkaClusterConfig, owner: Owner, attempt_key: str) -> dict[str, Any]:
+    """The short Job checking the cluster's remote tier with the storage Secret the copy Jobs get (envFrom):
+    the operator learns the verdict from its termination message and never reads the Secret itself."""
+    args = job_args(check_remote_request(cluster))
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_KIND: BUCKET_CHECK, LABEL_CLUSTER: cluster.name}
+    name = job_name("check", owner.name, attempt_key)
+    job = _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
+    job["spec"]["backoffLimit"] = 0  # the next check is the retry
+    job["spec"]["activeDeadlineSeconds"] = 300
+    return job
 
 
 def work_of(job: Mapping[str, Any]) -> list[tuple[str, str, list[int]]]:

@@ -17,6 +17,28 @@ from storage_core.api import GROUP, VERSION
 LIST_PAGE = 500
 """Objects per list request."""
 _BULKY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+FIELD_MANAGER = "tierkeeper-operator"
+"""The operator's field manager in server-side apply (the objects it keeps for TieredClusters)."""
+OBJECT_PATHS: dict[tuple[str, str], str] = {
+    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments",
+    ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
+    ("policy/v1", "PodDisruptionBudget"): "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+    (
+        "monitoring.coreos.com/v1",
+        "ServiceMonitor",
+    ): "/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors",
+    (f"{GROUP}/{VERSION}", "TieredBroker"): f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/tieredbrokers",
+}
+"""The kinds :meth:`Kube.apply_object` and :meth:`Kube.delete_object` handle (each granted in rbac.py)."""
+
+
+def object_path(api_version: str, kind: str, namespace: str) -> str:
+    """The collection path of a kind of :data:`OBJECT_PATHS` in ``namespace``."""
+    try:
+        return OBJECT_PATHS[(api_version, kind)].format(ns=namespace)
+    except KeyError:
+        raise ValueError(f"{api_version} {kind} is not a kind the operator keeps") from None
 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +244,18 @@ class Kube:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
         self._call("PATCH", path, body, "application/merge-patch+json")
 
+    def secret_data(self, namespace: str, name: str) -> dict[str, str]:
+        """The decoded keys of one Secret, read by name (RBAC: ``get`` on exactly the Secrets TieredClusters
+        name as clientConfigSecretRef; never list or watch). For the operator's own Kafka clients only:
+        the values go into a client's configuration and nowhere else (no log line, status or event)."""
+        import base64
+
+        secret = self._call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        out = {}
+        for key, value in (secret.get("data") or {}).items():
+            out[str(key)] = base64.b64decode(value).decode("utf-8").removesuffix("\n").removesuffix("\r")
+        return out
+
     def pod_node(self, namespace: str, name: str) -> str | None:
         try:
             pod = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -258,6 +292,70 @@ class Kube:
             "reportingComponent": component,
         }
         self._call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+
+    # ---- objects the operator keeps for a TieredCluster (the gateway, Strimzi's TieredBrokers) -------
+    def apply_object(self, obj: Mapping[str, Any]) -> None:
+        """Make ``obj`` (a full manifest of a kind in :data:`OBJECT_PATHS`) exist as given: server-side
+        apply as the operator's field manager, forced (the operator owns these objects), so a field
+        dropped from the manifest (a Service port of a broker gone) is removed and an object missing is
+        created. The API server authorizes the apply of a missing object as ``create`` as well."""
+        meta = obj["metadata"]
+        path = f"{object_path(str(obj['apiVersion']), str(obj['kind']), meta['namespace'])}/{meta['name']}"
+        query = urllib.parse.urlencode({"fieldManager": FIELD_MANAGER, "force": "true"})
+        # The client sends the manifest as JSON, which the apply content type (YAML) takes as it is.
+        self._call("PATCH", f"{path}?{query}", dict(obj), "application/apply-patch+yaml")
+
+    def delete_object(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Delete one such object; False when it did not exist (or its kind is not served)."""
+        try:
+            self._call("DELETE", f"{object_path(api_version, kind, namespace)}/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Deployment (the gateway's, for its ready replicas), None when missing."""
+        try:
+            body: dict[str, Any] = self._call(
+                "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return body
+
+    def get_strimzi_kafka(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Strimzi ``Kafka`` a TieredCluster's spec.strimzi names, None when missing."""
+        from tierkeeper_operator.strimzi_brokers import STRIMZI_GROUP, STRIMZI_VERSION
+
+        try:
+            body: dict[str, Any] = self._call(
+                "GET", f"/apis/{STRIMZI_GROUP}/{STRIMZI_VERSION}/namespaces/{namespace}/kafkas/{name}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return slim(body)
+
+    def list_strimzi_node_pools(self, namespace: str, kafka: str) -> list[dict[str, Any]]:
+        """The ``KafkaNodePool``\\ s of one Strimzi cluster (label ``strimzi.io/cluster``)."""
+        from tierkeeper_operator.strimzi_brokers import STRIMZI_GROUP, STRIMZI_VERSION, node_pool_selector
+
+        query = urllib.parse.urlencode({"labelSelector": node_pool_selector(kafka)})
+        path = f"/apis/{STRIMZI_GROUP}/{STRIMZI_VERSION}/namespaces/{namespace}/kafkanodepools?{query}"
+        return [slim(item) for item in self._call("GET", path)["items"]]
+
+    def list_strimzi_broker_pods(self, namespace: str, kafka: str) -> list[dict[str, Any]]:
+        """The broker pods of one Strimzi cluster (their claims and mount paths)."""
+        from tierkeeper_operator.strimzi_brokers import broker_pod_selector
+
+        query = urllib.parse.urlencode({"labelSelector": broker_pod_selector(kafka)})
+        items = self._call("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")["items"]
+        return [slim(item) for item in items]
 
     # ---- kopf peering -----------------------------------------------------------------------------
     @staticmethod

@@ -42,10 +42,14 @@ from storage_core.reconcile.round import (
     fold_copy,
     topic_inputs,
 )
+from storage_core.reconcile.tiered_clusters import admitted
+from tierkeeper_operator.cluster_rounds import ClusterRounds, LiveClusters
 from tierkeeper_operator.fetcher_rounds import FetcherRounds
+from tierkeeper_operator.gateway_objects import GatewaySettings
 from tierkeeper_operator.jobs import (
     ANNOTATION_CREATED_BY,
     ANNOTATION_RECORDED,
+    BUCKET_CHECK,
     LABEL_BROKER,
     LABEL_CLUSTER,
     LABEL_KIND,
@@ -98,20 +102,35 @@ class Reconciler:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
         identity: str = "",
+        gateway_settings: GatewaySettings | None = None,
     ) -> None:
         self.kube = kube
         self.identity = identity
         """This replica's peer id, written on the Jobs it creates (empty: not written)."""
-        self.clusters = dict(clusters)
+        # The clusters in effect: the file entries (``clusters``) and the TieredClusters, swapped whole by
+        # every full round (cluster_rounds), so a new, edited or deleted TieredCluster needs no restart.
+        self.clusters = LiveClusters(clusters)
         self.metrics = metrics or Metrics()
         self.clock = clock
-        # Where each cluster's clientConfigSecretRef Secret is mounted in this pod: the operator reads
-        # its own Kafka credentials as files, never through the Secrets API (its RBAC has no secrets).
+        self.cluster_rounds = ClusterRounds(
+            kube, clusters, self.clusters, clock, self._event, self._create, gateway_settings
+        )
+        # A file entry's clientConfigSecretRef Secret is mounted in this pod (read as files); a
+        # TieredCluster's is read by name, with `get` on exactly the Secrets granted (cluster_rounds).
         dirs = dict(kafka_config_dirs or {})
-        self._admins = ClusterClients(self.clusters, dirs, admin_factory or kafka_admin)
+        self._admins = ClusterClients(
+            self.clusters, dirs, admin_factory or kafka_admin, self.cluster_rounds.secret_for
+        )
         self._observer = KafkaObserver(self._admins, clock)
         """Per cluster: its topics' configs are re-read only once stale (the costliest observation)."""
-        self.fetchers = FetcherRounds(kube, self.clusters, clock, self.metrics, kafka_config_dirs=dirs)
+        self.fetchers = FetcherRounds(
+            kube,
+            self.clusters,
+            clock,
+            self.metrics,
+            kafka_config_dirs=dirs,
+            secret_reader=self.cluster_rounds.secret_for,
+        )
 
     # ---- results of finished Jobs -------------------------------------------------------------------
     def _record(
@@ -275,6 +294,8 @@ class Reconciler:
         rounds, which see every object the results and gauges are about."""
         started = self.clock()
         full = only is None
+        if full:
+            self.cluster_rounds.resolve()  # TieredClusters created, edited or deleted take effect here
         self._admins.refresh()  # a rotated or newly created Secret is read again each round
         listed = self._list(only)
         self._add_finalizers(listed)
@@ -289,6 +310,15 @@ class Reconciler:
             rebuilds = RebuildRounds(self.kube, self.clusters, self._event)
             result.created += rebuilds.run(listed.broker_objs, listed.broker_specs, planned, self.clock())
         self._write_statuses(listed, planned)
+        if full:
+            result.created += self.cluster_rounds.finish(
+                listed.jobs,
+                listed.topic_specs,
+                listed.broker_specs,
+                planned.topic_status,
+                planned.broker_status,
+                self._admins,
+            )
         self.metrics.observe_round(planned, (self.clock() - started).total_seconds(), fleet=full)
         return result
 
@@ -304,13 +334,23 @@ class Reconciler:
             else:
                 self._finalize(obj, jobs)
         broker_objs = {_key(o): o for o in self.kube.list_resources("tieredbrokers")}
+        where = self.cluster_rounds.directory
+        # A clusterRef naming a TieredCluster of another namespace is refused here, before the planner.
         return _Listed(
             jobs=jobs,
             topic_objs=topic_objs,
             broker_objs=broker_objs,
-            topic_specs={k: parse_spec(TieredTopicSpec, o.get("spec") or {}) for k, o in topic_objs.items()},
+            topic_specs={
+                k: admitted(
+                    o["metadata"]["namespace"], parse_spec(TieredTopicSpec, o.get("spec") or {}), where
+                )
+                for k, o in topic_objs.items()
+            },
             broker_specs={
-                k: parse_spec(TieredBrokerSpec, o.get("spec") or {}) for k, o in broker_objs.items()
+                k: admitted(
+                    o["metadata"]["namespace"], parse_spec(TieredBrokerSpec, o.get("spec") or {}), where
+                )
+                for k, o in broker_objs.items()
             },
             statuses=Statuses(
                 {k: _status(TieredTopicStatus, o) for k, o in topic_objs.items()},
@@ -346,8 +386,8 @@ class Reconciler:
         for job in listed.jobs:
             meta = job["metadata"]
             labels = meta.get("labels") or {}
-            if labels.get(LABEL_KIND) in ("delete", "rebuild"):
-                continue  # followed by _finalize and by the rebuild rounds
+            if labels.get(LABEL_KIND) in ("delete", "rebuild", BUCKET_CHECK):
+                continue  # followed by _finalize, the rebuild rounds and the cluster rounds
             if job_state(job) == "Running":
                 if labels.get(LABEL_KIND) == "copy":
                     copy_busy.add((labels.get(LABEL_CLUSTER, ""), int(labels.get(LABEL_BROKER, -1))))

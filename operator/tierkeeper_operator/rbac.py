@@ -34,6 +34,10 @@ class Grant:
     job_write: bool = False
     """A write into the namespaces where Jobs run (Jobs, the rebuild ConfigMaps): with the chart's
     ``rbac.jobNamespaces``, granted only there (a Role each) rather than cluster-wide."""
+    named: bool = False
+    """Granted only on objects named one by one (``resourceNames``): the chart renders a Role per namespace
+    for the Secrets its values name (``rbac.kafkaClientSecrets`` and the clusters' clientConfigSecretRef);
+    never part of the generated rules, so the operator can never list, watch or read any other."""
 
 
 KUBE_GRANTS: tuple[Grant, ...] = (
@@ -50,6 +54,21 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         ("list", "patch"),
         "Kube.list_resources: every round lists them; Kube.remove_annotation: commands acted on",
     ),
+    Grant(
+        GROUP,
+        "tieredclusters",
+        ("list", "watch", "patch"),
+        "Kube.list_resources: every full round lists them; Kube.watch: a new, edited or deleted one wakes "
+        "the rounds; Kube.set_finalizers: held while TieredTopics or TieredBrokers name it",
+    ),
+    Grant(GROUP, "tieredclusters/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
+    Grant(
+        "",
+        "secrets",
+        ("get",),
+        "Kube.secret_data: a TieredCluster's clientConfigSecretRef, for the operator's own Kafka client",
+        named=True,
+    ),
     Grant(GROUP, "tieredtopics/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
     Grant(GROUP, "tieredbrokers/status", ("patch",), "Kube.patch_status: a round writes what it saw"),
     Grant("batch", "jobs", ("list",), "Kube.list_jobs"),
@@ -59,7 +78,7 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         "pods",
         ("list", "get"),
         "Kube.job_pods (termination messages), pod_node (broker's node), list_pods (rebuild: the init "
-        "container's result, which pods use a broker's volume)",
+        "container's result, which pods use a broker's volume), list_strimzi_broker_pods (their claims)",
     ),
     Grant("", "configmaps", ("get",), "Kube.apply_config_map: reads the rebuild settings it keeps"),
     Grant(
@@ -70,6 +89,46 @@ KUBE_GRANTS: tuple[Grant, ...] = (
         job_write=True,
     ),
     Grant("", "events", ("create",), "Kube.event: Warning/Normal events on our objects"),
+    # A TieredCluster's gateway and Strimzi TieredBrokers: server-side applied (create for a missing one,
+    # patch), deleted when no longer wanted.
+    Grant(
+        "apps",
+        "deployments",
+        ("create", "patch", "delete", "get"),
+        "Kube.apply_object, delete_object: the gateway's Deployment; get_deployment: its ready replicas",
+    ),
+    Grant("", "services", ("create", "patch", "delete"), "Kube.apply_object, delete_object: the gateway's"),
+    Grant(
+        "policy",
+        "poddisruptionbudgets",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the gateway's",
+    ),
+    Grant(
+        "networking.k8s.io",
+        "networkpolicies",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the gateway's",
+    ),
+    Grant(
+        "monitoring.coreos.com",
+        "servicemonitors",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the gateway's, when the chart enables ServiceMonitors",
+    ),
+    Grant(
+        GROUP,
+        "tieredbrokers",
+        ("create", "patch", "delete"),
+        "Kube.apply_object, delete_object: the TieredBrokers kept for a Strimzi cluster's brokers",
+    ),
+    Grant("kafka.strimzi.io", "kafkas", ("get",), "Kube.get_strimzi_kafka: spec.strimzi's bootstrap address"),
+    Grant(
+        "kafka.strimzi.io",
+        "kafkanodepools",
+        ("list",),
+        "Kube.list_strimzi_node_pools: the broker node ids and storage of spec.strimzi's cluster",
+    ),
     Grant(
         "kopf.dev",
         "kopfpeerings",
@@ -123,16 +182,19 @@ ALL_GRANTS: tuple[Grant, ...] = KUBE_GRANTS + KOPF_GRANTS
 
 
 def merged(
-    grants: tuple[Grant, ...], *, clusterwide: bool, job_writes: bool | None = None
+    grants: tuple[Grant, ...], *, clusterwide: bool, job_writes: bool | None = None, named: bool = False
 ) -> dict[tuple[str, str], tuple[str, ...]]:
     """(group, resource) -> sorted verbs, of the grants a mode needs (namespaced: ``clusterwide`` False);
-    ``job_writes`` True or False: only the grants that are (or are not) writes where Jobs run."""
+    ``job_writes`` True or False: only the grants that are (or are not) writes where Jobs run; ``named``:
+    with the grants on named objects only (:attr:`Grant.named`), which generated rules never hold."""
     out: dict[tuple[str, str], set[str]] = {}
     for grant in grants:
         if (grant.clusterwide_only and not clusterwide) or (grant.namespaced_only and clusterwide):
             continue
         if job_writes is not None and grant.job_write != job_writes:
             continue
+        if grant.named and not named:
+            continue  # rendered by the chart per named object (Grant.named)
         out.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
     return {key: tuple(sorted(verbs)) for key, verbs in sorted(out.items())}
 
@@ -152,7 +214,10 @@ def rules(
     ]
 
 
-USER_RESOURCES = ("tieredtopics", "tieredbrokers")
+NAMED_GRANTS: tuple[Grant, ...] = tuple(g for g in ALL_GRANTS if g.named)
+"""What the chart grants on named objects only (resourceNames)."""
+
+USER_RESOURCES = ("tieredtopics", "tieredbrokers", "tieredclusters")
 VIEW_VERBS = ("get", "list", "watch")
 EDIT_VERBS = (*VIEW_VERBS, "create", "update", "patch", "delete", "deletecollection")
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from storage_core.errors import ConfigError
 from tierkeeper_operator.peering import (
     DEFAULT_LIFETIME,
     DEFAULT_PEERING_NAME,
@@ -20,6 +22,9 @@ from tierkeeper_operator.peering import (
     default_priority,
     own_identity,
 )
+
+if TYPE_CHECKING:
+    from tierkeeper_operator.gateway_objects import GatewaySettings
 
 LOG_REFKEY = "object"
 """Key of the resource reference (apiVersion, kind, namespace, name, uid) in JSON log lines."""
@@ -62,6 +67,28 @@ class OperatorOptions:
     """Peering priority; None: minus the start time in microseconds (the oldest replica is active)."""
     peering_lifetime: int = DEFAULT_LIFETIME
     """Seconds a replica's keep-alive counts; a killed active replica is replaced after at most this."""
+    gateway_service_monitors: bool = False
+    """Keep a ServiceMonitor for each TieredCluster's gateway (the chart: metrics.serviceMonitor.enabled)."""
+    gateway_service_monitor_labels: tuple[str, ...] = ()
+    """``KEY=VALUE`` labels of those ServiceMonitors (what the Prometheus' serviceMonitorSelector matches)."""
+    gateway_scrape_interval: str = "30s"
+    """Their scrape interval."""
+
+    def gateway_settings(self) -> GatewaySettings:
+        """What every TieredCluster's gateway gets from the operator's own configuration."""
+        from tierkeeper_operator.gateway_objects import GatewaySettings
+
+        labels = {}
+        for item in self.gateway_service_monitor_labels:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--gateway-service-monitor-label {item!r}: expected KEY=VALUE")
+            labels[key] = value
+        return GatewaySettings(
+            service_monitor=self.gateway_service_monitors,
+            service_monitor_labels=labels,
+            scrape_interval=self.gateway_scrape_interval,
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +186,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"seconds a replica's keep-alive counts (default {DEFAULT_LIFETIME}); a standby takes over "
         "at most this long after the active replica died",
     )
+    parser.add_argument(
+        "--gateway-service-monitors",
+        action="store_true",
+        help="keep a prometheus-operator ServiceMonitor for each TieredCluster's gateway (needs its CRD)",
+    )
+    parser.add_argument(
+        "--gateway-service-monitor-label",
+        action="append",
+        default=[],
+        dest="gateway_service_monitor_labels",
+        metavar="KEY=VALUE",
+        help="a label of those ServiceMonitors (repeatable)",
+    )
+    parser.add_argument(
+        "--gateway-scrape-interval",
+        default="30s",
+        metavar="DURATION",
+        help="scrape interval of those ServiceMonitors (default 30s)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> OperatorOptions:
@@ -178,6 +224,9 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         peering_name=str(args.peering_name),
         priority=args.priority,
         peering_lifetime=int(args.peering_lifetime),
+        gateway_service_monitors=bool(args.gateway_service_monitors),
+        gateway_service_monitor_labels=tuple(args.gateway_service_monitor_labels),
+        gateway_scrape_interval=str(args.gateway_scrape_interval),
     )
 
 
@@ -198,7 +247,6 @@ def run(options: OperatorOptions) -> int:
     import kopf  # heavy; imported here so `tierkeeper --help` stays fast
 
     from storage_core.adapters.kafka_client_config import parse_config_dirs
-    from storage_core.errors import ConfigError
     from storage_core.jobs.resource_files import load_clusters
     from tierkeeper_operator.background import RoundsOptions
     from tierkeeper_operator.handlers import build_registry
@@ -227,6 +275,7 @@ def run(options: OperatorOptions) -> int:
         identity=identity,
         topic_labels=options.metrics_topic_labels,
         kafka_config_dirs=config_dirs,
+        gateway_settings=options.gateway_settings(),
     )
     configure_logging(options)
     kopf.run(

@@ -1,4 +1,5 @@
-"""Wake the reconcile rounds when a TieredTopic needs a look now rather than at the next interval.
+"""Wake the reconcile rounds when a TieredTopic needs a look now rather than at the next interval (and a
+full round when a TieredCluster is created, edited or deleted: ``SpecWatch(full_rounds=True)``).
 
 Full rounds run every ``--reconcile-interval`` seconds (30 by default), so without this a new
 TieredTopic, an edited spec or a started deletion would wait up to a whole interval. One watch per
@@ -89,10 +90,14 @@ class SpecWatch:
         *,
         watch_seconds: int = WATCH_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
+        full_rounds: bool = False,
     ) -> None:
         self.kube = kube
         self.wakeups = wakeups
         self.plural = plural
+        self.full_rounds = full_rounds
+        """Ask for a full round instead of handing the object over (TieredClusters: a new, edited or
+        deleted one changes what every TieredTopic and TieredBroker of its name resolves to)."""
         self.watch_seconds = watch_seconds
         self.retry_seconds = retry_seconds
         self._stop = threading.Event()
@@ -151,7 +156,10 @@ class SpecWatch:
             if event.get("type") == "BOOKMARK":
                 continue
             key = f"{meta.get('namespace')}/{meta.get('name')}"
-            if needs_look(event):
+            if self.full_rounds:
+                if needs_look(event) or event.get("type") == "DELETED":
+                    self.wakeups.full_round()
+            elif needs_look(event):
                 self.wakeups.changed(key, slim(obj))
             else:
                 self.wakeups.judged(key)

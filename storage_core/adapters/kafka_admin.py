@@ -136,16 +136,7 @@ class KafkaAdmin:
         described = self._wait(self._admin.describe_topics(TopicCollection(names)), "describe topic")
         out: dict[tuple[str, int], PartitionInfo] = {}
         for name, desc in described.items():
-            topic_id = _uuid_to_kafka(desc.topic_id)
-            for p in desc.partitions:
-                out[(name, p.id)] = PartitionInfo(
-                    name,
-                    p.id,
-                    topic_id,
-                    p.leader.id if p.leader is not None else None,
-                    tuple(r.id for r in p.replicas),
-                    tuple(r.id for r in p.isr),
-                )
+            out.update(_partitions(name, desc))
         return out
 
     def _list_offsets(
@@ -197,6 +188,17 @@ class KafkaAdmin:
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(int(b) for b in md.brokers)
+
+    def cluster_summary(self, timeout: float = 10.0) -> tuple[str | None, int | None, list[int]]:
+        """Kafka's cluster id, the active controller's node id and the brokers' node ids (one metadata
+        request: what a TieredCluster's status says of the cluster). A shorter wait than other requests:
+        an unreachable cluster must not hold up the round for every other cluster."""
+        try:
+            md = self._admin.list_topics(timeout=timeout)
+        except Exception as exc:
+            raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
+        controller = md.controller_id if isinstance(md.controller_id, int) and md.controller_id >= 0 else None
+        return md.cluster_id or None, controller, sorted(int(b) for b in md.brokers)
 
     def broker_addresses(self) -> dict[int, tuple[str, int]]:
         """Node id -> (host, port) of every broker the cluster's metadata lists."""

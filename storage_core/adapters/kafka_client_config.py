@@ -113,11 +113,15 @@ class ClusterClients(Generic[T]):
         clusters: Mapping[str, KafkaClusterConfig],
         config_dirs: Mapping[str, Path],
         factory: Callable[[str, dict[str, str]], T],
+        secret_reader: Callable[[str], dict[str, str] | None] | None = None,
     ) -> None:
         self._clusters = clusters
         self._dirs = dict(config_dirs)
         self._factory = factory
-        self._made: dict[str, tuple[dict[str, str], T]] = {}
+        self._secret_reader = secret_reader
+        """Cluster name -> its clientConfigSecretRef Secret's properties, read by name (TieredClusters),
+        or None for a cluster whose Secret is a mounted directory (file entries)."""
+        self._made: dict[str, tuple[tuple[str, dict[str, str]], T]] = {}
         self._checked: dict[str, TierkeeperError | None] = {}
 
     def refresh(self) -> None:
@@ -135,18 +139,33 @@ class ClusterClients(Generic[T]):
 
     def config(self, name: str) -> dict[str, str]:
         """The properties the cluster's client was made with (for a command run in this process)."""
-        return dict(self._current(name)[0])
+        return dict(self._current(name)[0][1])
 
-    def _current(self, name: str) -> tuple[dict[str, str], T]:
+    def _config(self, cluster: KafkaClusterConfig) -> dict[str, str]:
+        secret = cluster.client_config_secret_ref
+        read = None
+        if secret is not None and self._secret_reader is not None:
+            read = self._secret_reader(cluster.name)
+        if secret is None or read is None:
+            return cluster_client_config(cluster, self._dirs.get(cluster.name))
+        if not read:
+            raise ConfigError(
+                f"cluster {cluster.name}: clientConfigSecretRef {secret.name} holds no properties"
+            )
+        return {**read, **cluster.client_config}
+
+    def _current(self, name: str) -> tuple[tuple[str, dict[str, str]], T]:
         if name not in self._checked:
             cluster = self._clusters[name]
             self._checked[name] = None
             try:
-                config = cluster_client_config(cluster, self._dirs.get(name))
+                config = self._config(cluster)
                 made = self._made.get(name)
-                if made is None or made[0] != config:
+                # A changed bootstrap address (a TieredCluster edited) needs a new client too.
+                if made is None or made[0] != (cluster.bootstrap_servers, config):
                     self._made.pop(name, None)
-                    self._made[name] = (config, self._factory(cluster.bootstrap_servers, config))
+                    client = self._factory(cluster.bootstrap_servers, config)
+                    self._made[name] = ((cluster.bootstrap_servers, config), client)
             except TierkeeperError as exc:  # e.g. the client refused a property: same answer all round
                 self._checked[name] = exc
         problem = self._checked[name]

@@ -229,6 +229,48 @@ class RemoteStore:
             # what the first attempt stored.
             self._call("write", key, lambda: self.fs.pipe_file(key, data))
 
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        """Store a small object only if ``key`` does not exist yet, so that of two writers racing for one
+        name exactly one wins; returns whether this call created it (False: it existed).
+
+        A local filesystem links a fully written temporary file to the name (link refuses an existing
+        name); S3 sends a conditional PUT (``If-None-Match: *``), which AWS S3 and moto honour. A retry
+        after a lost answer may find the object this call created and return False: callers treat False
+        as "someone else won" and reload what is there, so they see their own write as a lost race at
+        worst, never as a success twice."""
+        if self.is_local:
+            return self._call("create", key, lambda: self._create_local(key, data))
+        if "s3" not in _protocols(self.fs):
+            raise RemoteStoreError(f"create {key}: exclusive create needs a file:// or s3:// store")
+        return self._call("create", key, lambda: self._create_s3(key, data))
+
+    def _create_local(self, key: str, data: bytes) -> bool:
+        directory = os.path.dirname(key)
+        self.fs.makedirs(directory, exist_ok=True)
+        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            try:
+                os.link(tmp, key)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            os.unlink(tmp)
+
+    def _create_s3(self, key: str, data: bytes) -> bool:
+        try:
+            self.fs.pipe_file(key, data, mode="create")
+        except Exception as exc:  # s3fs maps 412 to OSError or leaves the ClientError: look at the answer
+            if (server_answer(exc) or repr(exc)).find("PreconditionFailed") >= 0:
+                return False
+            raise
+        return True
+
     def _replace_local(self, key: str, data: bytes) -> None:
         directory = os.path.dirname(key)
         self.fs.makedirs(directory, exist_ok=True)

@@ -1,8 +1,10 @@
 """The Kafka cluster configuration: defined once per cluster, referenced by name from every TieredTopic and
 TieredBroker (10,000 topics must not carry 10,000 copies of bootstrap servers and bucket settings).
 
-It is not a custom resource: the operator reads it from files (the Helm chart renders values ``clusters:``
-into a ConfigMap mounted into the operator pod) and ``tierkeeper standalone`` from ``--cluster FILE``.
+Two forms, one set of settings (:class:`ClusterSettings`): the TieredCluster custom resource
+(``tiered_cluster.py``; metadata.name is the name) and the older file form the operator reads with
+``--cluster FILE`` and ``tierkeeper standalone`` with ``--cluster FILE``. Both resolve into
+:class:`KafkaClusterConfig`, the form the rest of the code uses.
 Secrets are referenced by name and resolved in the namespace of the Job that needs them.
 """
 
@@ -204,16 +206,11 @@ class JobDefaults(ApiModel):
     )
 
 
-class KafkaClusterConfig(ApiModel):
-    """One Kafka cluster: how to reach it and where its remote tier lives."""
+class ClusterSettings(ApiModel):
+    """What a Kafka cluster's configuration says besides its name and bootstrap address: written once, shared
+    by the file form (:class:`KafkaClusterConfig`) and the TieredCluster resource
+    (:class:`storage_core.api.tiered_cluster.TieredClusterSpec`)."""
 
-    name: LabelSafeName = Field(
-        description="What clusterRef.name refers to. At most 63 characters: it is the value of the Jobs' "
-        "tierkeeper.io/cluster label and part of ConfigMap keys and names.",
-    )
-    bootstrap_servers: BootstrapServers = Field(
-        description="Comma-separated host:port list of the cluster's bootstrap brokers."
-    )
     client_config: dict[str, str] = Field(
         default_factory=dict,
         description="Non-secret Kafka client properties (security.protocol, ssl.ca.location, ...).",
@@ -222,13 +219,26 @@ class KafkaClusterConfig(ApiModel):
         default=None,
         description="Secret whose keys are extra Kafka client properties (sasl.username, sasl.password), "
         "mounted read-only and read as files by the Jobs that talk to Kafka (copy, cleanup; the Secret "
-        "in their namespace) and by the operator's own clients (the Secret in the operator's namespace).",
+        "in their namespace) and by the operator's own clients (a file cluster: the Secret mounted into "
+        "the operator's pod; a TieredCluster: read by name, with `get` on exactly that Secret).",
     )
     remote: RemoteStorage = Field(description="Where the cluster's remote tier lives.")
+    jobs: JobDefaults = Field(default_factory=JobDefaults, description="How Jobs run on Kubernetes.")
 
     @field_validator("client_config")
     @classmethod
     def _config_without_credentials(cls, value: dict[str, str]) -> dict[str, str]:
         return _no_credentials(value, "clientConfig", "clientConfigSecretRef")
 
-    jobs: JobDefaults = Field(default_factory=JobDefaults, description="How Jobs run on Kubernetes.")
+
+class KafkaClusterConfig(ClusterSettings):
+    """One Kafka cluster: how to reach it and where its remote tier lives (the form every part of the code
+    works with; a TieredCluster resolves into it)."""
+
+    name: LabelSafeName = Field(
+        description="What clusterRef.name refers to. At most 63 characters: it is the value of the Jobs' "
+        "tierkeeper.io/cluster label and part of ConfigMap keys and names.",
+    )
+    bootstrap_servers: BootstrapServers = Field(
+        description="Comma-separated host:port list of the cluster's bootstrap brokers."
+    )

@@ -20,7 +20,7 @@ from storage_core.errors import ConfigError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MAX_LISTED_ERRORS = 3
-KINDS = ("TieredTopic", "TieredBroker")
+KINDS = ("TieredTopic", "TieredBroker", "TieredCluster")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def parse_spec(model: type[ModelT], spec: Mapping[str, Any], root: str = "spec")
 
 @dataclass(frozen=True)
 class ManifestObject:
-    """One TieredTopic or TieredBroker document of a manifest file, spec not yet parsed."""
+    """One TieredTopic, TieredBroker or TieredCluster document of a manifest file, spec not yet parsed."""
 
     kind: str
     name: str
@@ -102,7 +102,7 @@ def _load_yaml(text: str, source: str) -> list[Any]:
 
 
 def parse_manifests(text: str, source: str, into: ManifestSet | None = None) -> ManifestSet:
-    """The TieredTopic/TieredBroker documents of one YAML file (several documents allowed)."""
+    """The TieredTopic/TieredBroker/TieredCluster documents of one YAML file (several documents allowed)."""
     out = into if into is not None else ManifestSet()
     for index, doc in enumerate(_load_yaml(text, source)):
         where = f"{source} document {index + 1}"

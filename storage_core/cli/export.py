@@ -19,7 +19,7 @@ def add_spark_args(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "export", help="export a topic's remote tier to Parquet (partition/date), incrementally"
+        "export", help="export a topic's remote tier to an Iceberg table or Parquet files, incrementally"
     )
     p.add_argument("--topic", required=True)
     p.add_argument("--topic-id", help="which incarnation, when a topic name was deleted and recreated")
@@ -31,9 +31,31 @@ def register(subparsers: Any) -> None:
         metavar="KEY=JSON",
         help="fsspec storage option for the target; repeatable (default: the remote tier's, same scheme)",
     )
+    p.add_argument(
+        "--format",
+        choices=["parquet", "iceberg"],
+        default="parquet",
+        help="iceberg: an Apache Iceberg table committed once per run; parquet: files plus a state file",
+    )
+    p.add_argument("--table", metavar="NS.NAME", help="iceberg: table name (default tierkeeper.<topic>)")
+    p.add_argument(
+        "--catalog",
+        metavar="NAME",
+        help="iceberg: a pyiceberg catalog configured by name (REST, Hive, Glue, SQL; see docs); "
+        "default: the embedded catalog in the table's directory",
+    )
+    p.add_argument(
+        "--catalog-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="iceberg: catalog property; repeatable (credentials belong in the environment)",
+    )
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
     p.add_argument("--max-split-bytes", type=int, metavar="B", help="stored bytes per task (default 128 MiB)")
-    p.add_argument("--splits-per-commit", type=int, metavar="N", help="tasks per committed wave (default 64)")
+    p.add_argument(
+        "--splits-per-commit", type=int, metavar="N", help="parquet: tasks per committed wave (default 64)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     add_remote_args(p)
     add_spark_args(p)
@@ -74,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
         isolation=Isolation(args.isolation),
         max_split_bytes=args.max_split_bytes or DEFAULT_SPLIT_BYTES,
     )
+    if args.format == "iceberg":
+        return _run_iceberg(args, source, target, opts)
+    if args.table or args.catalog or args.catalog_property:
+        from storage_core.errors import ConfigError
+
+        raise ConfigError("--table, --catalog and --catalog-property need --format iceberg")
     spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
     try:
         summary = run_export(
@@ -87,5 +115,37 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"exported {summary.records} records of {summary.topic} in {summary.splits} splits "
             f"(removed {summary.files_removed} files of an unfinished run)"
+        )
+    return 0
+
+
+def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) -> int:
+    from storage_core.errors import ConfigError
+    from storage_core.jobs.export_iceberg import run_export_iceberg
+    from storage_core.jobs.spark_session import parse_conf, spark_session
+    from storage_core.spark.iceberg_catalog import CatalogConfig
+
+    if args.catalog_property and not args.catalog:
+        raise ConfigError("--catalog-property needs --catalog (the embedded catalog takes no properties)")
+    catalog = None
+    if args.catalog:
+        props: dict[str, str] = {}
+        for item in args.catalog_property:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--catalog-property {item!r}: expected KEY=VALUE")
+            props[key.strip()] = value
+        catalog = CatalogConfig(args.catalog, props)
+    spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
+    try:
+        summary = run_export_iceberg(spark, source, target, opts, table_name=args.table, catalog=catalog)
+    finally:
+        spark.stop()
+    if args.json:
+        emit_json(dataclasses.asdict(summary))
+    else:
+        print(
+            f"exported {summary.records} records of {summary.topic} to {summary.table} in {summary.files} "
+            f"files (snapshot {summary.snapshot_id})"
         )
     return 0

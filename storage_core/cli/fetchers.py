@@ -13,7 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage_core.cli.common import require_positive
+from storage_core.cli.common import add_result_file_arg, emit_json, require_positive, write_result_file
+from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _bounds(plan)
     plan.add_argument("--json", action="store_true", help="print the figures as JSON")
     plan.add_argument("--timeout", type=float, default=30.0, help="seconds per Admin call (default 30)")
+    add_kafka_client_args(plan)
     plan.set_defaults(handler=plan_command)
 
     apply = verbs.add_parser("apply", help="set num.replica.fetchers step by step and verify each step")
@@ -61,6 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     apply.add_argument(
         "--timeout", type=float, default=30.0, help="seconds per Admin call and per step check"
     )
+    apply.add_argument("--json", action="store_true", help="print the steps taken as JSON")
+    add_result_file_arg(apply)
+    add_kafka_client_args(apply)
     apply.set_defaults(handler=apply_command)
 
 
@@ -114,7 +119,7 @@ def plan_command(args: argparse.Namespace) -> int:
     else:
         from storage_core.adapters.kafka_fetchers import FetcherAdmin
 
-        admin = FetcherAdmin(args.bootstrap_servers, timeout=args.timeout)
+        admin = FetcherAdmin(args.bootstrap_servers, timeout=args.timeout, config=kafka_client_config(args))
         assignment = admin.assignment()
         if args.fetchers is not None:
             current = args.fetchers
@@ -173,7 +178,7 @@ def apply_command(args: argparse.Namespace) -> int:
     from storage_core.fetchers.planner import recommend, step_plan
 
     _check_bounds(args)
-    admin = FetcherAdmin(args.bootstrap_servers, timeout=args.timeout)
+    admin = FetcherAdmin(args.bootstrap_servers, timeout=args.timeout, config=kafka_client_config(args))
     brokers = admin.brokers()
     if args.broker is not None and args.broker not in brokers:
         raise ConfigError(f"broker {args.broker} is not in the cluster (brokers: {brokers})")
@@ -184,19 +189,29 @@ def apply_command(args: argparse.Namespace) -> int:
         target = recommend(admin.assignment(), current, args.minimum, args.maximum).recommended.fetchers
     steps = step_plan(current, target)
     where = f"broker {args.broker} override" if args.broker is not None else "cluster default"
+
+    def say(line: str) -> None:
+        if not args.json:  # --json: the summary alone on stdout
+            print(line)
+
     if not steps:
-        print(f"{CONFIG_NAME} is already {current} ({where}); nothing to do")
-        return 0
-    print(
-        f"{CONFIG_NAME} {current} -> {target} ({where}) in {len(steps)} step(s): "
-        + " -> ".join(map(str, (current, *steps)))
-    )
+        say(f"{CONFIG_NAME} is already {current} ({where}); nothing to do")
+    else:
+        say(
+            f"{CONFIG_NAME} {current} -> {target} ({where}) in {len(steps)} step(s): "
+            + " -> ".join(map(str, (current, *steps)))
+        )
 
     def report(step: StepResult) -> None:
-        print(
+        say(
             f"set {step.value}: brokers {', '.join(map(str, step.brokers))} report {step.value} after "
             f"{step.seconds:.1f}s"
         )
 
-    admin.apply(steps, broker=args.broker, on_step=report)
+    taken = admin.apply(steps, broker=args.broker, on_step=report) if steps else []
+    result = {"from": current, "target": target, "steps": [step.value for step in taken]}
+    if args.result_file:
+        write_result_file(args.result_file, json.dumps(result, separators=(",", ":")))
+    if args.json:
+        emit_json(result)
     return 0

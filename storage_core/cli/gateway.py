@@ -90,6 +90,16 @@ def register(subparsers: Any) -> None:
         help="largest request frame (default 100 MiB, Kafka's socket.request.max.bytes)",
     )
     p.add_argument(
+        "--tier-grant-seconds",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="after the broker answers a client's fetch OFFSET_OUT_OF_RANGE (its authorization of a tier "
+        "read), that connection's fetches of the partition below the broker's log start are answered from "
+        "the tier without asking the broker for S seconds (default 1; 0: ask on every fetch). A revoked "
+        "READ stops tier answers within S of reaching the broker",
+    )
+    p.add_argument(
         "--shutdown-grace-seconds",
         type=float,
         default=30.0,
@@ -246,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
         history=TierHistory(store, blocks),
         tier_pool=tier_pool,
         metrics=metrics,
-        limits=Limits(max_frame_bytes=args.max_frame_bytes),
+        limits=Limits(max_frame_bytes=args.max_frame_bytes, grant_s=args.tier_grant_seconds),
         upstream_tls=_upstream_tls(config),
     )
     admin = KafkaAdmin(args.bootstrap_servers, config)

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         for tp in list_partitions(store, layout, topic, topic_id):
             catalog = PartitionCatalog(store, layout, tp)
             listing = catalog.listing()
-            manifest = catalog.rebuild_manifest(listing, write=False)
+            manifest = catalog.rebuild_manifest(listing, write=False, strict=True)
             cover = manifest.cover()
             finished = {m.segment_id: m for m in manifest.finished()}
             served = {r.segment.segment_id: r for r in cover.ranges}

@@ -12,6 +12,7 @@ every import this module makes.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
@@ -19,6 +20,7 @@ from typing import Any
 
 from storage_core import __version__
 from storage_core.cli import (
+    check_remote,
     cleanup,
     copy,
     export,
@@ -48,6 +50,7 @@ BUILTIN_COMMANDS: tuple[Register, ...] = (
     fetchers.register,
     standalone.register,
     gateway.register,
+    check_remote.register,
 )
 COMMAND_GROUP = "tierkeeper.commands"
 """Entry-point group of installed packages' subcommands; each entry point is a ``register`` function."""
@@ -74,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SIGPIPE_STATUS = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -83,7 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         _check_topic_flags(args)
-        return int(handler(args))
+        code = int(handler(args))
+        sys.stdout.flush()  # here, not at exit: a reader gone by then is a BrokenPipeError below
+        return code
+    except BrokenPipeError:
+        # Whoever read our output stopped (`tierkeeper read ... | head`): end quietly, as cat does, with
+        # the status of a process ended by SIGPIPE. Nothing more may reach the closed pipe, not even the
+        # interpreter's last flush.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return SIGPIPE_STATUS
     except TierkeeperError as exc:
         print(f"tierkeeper {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -26,17 +26,18 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--cluster",
         action="append",
-        required=True,
+        default=[],
         type=Path,
         metavar="CLUSTER.yaml",
-        help="cluster configuration file (repeatable; one or more clusters per file)",
+        help="cluster configuration file (repeatable; one or more clusters per file); optional when the "
+        "manifests hold TieredClusters",
     )
     p.add_argument(
         "--manifests",
         required=True,
         type=Path,
         metavar="DIR",
-        help="directory of TieredTopic/TieredBroker YAML files",
+        help="directory of TieredTopic/TieredBroker/TieredCluster YAML files",
     )
     p.add_argument(
         "--once", action="store_true", help="run one round and exit (non-zero if any is not Ready)"
@@ -146,7 +147,7 @@ def _show(runner: Any, report: Any, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.adapters.kafka_client_config import parse_config_dirs
-    from storage_core.jobs.resource_files import load_clusters, load_manifests
+    from storage_core.jobs.resource_files import load_clusters, load_manifests, manifest_clusters
     from storage_core.jobs.standalone import Standalone
 
     if args.poll_seconds <= 0:
@@ -154,10 +155,15 @@ def run(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"--poll-seconds must be > 0, got {args.poll_seconds}")
     mounted = {item.partition("=")[0] for item in args.kafka_config_dir}
-    clusters = load_clusters(args.cluster, mounted=mounted)
+    manifests = load_manifests(args.manifests)
+    clusters = manifest_clusters(manifests, load_clusters(args.cluster, mounted=mounted), mounted=mounted)
+    if not clusters:
+        from storage_core.errors import ConfigError
+
+        raise ConfigError(f"{args.manifests}: no TieredCluster manifests and no --cluster FILE: give one")
     runner = Standalone(
         clusters,
-        load_manifests(args.manifests),
+        manifests,
         approve_fetchers=args.approve_fetchers,
         kafka_config_dirs=parse_config_dirs(args.kafka_config_dir, clusters),
     )

@@ -13,6 +13,7 @@ principal without READ (TOPIC_AUTHORIZATION_FAILED) never gets a byte of history
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from storage_core.gateway.protocol import replaced
+from storage_core.gateway.protocol import built, replaced
 
 TopicKey = str | uuid.UUID
 """A topic as the request names it: its name (Fetch v4-12) or its topic id (v13+)."""
@@ -128,14 +129,50 @@ def _aborted_type(partition: Any) -> Any:
     return module.AbortedTransaction
 
 
+def unanswered(response_type: Any, request: Any) -> Any:
+    """A response of ``response_type`` to ``request`` in which every partition is answered
+    OFFSET_OUT_OF_RANGE and nothing else: what a fetch under live grants (storage_core/gateway/grants.py)
+    stands for before :func:`with_answers` puts the tier's answers in place."""
+    import sys
+
+    module = sys.modules[response_type.__module__]
+    topics = tuple(
+        built(
+            module.FetchableTopicResponse,
+            topic=getattr(t, "topic", None),
+            topic_id=getattr(t, "topic_id", None),
+            partitions=tuple(
+                built(
+                    module.PartitionData,
+                    partition_index=p.partition,
+                    error_code=ErrorCode.offset_out_of_range,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=None,
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return built(
+        response_type,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=topics,
+    )
+
+
 def without_session(response: Any) -> Any:
     return response if session_id(response) == 0 else replaced(response, session_id=0)
 
 
 def session_not_found(response_type: Any) -> Any:
     """The answer to an incremental fetch: the gateway keeps no sessions, so the client starts over."""
-    import datetime
-
     return response_type(
         throttle_time=datetime.timedelta(0),
         error_code=ErrorCode.fetch_session_id_not_found,

@@ -100,6 +100,15 @@ class TierHistory:
             name = self._listed(refresh=True).get(topic_id)
         return name
 
+    def known_topic_name(self, topic_id: str) -> str | None:
+        """The name of ``topic_id`` from a listing still fresh, without touching the store (None: ask
+        :meth:`topic_name`, which may list). Lets a caller on an event loop skip a thread hop per fetch."""
+        with self._lock:
+            current = self._topics
+        if current is None or self._clock() - current[0] > self._ttl:
+            return None
+        return current[1].get(topic_id)
+
     def _listed(self, *, refresh: bool = False) -> dict[str, str]:
         with self._lock:
             current = self._topics

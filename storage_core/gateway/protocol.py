@@ -281,3 +281,12 @@ def replaced(entity: Any, **changes: Any) -> Any:
 
     names = {f.name for f in dataclasses.fields(entity)}
     return dataclasses.replace(entity, **{k: v for k, v in changes.items() if k in names})
+
+
+def built(entity_type: Any, **values: Any) -> Any:
+    """An entity of ``entity_type`` from the values its version has fields for (the others are left out,
+    as :func:`replaced` does)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(entity_type)}
+    return entity_type(**{k: v for k, v in values.items() if k in names})

@@ -27,6 +27,10 @@ class Limits:
     this long fails the client's connection (never a hang)."""
     hwm_cache_s: float = 1.0
     """How long a partition's high watermark learned for a tier answer is reused on one connection."""
+    grant_s: float = 1.0
+    """How long the broker's OFFSET_OUT_OF_RANGE to a client's fetch lets that connection's later fetches of
+    the partition below the broker's log start be answered from the tier without asking the broker
+    (storage_core/gateway/grants.py); 0 asks on every fetch. The bound on a revoked READ."""
 
 
 Learn = Callable[[dict[int, Address], bool], Awaitable[None]]

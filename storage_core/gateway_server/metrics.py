@@ -28,6 +28,17 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.granted_fetches = Counter(
+            "tierkeeper_gateway_granted_fetches",
+            "Fetches answered wholly from the remote tier under the broker's recent answer, without a broker "
+            "round trip",
+            registry=r,
+        )
+        self.streamed_responses = Counter(
+            "tierkeeper_gateway_streamed_responses",
+            "Fetch responses passed to the client as they arrived (cut-through)",
+            registry=r,
+        )
         self.remote_read_seconds = Histogram(
             "tierkeeper_gateway_remote_read_seconds",
             "Time to read one partition's answer from the remote tier",

@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import datetime
-import functools
 import logging
 import ssl
 import time
-import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from storage_core.errors import TierkeeperError
 from storage_core.gateway import fetch as fetch_rules
-from storage_core.gateway import offsets as offset_rules
 from storage_core.gateway.addresses import ADDRESS_APIS, rewrite_addresses
-from storage_core.gateway.history import TierSlice, TimestampHit
+from storage_core.gateway.fetch_stream import NeedMore, plain_fetch, tail_is_plain
 from storage_core.gateway.protocol import (
     API_VERSIONS,
+    CORRELATION_ID,
+    SIZE,
     Chunks,
     ProtocolError,
     RequestHeader,
@@ -41,20 +38,25 @@ from storage_core.gateway.protocol import (
     knows,
     produce_acks,
     read_request_header,
-    request_type,
+    response_type,
     supported_versions,
 )
-from storage_core.gateway.versions import negotiated, offered_versions
-from storage_core.gateway_server.context import GatewayContext, kafka_topic_id
+from storage_core.gateway.versions import offered_versions
+from storage_core.gateway_server.context import GatewayContext
 from storage_core.gateway_server.frames import read_frame, write_chunks
-from storage_core.gateway_server.upstream import Upstream, UpstreamError
-from storage_core.remote.layout import TopicPartitionId
+from storage_core.gateway_server.tier_answers import TierAnswers
+from storage_core.gateway_server.upstream import STREAMED, Streamer, Upstream, UpstreamError
 
 log = logging.getLogger("tierkeeper.gateway")
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 INTERCEPTED = frozenset({PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS}) | ADDRESS_APIS
-READ_COMMITTED = 1
+STREAM_MIN_BYTES = 64 << 10
+"""Fetch responses from this size on may be streamed (smaller ones cost less whole than in pieces)."""
+STREAM_HEAD_BYTES = 4 << 10
+"""Read before deciding: a one-partition response's headers fit unless its topic name or aborted
+transactions are unusually long (it is then stored and forwarded)."""
+STREAM_CHUNK_BYTES = 256 << 10
 
 
 class ClientSession:
@@ -75,9 +77,11 @@ class ClientSession:
         self._order: asyncio.Queue[asyncio.Future[Chunks | None] | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(ctx.limits.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._hwm: dict[tuple[str, int, int], tuple[float, int]] = {}
+        self.tier = TierAnswers(ctx)
         self._stopping = False
         self._reading: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[Chunks | None] | None = None
+        """The response the writer waits for: only that one may be streamed to the client."""
 
     # ---- the connection -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -135,6 +139,7 @@ class ClientSession:
             slot = await self._order.get()
             if slot is None:
                 return
+            self._writing = slot
             try:
                 chunks = await slot
             except (TimeoutError, UpstreamError, ProtocolError, TierkeeperError) as exc:
@@ -145,6 +150,7 @@ class ClientSession:
                 self.writer.close()
                 return
             finally:
+                self._writing = None
                 self._slots.release()
             if chunks:
                 write_chunks(self.writer, chunks)
@@ -156,7 +162,7 @@ class ClientSession:
         try:
             # No deadline of the gateway's own on a client's request: a JoinGroup waits at the broker for as
             # long as the rebalance takes, and the client's own request timeout covers the rest.
-            result = await self._answer(header, payload)
+            result = await self._answer(header, payload, slot)
         except asyncio.CancelledError:
             if not slot.done():
                 _fail_quietly(slot, UpstreamError("connection closing"))
@@ -218,7 +224,9 @@ class ClientSession:
         task.add_done_callback(self._tasks.discard)
 
     # ---- requests -------------------------------------------------------------------------------
-    async def _answer(self, header: RequestHeader, payload: bytes) -> Chunks | None:
+    async def _answer(
+        self, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]
+    ) -> Chunks | None:
         upstream = await self._upstream_conn()
         api = header.api_key
         if api == API_VERSIONS and not knows(api, header.api_version):
@@ -233,7 +241,7 @@ class ClientSession:
             if header.api_version < 10:  # no node endpoints before v10
                 return await self._forward(upstream, header, payload)
         if api == FETCH:
-            return await self._fetch(upstream, header, payload)
+            return await self._fetch(upstream, header, payload, slot)
         response = await self._roundtrip(upstream, payload)
         body = decode_response(api, header.api_version, response)
         changed = False
@@ -243,10 +251,10 @@ class ClientSession:
             body, changed = offered_versions(body), True
         elif api == LIST_OFFSETS:
             before = body
-            body = await self._list_offsets(upstream, decode_request(header, payload), body)
+            body = await self.tier.list_offsets(upstream, decode_request(header, payload), body)
             changed = body is not before
         if api == METADATA:
-            self._learn_topic_ids(body)
+            self.tier.learn_topic_ids(body)
         if api in ADDRESS_APIS:
             rewritten = rewrite_addresses(api, body, self.ctx.rule)
             await self.ctx.learned(rewritten.brokers, rewritten.complete)
@@ -283,22 +291,31 @@ class ClientSession:
         return encode_response(API_VERSIONS, 0, header.correlation_id, body)
 
     # ---- Fetch ----------------------------------------------------------------------------------
-    async def _fetch(self, upstream: Upstream, header: RequestHeader, payload: bytes) -> Chunks:
+    async def _fetch(
+        self, upstream: Upstream, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]
+    ) -> Chunks:
         request = decode_request(header, payload)
         if fetch_rules.session_id(request) != 0:
-            from storage_core.gateway.protocol import response_type
-
             body = fetch_rules.session_not_found(response_type(FETCH, header.api_version))
             return encode_response(FETCH, header.api_version, header.correlation_id, body)
         plain = fetch_rules.sessionless(request)
+        served = await self.tier.fetch_under_grants(upstream, header.api_version, plain)
+        if served is not None:
+            return encode_response(FETCH, header.api_version, header.correlation_id, served)
         if plain is not request:
             payload = b"".join(encode_request(header, plain, header.correlation_id)[1:])
-        response = await self._roundtrip(upstream, payload)
+        sent_at = time.monotonic()
+        future = upstream.send(payload, streamer=self._streamer(header, slot))
+        assert future is not None
+        await upstream.drain()
+        response = await future
+        if response is STREAMED:
+            return []
         body = decode_response(FETCH, header.api_version, response)
         changed = fetch_rules.session_id(body) != 0
         out_of_range = fetch_rules.out_of_range(body)
         if out_of_range:
-            answers = await self._tier_answers(upstream, plain, body, out_of_range)
+            answers = await self.tier.fetch_answers(upstream, plain, body, out_of_range, sent_at=sent_at)
             if answers:
                 body = fetch_rules.with_answers(body, answers)
                 changed = True
@@ -312,270 +329,45 @@ class ClientSession:
             FETCH, header.api_version, header.correlation_id, fetch_rules.without_session(body)
         )
 
-    async def _tier_answers(
-        self,
-        upstream: Upstream,
-        request: Any,
-        response: Any,
-        keys: list[fetch_rules.PartitionKey],
-    ) -> dict[fetch_rules.PartitionKey, fetch_rules.TierAnswer]:
-        wanted = fetch_rules.wanted(request)
-        used = fetch_rules.records_bytes(response)
-        committed = request.isolation_level == READ_COMMITTED
-        slices: dict[fetch_rules.PartitionKey, tuple[TopicPartitionId, TierSlice | None]] = {}
-        failed: dict[fetch_rules.PartitionKey, ErrorCode] = {}
-        for key in keys:
-            want = wanted.get(key)
-            try:
-                tp = await self._tier_partition(upstream, key[0], key[1])
-            except TierkeeperError as exc:  # the tier's listing failed: retriable, never "not tiered"
-                log.error("looking up %s in the remote tier failed: %s", key, exc)
-                self.ctx.metrics.tier_partitions.labels(outcome="error").inc()
-                failed[key] = ErrorCode.kafka_storage_error
-                continue
-            if want is None or tp is None:
-                continue
-            budget = max(0, min(want.max_bytes, request.max_bytes - used))
-            started = time.perf_counter()
-            try:
-                found = await asyncio.get_running_loop().run_in_executor(
-                    self.ctx.tier_pool,
-                    functools.partial(
-                        self.ctx.history.read,
-                        tp,
-                        want.offset,
-                        budget,
-                        min_one=used == 0,
-                        read_committed=committed,
-                    ),
-                )
-            except TierkeeperError as exc:
-                log.error("tier read of %s at offset %d failed: %s", tp, want.offset, exc)
-                self.ctx.metrics.tier_partitions.labels(outcome="error").inc()
-                failed[key] = ErrorCode.kafka_storage_error
-                continue
-            finally:
-                self.ctx.metrics.remote_read_seconds.observe(time.perf_counter() - started)
-            assert found is None or isinstance(found, TierSlice)
-            if found is None:
-                self.ctx.metrics.tier_partitions.labels(outcome="not_tiered").inc()
-                continue  # the tier does not hold it either: the broker's OFFSET_OUT_OF_RANGE stands
-            slices[key] = (tp, found)
-            used += len(found.records)
-        if not slices and not failed:
-            return {}
-        marks = await self._watermarks(upstream, [tp for tp, _ in slices.values()])
-        answers: dict[fetch_rules.PartitionKey, fetch_rules.TierAnswer] = {}
-        for key, code in failed.items():
-            answers[key] = _error_answer(code)
-        for key, (tp, found) in slices.items():
-            assert found is not None
-            mark = marks.get((tp.topic, tp.partition))
-            if isinstance(mark, ErrorCode):
-                answers[key] = _error_answer(mark)
-                continue
-            assert mark is not None
-            hwm, lso = mark
-            answers[key] = fetch_rules.TierAnswer(
-                records=found.records,
-                high_watermark=hwm,
-                last_stable_offset=lso,
-                log_start_offset=found.log_start_offset,
-                aborted=found.aborted if committed else None,
-            )
-            self.ctx.metrics.tier_partitions.labels(outcome="served").inc()
-            self.ctx.metrics.tier_bytes.inc(len(found.records))
-        return answers
+    def _streamer(self, header: RequestHeader, slot: asyncio.Future[Chunks | None]) -> Streamer:
+        """Cut-through for a large Fetch response the gateway has nothing to change in: when it is this
+        response's turn (every earlier response written, the writer waiting for this one), its bytes go to
+        the client as they arrive instead of after the whole response has (storage_core/gateway/
+        fetch_stream.py decides from its first bytes). A response that stops half-way (the broker died)
+        leaves the client a frame shorter than its size and a closed connection, never a whole answer."""
+        version = header.api_version
 
-    async def _tier_partition(
-        self, upstream: Upstream, topic: fetch_rules.TopicKey, partition: int
-    ) -> TopicPartitionId | None:
-        """The tiered incarnation of a topic the request names (by id, or by name: then the live topic's
-        id decides, so a recreated topic never gets its predecessor's history)."""
-        topic_id: uuid.UUID | None
-        if isinstance(topic, uuid.UUID):
-            topic_id = topic
-        else:
-            topic_id = self.ctx.topic_ids.get(topic)
-            if topic_id is None:
-                await self._ask_topic_ids(upstream, [topic])
-                topic_id = self.ctx.topic_ids.get(topic)
-            if topic_id is None:
-                return None
-        tid = kafka_topic_id(topic_id)
-        name = await asyncio.get_running_loop().run_in_executor(
-            self.ctx.tier_pool, self.ctx.history.topic_name, tid
-        )
-        if name is None or (isinstance(topic, str) and name != topic):
+        async def stream(size: int, reader: asyncio.StreamReader) -> bytes | None:
+            if size < STREAM_MIN_BYTES or self._writing is not slot or slot.done() or self._stopping:
+                return b""
+            head = await reader.readexactly(min(size, STREAM_HEAD_BYTES))
+            try:
+                plain = plain_fetch(version, head)
+            except NeedMore:  # a partition header longer than the first bytes read: stored and forwarded
+                return head
+            if plain is None or plain.records_end > size or len(head) > plain.records_end:
+                return head
+            self.writer.write(SIZE.pack(size + 4) + CORRELATION_ID.pack(header.correlation_id) + head)
+            left = plain.records_end - len(head)
+            while left > 0:
+                chunk = await reader.read(min(left, STREAM_CHUNK_BYTES))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", left)
+                self.writer.write(chunk)
+                left -= len(chunk)
+                await self.writer.drain()
+            tail = await reader.readexactly(size - plain.records_end)
+            if not tail_is_plain(version, tail):
+                # Addresses to rewrite after records already sent (no broker does this for an error-free
+                # partition): the client gets a cut frame and a closed connection, never an unrewritten one.
+                raise ProtocolError("a streamed Fetch response ended with NodeEndpoints; closing the client")
+            self.writer.write(tail)
+            await self.writer.drain()
+            self.ctx.metrics.passthrough_bytes.inc(size + 4)
+            self.ctx.metrics.streamed_responses.inc()
             return None
-        return TopicPartitionId(name, tid, partition)
 
-    # ---- the gateway's own requests on this connection -------------------------------------------
-    def _learn_topic_ids(self, body: Any) -> None:
-        for t in body.topics:
-            topic_id = getattr(t, "topic_id", None)
-            if t.name and topic_id is not None and topic_id.int != 0 and t.error_code == ErrorCode.none:
-                self.ctx.topic_ids[t.name] = topic_id
-
-    async def _ensure_versions(self, upstream: Upstream) -> None:
-        """The broker's ApiVersions on this connection, asked by the gateway when the client did not: the
-        protocol does not require ApiVersions, and a client that went straight to Fetch must still get its
-        tier answers (tests/gateway/test_gateway_bad_input.py)."""
-        if upstream.broker_versions:
-            return
-        from kio.schema.api_versions.v3.request import ApiVersionsRequest
-
-        header = RequestHeader(API_VERSIONS, 3, 0, "tierkeeper-gateway", 0)
-        body = ApiVersionsRequest(client_software_name="tierkeeper-gateway", client_software_version="1")
-        response = await self._await(upstream, upstream.send_chunks(encode_request(header, body, 0)))
-        decoded = decode_response(API_VERSIONS, 3, response)
-        if decoded.error_code == ErrorCode.none and not upstream.broker_versions:
-            upstream.broker_versions = {a.api_key: (a.min_version, a.max_version) for a in decoded.api_keys}
-
-    async def _await(self, upstream: Upstream, future: asyncio.Future[bytes]) -> bytes:
-        """The answer to one of the gateway's own requests, within the request timeout."""
-        await upstream.drain()
-        try:
-            return await asyncio.wait_for(future, self.ctx.limits.request_timeout_s)
-        except TimeoutError:
-            raise UpstreamError(
-                f"broker {upstream.address}: no answer within {self.ctx.limits.request_timeout_s:g} s"
-            ) from None
-
-    async def _ask(self, upstream: Upstream, api_key: int, body_fields: dict[str, Any]) -> tuple[int, Any]:
-        await self._ensure_versions(upstream)
-        version = negotiated(upstream.broker_versions, api_key)
-        if version is None:
-            raise UpstreamError(f"broker {upstream.address}: no common version of API {api_key}")
-        cls = request_type(api_key, version)
-        names = {f.name for f in dataclasses.fields(cls)}
-        body = cls(**{k: v for k, v in body_fields.items() if k in names})  # fields of other versions dropped
-        header = RequestHeader(api_key, version, 0, "tierkeeper-gateway", 0)
-        response = await self._await(upstream, upstream.send_chunks(encode_request(header, body, 0)))
-        return version, decode_response(api_key, version, response)
-
-    async def _ask_topic_ids(self, upstream: Upstream, names: list[str]) -> None:
-        await self._ensure_versions(upstream)
-        version = negotiated(upstream.broker_versions, METADATA)
-        if version is None or version < 10:
-            return
-        module = __import__(request_type(METADATA, version).__module__, fromlist=["MetadataRequestTopic"])
-        fields: dict[str, Any] = {
-            "topics": tuple(module.MetadataRequestTopic(topic_id=None, name=n) for n in names),
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        }
-        _, body = await self._ask(upstream, METADATA, fields)
-        self._learn_topic_ids(body)
-
-    async def _list_offsets_query(
-        self, upstream: Upstream, tps: list[TopicPartitionId], timestamp: int, isolation: int
-    ) -> dict[tuple[str, int], int | ErrorCode]:
-        await self._ensure_versions(upstream)
-        version = negotiated(upstream.broker_versions, LIST_OFFSETS)
-        if version is None:
-            raise UpstreamError(f"broker {upstream.address}: no common ListOffsets version")
-        module = __import__(request_type(LIST_OFFSETS, version).__module__, fromlist=["ListOffsetsTopic"])
-        by_topic: dict[str, list[int]] = {}
-        for tp in tps:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        topics = tuple(
-            module.ListOffsetsTopic(
-                name=name,
-                partitions=tuple(
-                    module.ListOffsetsPartition(partition_index=p, timestamp=timestamp) for p in parts
-                ),
-            )
-            for name, parts in by_topic.items()
-        )
-        fields: dict[str, Any] = {
-            "replica_id": -1,
-            "isolation_level": isolation,
-            "topics": topics,
-            "timeout": datetime.timedelta(seconds=30),
-        }
-        _, body = await self._ask(upstream, LIST_OFFSETS, fields)
-        out: dict[tuple[str, int], int | ErrorCode] = {}
-        for t in body.topics:
-            for p in t.partitions:
-                out[(t.name, p.partition_index)] = (
-                    p.offset if p.error_code == ErrorCode.none else _retriable(p.error_code)
-                )
-        return out
-
-    async def _watermarks(
-        self, upstream: Upstream, tps: list[TopicPartitionId]
-    ) -> dict[tuple[str, int], tuple[int, int] | ErrorCode]:
-        """High watermark and last stable offset of each partition, as the broker says on this connection
-        (an OFFSET_OUT_OF_RANGE answer carries neither); reused for ``hwm_cache_s``."""
-        now = time.monotonic()
-        out: dict[tuple[str, int], tuple[int, int] | ErrorCode] = {}
-        missing = []
-        for tp in tps:
-            hwm = self._hwm.get((tp.topic, tp.partition, 0))
-            lso = self._hwm.get((tp.topic, tp.partition, 1))
-            if (
-                hwm
-                and lso
-                and now - hwm[0] < self.ctx.limits.hwm_cache_s
-                and now - lso[0] < self.ctx.limits.hwm_cache_s
-            ):
-                out[(tp.topic, tp.partition)] = (hwm[1], lso[1])
-            else:
-                missing.append(tp)
-        if missing:
-            hwms, lsos = await asyncio.gather(
-                self._list_offsets_query(upstream, missing, offset_rules.LATEST, 0),
-                self._list_offsets_query(upstream, missing, offset_rules.LATEST, READ_COMMITTED),
-            )
-            for tp in missing:
-                key = (tp.topic, tp.partition)
-                hwm_v, lso_v = (
-                    hwms.get(key, ErrorCode.unknown_topic_or_partition),
-                    lsos.get(key, ErrorCode.unknown_topic_or_partition),
-                )
-                if isinstance(hwm_v, ErrorCode):
-                    out[key] = hwm_v
-                elif isinstance(lso_v, ErrorCode):
-                    out[key] = lso_v
-                else:
-                    self._hwm[(tp.topic, tp.partition, 0)] = (now, hwm_v)
-                    self._hwm[(tp.topic, tp.partition, 1)] = (now, lso_v)
-                    out[key] = (hwm_v, lso_v)
-        return out
-
-    # ---- ListOffsets ----------------------------------------------------------------------------
-    async def _list_offsets(self, upstream: Upstream, request: Any, response: Any) -> Any:
-        asked = offset_rules.questions(request, response)
-        if not asked:
-            return response
-        answers: dict[offset_rules.Question, offset_rules.TierOffset | None] = {}
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        for name, partition, ts in asked:
-            try:
-                tp = await self._tier_partition(upstream, name, partition)
-            except TierkeeperError as exc:
-                log.error("looking up %s-%d in the remote tier failed: %s", name, partition, exc)
-                errors[(name, partition)] = ErrorCode.kafka_storage_error
-                continue
-            if tp is None:
-                if ts == offset_rules.LATEST_TIERED:
-                    answers[(name, partition, ts)] = None
-                continue
-            try:
-                found = await asyncio.get_running_loop().run_in_executor(
-                    self.ctx.tier_pool, _tier_offset, self.ctx.history, tp, ts
-                )
-            except TierkeeperError as exc:
-                log.error("tier offset lookup of %s (timestamp %d) failed: %s", tp, ts, exc)
-                errors[(name, partition)] = ErrorCode.kafka_storage_error
-                continue
-            answers[(name, partition, ts)] = found
-        body = offset_rules.with_tier(response, answers)
-        if errors:
-            body = offset_rules.with_errors(body, errors)
-        return body
+        return stream
 
 
 def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
@@ -583,27 +375,3 @@ def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
     it gets the error, and asyncio does not log it as never retrieved."""
     future.set_exception(error)
     future.exception()  # marks it retrieved
-
-
-def _tier_offset(history: Any, tp: TopicPartitionId, ts: int) -> offset_rules.TierOffset | None:
-    if ts == offset_rules.EARLIEST:
-        start = history.earliest(tp)
-        return None if start is None else offset_rules.TierOffset(start, -1, history.epoch_at(tp, start))
-    if ts == offset_rules.LATEST_TIERED:
-        end = history.latest_tiered(tp)
-        return None if end is None else offset_rules.TierOffset(end, -1, history.epoch_at(tp, end))
-    hit: TimestampHit | None = history.offset_for_timestamp(tp, ts)
-    return None if hit is None else offset_rules.TierOffset(hit.offset, hit.timestamp, hit.leader_epoch)
-
-
-def _retriable(code: ErrorCode) -> ErrorCode:
-    """A broker error on the gateway's own request, as the partition's answer: retriable ones as they are
-    (the client refreshes metadata and retries); anything else as KAFKA_STORAGE_ERROR, which the client
-    retries too, never as an error that would move its position."""
-    return code if code.retriable else ErrorCode.kafka_storage_error
-
-
-def _error_answer(code: ErrorCode) -> fetch_rules.TierAnswer:
-    return fetch_rules.TierAnswer(
-        records=None, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, aborted=None, error=code
-    )

@@ -4,17 +4,29 @@ The gateway numbers the requests it sends itself, so its own requests (ListOffse
 watermark, Metadata for a topic id) travel on the client's authenticated connection beside the client's,
 and each response finds its waiter by correlation id. A broker answers a connection's requests in order,
 and a Produce with acks=0 gets no answer at all (nothing waits for one).
+
+A request sent with a *streamer* may have its response handed over before it has arrived: the streamer is
+given the reader at the start of the response (after its correlation id) and either takes the whole
+response (writing it on to the client as it arrives; its future then completes with :data:`STREAMED`) or
+hands back the bytes it read, and the response is read whole as any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from storage_core.gateway.addresses import Address
-from storage_core.gateway.protocol import ProtocolError, framed_with_correlation_id, response_correlation_id
-from storage_core.gateway_server.frames import read_frame, write_chunks
+from storage_core.gateway.protocol import SIZE, ProtocolError, framed_with_correlation_id
+from storage_core.gateway_server.frames import write_chunks
+
+STREAMED = b""
+"""A response the streamer took and passed on whole: nothing is left to answer."""
+
+Streamer = Callable[[int, asyncio.StreamReader], Awaitable[bytes | None]]
+"""Called with the response's size (after the correlation id) and the reader positioned there: returns None
+when it took the whole response, else the bytes it read (the response is then read whole)."""
 
 
 class UpstreamError(ConnectionError):
@@ -34,7 +46,7 @@ class Upstream:
         self._writer = writer
         self._max = max_frame_bytes
         self._next_id = 1
-        self._waiting: dict[int, asyncio.Future[bytes]] = {}
+        self._waiting: dict[int, tuple[asyncio.Future[bytes], Streamer | None]] = {}
         self._closed: BaseException | None = None
         self.gone = asyncio.Event()
         """Set when the connection is over, whoever ended it."""
@@ -56,9 +68,12 @@ class Upstream:
             ) from exc
         return cls(address, reader, writer, max_frame_bytes)
 
-    def send(self, payload: bytes, *, expect_response: bool = True) -> asyncio.Future[bytes] | None:
+    def send(
+        self, payload: bytes, *, expect_response: bool = True, streamer: Streamer | None = None
+    ) -> asyncio.Future[bytes] | None:
         """Send a request payload (its correlation id is replaced by the gateway's own); the future
-        completes with the response payload (correlation id replaced back by the caller's choice)."""
+        completes with the response payload (correlation id replaced back by the caller's choice), or with
+        :data:`STREAMED` when ``streamer`` took it."""
         if self._closed is not None:
             raise UpstreamError(f"broker {self.address}: connection closed ({self._closed})")
         correlation_id = self._next_id
@@ -66,7 +81,7 @@ class Upstream:
         future: asyncio.Future[bytes] | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
-            self._waiting[correlation_id] = future
+            self._waiting[correlation_id] = (future, streamer)
         write_chunks(self._writer, framed_with_correlation_id(payload, correlation_id))
         return future
 
@@ -82,28 +97,55 @@ class Upstream:
 
     async def _read_responses(self) -> None:
         error: BaseException
+        current: asyncio.Future[bytes] | None = None
         try:
             while True:
-                payload = await read_frame(self._reader, self._max)
-                if payload is None:
+                current = None
+                try:
+                    head = await self._reader.readexactly(8)
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        raise ProtocolError("connection closed inside a response's first 8 bytes") from None
                     error = UpstreamError(f"broker {self.address} closed the connection")
                     break
-                future = self._waiting.pop(response_correlation_id(payload), None)
-                if future is None:
+                (size,) = SIZE.unpack_from(head)
+                if size < 4 or size > self._max:
+                    raise ProtocolError(f"response of {size} bytes is outside 4..{self._max}")
+                (correlation_id,) = SIZE.unpack_from(head, 4)
+                waiter = self._waiting.pop(correlation_id, None)
+                if waiter is None:
                     error = UpstreamError(f"broker {self.address} answered a request nobody sent")
                     break
+                future, streamer = waiter
+                current = future
+                read = b""
+                if streamer is not None and not future.done():
+                    taken = await streamer(size - 4, self._reader)
+                    if taken is None:
+                        future.set_result(STREAMED)
+                        continue
+                    read = taken
+                rest = await self._reader.readexactly(size - 4 - len(read))
+                payload = head[4:] + read + rest
                 if not future.done():
                     future.set_result(payload)
+        except asyncio.IncompleteReadError as exc:
+            error = UpstreamError(
+                f"broker {self.address} closed the connection inside a response ({len(exc.partial)} bytes)"
+            )
         except (OSError, ProtocolError, ssl.SSLError) as exc:
             error = UpstreamError(f"broker {self.address}: {exc}")
         except asyncio.CancelledError:
             error = UpstreamError(f"broker {self.address}: connection closed by the gateway")
+        if current is not None and not current.done():  # the response being read (or streamed) when it failed
+            current.set_exception(error)
+            current.exception()
         self._fail(error)
 
     def _fail(self, error: BaseException) -> None:
         self._closed = error
         self.gone.set()
-        for future in self._waiting.values():
+        for future, _ in self._waiting.values():
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # its waiter may be gone with its client: not "never retrieved"

@@ -61,13 +61,15 @@ def _remove_uncommitted(target: Any, state: ExportState) -> int:
     return len(doomed)
 
 
-def _plan(reader: RemoteReader, opts: ScanOptions, state: ExportState) -> list[ScanSplit]:
+def plan_splits(reader: RemoteReader, opts: ScanOptions, next_offsets: dict[int, int]) -> list[ScanSplit]:
+    """Splits from each partition's committed offset (its first tiered one when none) to the tier's end,
+    in offset order per partition."""
     splits: list[ScanSplit] = []
     for tp in topic_partitions(reader, opts):
         manifest = reader.manifest(tp, refresh=True)
         if manifest.start_offset is None or manifest.end_offset is None:
             continue
-        start = max(state.next_offsets.get(tp.partition, manifest.start_offset), manifest.start_offset)
+        start = max(next_offsets.get(tp.partition, manifest.start_offset), manifest.start_offset)
         window = PartitionWindow(tp, start, manifest.end_offset + 1)
         if window.start < window.end:
             splits += plan_partition(reader, manifest, window, max_split_bytes=opts.max_split_bytes)
@@ -75,13 +77,13 @@ def _plan(reader: RemoteReader, opts: ScanOptions, state: ExportState) -> list[S
 
 
 @dataclass(frozen=True)
-class _Guarded:
+class Guarded:
     """Runs one split's task on an executor and returns the project's errors instead of raising them (a
     raised one reaches the driver as Spark's exception, its message a Python traceback)."""
 
-    task: Callable[[ExportTask], tuple[int, int, int, int]]
+    task: Callable[[Any], Any]
 
-    def __call__(self, job: ExportTask) -> tuple[int, int, int, int] | TierkeeperError:
+    def __call__(self, job: Any) -> Any:
         try:
             return self.task(job)
         except TierkeeperError as exc:
@@ -104,12 +106,12 @@ def run_export(
         tp0 = reader.resolve(opts.topic, 0, opts.topic_id)
         state = _read_state(store, tp0.topic, tp0.topic_id)
         removed = _remove_uncommitted(store, state)
-        splits = _plan(reader, opts, state)
+        splits = plan_splits(reader, opts, state.next_offsets)
     records = 0
     next_offsets = dict(state.next_offsets)
     for i in range(0, len(splits), splits_per_commit):
         wave = [ExportTask(source, target, opts.isolation, s) for s in splits[i : i + splits_per_commit]]
-        outcomes = spark.sparkContext.parallelize(wave, len(wave)).map(_Guarded(task)).collect()
+        outcomes = spark.sparkContext.parallelize(wave, len(wave)).map(Guarded(task)).collect()
         failed = [o for o in outcomes if isinstance(o, TierkeeperError)]
         if failed:
             # Our own error (damaged data, an unreachable store) is one line on the driver, not a task's

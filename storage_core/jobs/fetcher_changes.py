@@ -3,17 +3,22 @@
 Per round: the assignment is read once per cluster (metadata), each managed broker's count once
 (DescribeConfigs), then each broker's decision is made and its step set as the broker's own dynamic
 override (IncrementalAlterConfigs), and DescribeConfigs is polled until the broker reports it, within
-``spec.replicaFetchers.stepTimeoutSeconds``. The operator takes one step per broker per round, so a
+``spec.replicaFetchers.stepTimeoutSeconds``. Each step is a
+:class:`~storage_core.reconcile.requests.FetcherStepRequest`, built where every other request of a round
+is and carried out by :func:`run_fetcher_step`, the function ``tierkeeper fetchers apply`` (the request's
+command line) ends in too. The operator takes one step per broker per round, so a
 ``stop`` annotation lands between steps; standalone mode runs each change to its end in one round.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import ReplicaFetchers
 from storage_core.api.status import FetcherStatus
 from storage_core.errors import TierkeeperError
@@ -29,6 +34,7 @@ from storage_core.reconcile.fetchers import (
     shared_brokers,
     step_failed,
 )
+from storage_core.reconcile.requests import FetcherStepRequest, fetcher_step_request
 
 
 @dataclass(frozen=True)
@@ -49,24 +55,37 @@ class FetcherOutcome:
     status: FetcherStatus | None
     consumed: bool = False
     events: list[FetcherEvent] = field(default_factory=list)
-    steps_set: list[int] = field(default_factory=list)
+    steps: list[FetcherStepRequest] = field(default_factory=list)
+
+
+def run_fetcher_step(request: FetcherStepRequest, admin: Any) -> None:
+    """Set the step as the broker's own override and wait until the broker reports it in effect.
+    ``admin``: a :class:`storage_core.adapters.kafka_fetchers.FetcherAdmin` made for ``request.kafka``."""
+    admin.set_broker_override(request.broker_id, request.value)
+    admin.wait_for(request.value, [request.broker_id], timeout=request.timeout_seconds)
 
 
 class FetcherChanges:
     """``admin_for(cluster)`` returns a :class:`storage_core.adapters.kafka_fetchers.FetcherAdmin`
-    (or anything with ``assignment``, ``settings``, ``set_broker_override`` and ``wait_for``)."""
+    (or anything with ``assignment``, ``settings``, ``set_broker_override`` and ``wait_for``);
+    ``clusters`` and ``config_dirs`` (where each cluster's ``clientConfigSecretRef`` is mounted) make
+    the step requests."""
 
     def __init__(
         self,
         admin_for: Callable[[str], Any],
         clock: Callable[[], datetime.datetime],
         *,
+        clusters: Mapping[str, KafkaClusterConfig],
+        config_dirs: Mapping[str, Path] | None = None,
         steps_per_round: int | None = 1,
         approve: bool = False,
         how_to_approve: str = APPROVE_BY_ANNOTATION,
     ) -> None:
         self._admin_for = admin_for
         self._clock = clock
+        self._clusters = clusters
+        self._dirs = dict(config_dirs or {})
         self.steps_per_round = steps_per_round
         self.approve = approve
         self.how_to_approve = how_to_approve
@@ -134,21 +153,25 @@ class FetcherChanges:
             outcome.events.extend(decision.events)
             command = None
             value = decision.set_value
-            limit_reached = (
-                self.steps_per_round is not None and len(outcome.steps_set) >= self.steps_per_round
-            )
+            limit_reached = self.steps_per_round is not None and len(outcome.steps) >= self.steps_per_round
             if value is None or decision.status is None or limit_reached:
                 return outcome
-            admin = self._admin_for(item.cluster)
+            directory = self._dirs.get(item.cluster)
+            request = fetcher_step_request(
+                self._clusters[item.cluster],
+                item.broker_id,
+                value,
+                spec,
+                config_dir=str(directory) if directory is not None else None,
+            )
             try:
-                admin.set_broker_override(item.broker_id, value)
-                admin.wait_for(value, [item.broker_id], timeout=float(spec.step_timeout_seconds))
+                run_fetcher_step(request, self._admin_for(item.cluster))
             except TierkeeperError as exc:
                 failed = step_failed(decision.status, value, str(exc), self._clock())
                 outcome.status = failed
                 outcome.events.append(FetcherEvent("Warning", "FetcherChangeFailed", failed.message))
                 return outcome
-            outcome.steps_set.append(value)
+            outcome.steps.append(request)
             previous = after_step(decision.status, value, self._clock())
             observed = replace(observed, current=value)
 

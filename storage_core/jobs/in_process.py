@@ -13,7 +13,7 @@ from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec
 from storage_core.errors import TierkeeperError
 from storage_core.reconcile.planner import CleanupAction, CopyAction
-from storage_core.reconcile.requests import cleanup_request, copy_request
+from storage_core.reconcile.requests import Request, cleanup_request, copy_request
 from storage_core.reconcile.round import CleanupOutcome, CopyOutcome
 
 StoreFactory = Callable[[KafkaClusterConfig], Any]
@@ -35,6 +35,8 @@ class InProcessExecutor:
         self._admins = admins
         self._store_factory = store_factory
         self._dirs = kafka_config_dirs
+        self.requests: list[Request] = []
+        """Every request run, in order (what a round ran, side by side with the operator's Jobs)."""
 
     def _config_dir(self, cluster: str) -> str | None:
         directory = self._dirs.get(cluster)
@@ -47,6 +49,7 @@ class InProcessExecutor:
         broker = self._brokers(action.broker_key)
         assert broker is not None  # the planner only copies from usable brokers
         request = copy_request(action, cluster, broker, config_dir=self._config_dir(action.cluster))
+        self.requests.append(request)
         try:
             report = run_copy(
                 copy_options(request, self._admins.config(action.cluster)),
@@ -62,6 +65,7 @@ class InProcessExecutor:
 
         cluster = self._clusters[action.cluster]
         request = cleanup_request(action, cluster, config_dir=self._config_dir(action.cluster))
+        self.requests.append(request)
         options = cleanup_options(request, self._admins.config(action.cluster))
         try:
             store = self._store_factory(cluster)

@@ -93,7 +93,7 @@ def observe(
         if a.topic_id in ids.get(a.topic, []):
             catalog = PartitionCatalog(store, layout, TopicPartitionId(a.topic, a.topic_id, a.partition))
             # Derived from the markers, never trusted stale, and not written back: a dry run writes nothing.
-            manifest = catalog.rebuild_manifest(write=False)
+            manifest = catalog.rebuild_manifest(write=False, strict=True)
         policy = resolve_policy(
             a.topic_config,
             retention_ms=options.local_retention_ms,

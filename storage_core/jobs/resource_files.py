@@ -1,5 +1,6 @@
 """The files an operator or standalone run is configured from: cluster configurations (YAML, one or more
-clusters per file) and, for standalone mode, a directory of TieredTopic/TieredBroker manifests."""
+clusters per file) and, for standalone mode, a directory of TieredTopic/TieredBroker/TieredCluster
+manifests."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from storage_core.api.cluster import KafkaClusterConfig
-from storage_core.api.parse import ManifestSet, parse_cluster_config, parse_manifests
+from storage_core.api.parse import ManifestSet, parse_cluster_config, parse_manifests, parse_spec
+from storage_core.api.tiered_cluster import TieredClusterSpec, resolve
 from storage_core.errors import ConfigError
 
 
@@ -28,19 +30,51 @@ def load_clusters(
         for cluster in parse_cluster_config(text, str(path)):
             if cluster.name in clusters:
                 raise ConfigError(f"{path}: cluster {cluster.name!r} is defined twice")
-            if not secrets_allowed and cluster.remote.storage_options_secret_ref:
-                raise ConfigError(
-                    f"{path}: cluster {cluster.name!r} references a Secret; standalone mode reads no "
-                    "Secrets (put non-secret values in remote.storageOptions and credentials in the "
-                    "storage provider's environment)"
-                )
-            if not secrets_allowed and cluster.client_config_secret_ref and cluster.name not in mounted:
-                raise ConfigError(
-                    f"{path}: cluster {cluster.name!r} has a clientConfigSecretRef; standalone mode reads "
-                    f"no Secrets: give --kafka-config-dir {cluster.name}=DIR, a directory with one file "
-                    "per client property"
-                )
+            if not secrets_allowed:
+                _standalone_usable(cluster, str(path), mounted)
             clusters[cluster.name] = cluster
+    return clusters
+
+
+def _standalone_usable(cluster: KafkaClusterConfig, source: str, mounted: Collection[str]) -> None:
+    if cluster.remote.storage_options_secret_ref:
+        raise ConfigError(
+            f"{source}: cluster {cluster.name!r} references a Secret; standalone mode reads no "
+            "Secrets (put non-secret values in remote.storageOptions and credentials in the "
+            "storage provider's environment)"
+        )
+    if cluster.client_config_secret_ref and cluster.name not in mounted:
+        raise ConfigError(
+            f"{source}: cluster {cluster.name!r} has a clientConfigSecretRef; standalone mode reads "
+            f"no Secrets: give --kafka-config-dir {cluster.name}=DIR, a directory with one file "
+            "per client property"
+        )
+
+
+def manifest_clusters(
+    manifests: ManifestSet, files: dict[str, KafkaClusterConfig], *, mounted: Collection[str] = ()
+) -> dict[str, KafkaClusterConfig]:
+    """``files`` plus the TieredClusters of the manifests (standalone mode). A TieredCluster that names a
+    Strimzi Kafka without bootstrapServers, or whose name a ``--cluster`` file also defines, is refused
+    with one line: standalone mode reads no Kubernetes objects, and one name is one cluster."""
+    clusters = dict(files)
+    for obj in manifests.objects:
+        if obj.kind != "TieredCluster":
+            continue
+        where = f"{obj.source}: TieredCluster {obj.key}"
+        if obj.name in clusters:
+            raise ConfigError(f"{where}: cluster {obj.name!r} is also defined by a --cluster file; keep one")
+        parsed = parse_spec(TieredClusterSpec, obj.spec)
+        if parsed.value is None:
+            raise ConfigError(f"{where}: {parsed.problem}")
+        try:
+            cluster = resolve(obj.name, parsed.value)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: spec.bootstrapServers is required in standalone mode (it reads no Strimzi Kafka)"
+            ) from None
+        _standalone_usable(cluster, where, mounted)
+        clusters[cluster.name] = cluster
     return clusters
 
 

@@ -38,6 +38,7 @@ from storage_core.reconcile.observed import (
 )
 from storage_core.reconcile.planner import CleanupAction, CopyAction, Event, Plan
 from storage_core.reconcile.rebuild import RebuildResult, replaces, status_from_result, with_rebuild
+from storage_core.reconcile.requests import Request
 from storage_core.reconcile.round import (
     KafkaObserver,
     Resource,
@@ -60,6 +61,8 @@ class RoundReport:
     copies: list[CopyAction] = field(default_factory=list)
     cleanups: list[CleanupAction] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    """The requests the round ran, copies and cleanups (fetcher steps: in ``fetcher_changes`` outcomes)."""
 
 
 class Standalone:
@@ -83,6 +86,8 @@ class Standalone:
         self._fetchers = FetcherChanges(
             self._fetcher_admins,
             clock,
+            clusters=self.clusters,
+            config_dirs=dirs,
             steps_per_round=None,
             approve=approve_fetchers,
             how_to_approve="--approve-fetchers or spec.replicaFetchers.autoApprove",
@@ -120,6 +125,7 @@ class Standalone:
         self._admins.refresh()  # client properties read again from their directories each round
         self._fetcher_admins.refresh()
         self._run_rebuilds()
+        self._executor.requests.clear()
         topics = topic_inputs(self._topic_resources, self.topic_status, self.clusters, self._observer)
         brokers = broker_inputs(self._broker_resources, self.broker_status, _platform_problem)
         done = execute(
@@ -132,7 +138,9 @@ class Standalone:
             self.clock,
             self._store,
         )
-        report = RoundReport(plan=done.plan, copies=done.copies, cleanups=done.cleanups, events=done.events)
+        report = RoundReport(
+            done.plan, done.copies, done.cleanups, done.events, list(self._executor.requests)
+        )
         self._run_fetchers(before, report)
         return report
 

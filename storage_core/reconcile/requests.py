@@ -15,13 +15,14 @@ Secrets are never in a request: Kafka's secret client properties are a directory
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from storage_core.api.cluster import KafkaClusterConfig
-from storage_core.api.resources import TieredBrokerSpec
+from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec
 from storage_core.reconcile.eligibility import trim_timing
 from storage_core.reconcile.planner import CleanupAction, CopyAction
 
@@ -43,6 +44,10 @@ class KafkaClient:
             out += ["--kafka-config-dir", self.config_dir]
         return out
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> KafkaClient:
+        return cls(args.bootstrap_servers, _pairs(args.kafka_property), args.kafka_config_dir)
+
 
 @dataclass(frozen=True)
 class RemoteTier:
@@ -53,10 +58,21 @@ class RemoteTier:
     def args(self) -> list[str]:
         out = ["--remote", self.url]
         for key, value in sorted(self.storage_options.items()):
-            # The CLI reads a value as JSON when it parses (nested options such as client_kwargs).
-            text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-            out += ["--storage-option", f"{key}={text}"]
+            # The CLI reads a value as JSON when it parses: a string is quoted too, so "10" stays a string.
+            out += ["--storage-option", f"{key}={json.dumps(value, separators=(',', ':'))}"]
         return out
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RemoteTier:
+        """Only the request's own flags: the environment and an options file add credentials, which a
+        request never holds."""
+        options = {key: json.loads(text) for key, text in _pairs(args.storage_option)}
+        return cls(args.remote, options)
+
+
+def _pairs(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
+    """``["k=v", ...]`` -> ``(("k", "v"), ...)``, in the order given (the CLI checks the syntax)."""
+    return tuple((key, value) for key, _, value in (item.partition("=") for item in items or ()))
 
 
 def _broker_dir_args(
@@ -96,6 +112,22 @@ class CopyRequest:
         for topic, partitions in self.assignment:
             out += ["--assignment", f"{topic}={','.join(str(p) for p in partitions)}"]
         return out + self.remote.args() + self.kafka.args()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CopyRequest:
+        assignment = []
+        for item in args.assignment or ():
+            topic, _, numbers = item.rpartition("=")
+            assignment.append((topic, tuple(int(n) for n in numbers.split(","))))
+        return cls(
+            log_dir=args.log_dir,
+            broker_id=args.broker_id,
+            assignment=tuple(assignment),
+            kafka=KafkaClient.from_args(args),
+            remote=RemoteTier.from_args(args),
+            parallelism=args.parallelism,
+            max_bytes_per_second=args.max_bytes_per_second,
+        )
 
 
 @dataclass(frozen=True)
@@ -142,6 +174,23 @@ class CleanupRequest:
                 out += ["--spark-conf", f"{key}={value}"]
         return out + self.kafka.args()
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CleanupRequest:
+        (topic,) = args.topic
+        return cls(
+            topic=topic,
+            kafka=KafkaClient.from_args(args),
+            remote=RemoteTier.from_args(args),
+            remote_retention_ms=args.remote_retention_ms,
+            remote_retention_bytes=args.remote_retention_bytes,
+            local_retention_ms=args.local_retention_ms,
+            local_retention_bytes=args.local_retention_bytes,
+            copy_interval_ms=args.copy_interval_ms,
+            engine=args.engine,
+            spark_master=args.spark_master,
+            spark_conf=_pairs(args.spark_conf),
+        )
+
 
 @dataclass(frozen=True)
 class DeleteRequest:
@@ -155,6 +204,10 @@ class DeleteRequest:
         return ["cleanup", "--delete-topic", self.topic, "--topic-id", self.topic_id, "--missing-ok"] + (
             self.remote.args()
         )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DeleteRequest:
+        return cls(args.delete_topic, args.topic_id, RemoteTier.from_args(args))
 
 
 @dataclass(frozen=True)
@@ -171,10 +224,83 @@ class RebuildRequest:
         head = _broker_dir_args("rebuild", self.log_dir, self.kafka, self.broker_id, self.parallelism)
         return [*head, *self.remote.args(), *self.kafka.args()]
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RebuildRequest:
+        return cls(
+            log_dir=args.log_dir,
+            broker_id=args.broker_id,
+            kafka=KafkaClient.from_args(args),
+            remote=RemoteTier.from_args(args),
+            parallelism=args.parallelism,
+        )
 
-Request = CopyRequest | CleanupRequest | DeleteRequest | RebuildRequest
-"""Every kind of work a round hands to an executor (fetcher steps are Admin API calls the round makes
-itself, in both executors, through :mod:`storage_core.jobs.fetcher_changes`)."""
+
+@dataclass(frozen=True)
+class CheckRemoteRequest:
+    """Check that a cluster's remote tier is reachable with the credentials the Jobs get
+    (``tierkeeper check-remote``: bucket there, a probe object written and deleted)."""
+
+    remote: RemoteTier
+
+    def args(self) -> list[str]:
+        return ["check-remote", *self.remote.args()]
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CheckRemoteRequest:
+        return cls(remote=RemoteTier.from_args(args))
+
+
+@dataclass(frozen=True)
+class FetcherStepRequest:
+    """Set one broker's ``num.replica.fetchers`` override to one step of a planned change and wait until
+    the broker reports it (``tierkeeper fetchers apply --broker --target``)."""
+
+    broker_id: int
+    value: int
+    kafka: KafkaClient
+    timeout_seconds: float
+    """How long the broker has to report the step (``spec.replicaFetchers.stepTimeoutSeconds``)."""
+
+    def args(self) -> list[str]:
+        return [
+            "fetchers",
+            "apply",
+            "--bootstrap-servers",
+            self.kafka.bootstrap_servers,
+            "--broker",
+            str(self.broker_id),
+            "--target",
+            str(self.value),
+            "--timeout",
+            repr(float(self.timeout_seconds)),
+            *self.kafka.args(),
+        ]
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> FetcherStepRequest:
+        return cls(args.broker, args.target, KafkaClient.from_args(args), args.timeout)
+
+
+Request = (
+    CopyRequest | CleanupRequest | DeleteRequest | RebuildRequest | FetcherStepRequest | CheckRemoteRequest
+)
+"""Every kind of work a round hands to an executor."""
+
+
+def request_from_args(args: argparse.Namespace) -> Request:
+    """The request a ``tierkeeper`` command line made by :meth:`args` stands for (``args``: the parsed
+    command line): the inverse of ``args()``, which a test proves for every kind."""
+    if args.command == "copy":
+        return CopyRequest.from_args(args)
+    if args.command == "cleanup":
+        return DeleteRequest.from_args(args) if args.delete_topic else CleanupRequest.from_args(args)
+    if args.command == "rebuild":
+        return RebuildRequest.from_args(args)
+    if args.command == "fetchers" and args.fetchers_command == "apply":
+        return FetcherStepRequest.from_args(args)
+    if args.command == "check-remote":
+        return CheckRemoteRequest.from_args(args)
+    raise ValueError(f"tierkeeper {args.command} is no request's command")
 
 
 def kafka_client(cluster: KafkaClusterConfig, config_dir: str | None) -> KafkaClient:
@@ -233,6 +359,10 @@ def delete_request(topic: str, topic_id: str, cluster: KafkaClusterConfig) -> De
     return DeleteRequest(topic, topic_id, remote_tier(cluster))
 
 
+def check_remote_request(cluster: KafkaClusterConfig) -> CheckRemoteRequest:
+    return CheckRemoteRequest(remote_tier(cluster))
+
+
 def rebuild_request(
     broker: TieredBrokerSpec, cluster: KafkaClusterConfig, *, config_dir: str | None = None
 ) -> RebuildRequest:
@@ -242,4 +372,20 @@ def rebuild_request(
         kafka=kafka_client(cluster, config_dir),
         remote=remote_tier(cluster),
         parallelism=broker.rebuild.parallelism,
+    )
+
+
+def fetcher_step_request(
+    cluster: KafkaClusterConfig,
+    broker_id: int,
+    value: int,
+    spec: ReplicaFetchers,
+    *,
+    config_dir: str | None = None,
+) -> FetcherStepRequest:
+    return FetcherStepRequest(
+        broker_id=broker_id,
+        value=value,
+        kafka=kafka_client(cluster, config_dir),
+        timeout_seconds=float(spec.step_timeout_seconds),
     )

@@ -119,7 +119,7 @@ def find_incarnations(store: ObjectStore, topic: str) -> list[Incarnation]:
             continue
         partitions = {}
         for tp in list_partitions(store, layout, topic, topic_id):
-            manifest = PartitionCatalog(store, layout, tp).rebuild_manifest(write=False)
+            manifest = PartitionCatalog(store, layout, tp).rebuild_manifest(write=False, strict=True)
             partitions[tp.partition] = PartitionHistory(tp, manifest)
         out.append(Incarnation(topic, topic_id, partitions))
     return out

@@ -141,8 +141,15 @@ class PartitionCatalog:
         except ValidationError:
             return None
 
-    def rebuild_manifest(self, listing: PartitionListing | None = None, *, write: bool = True) -> Manifest:
-        """Derive the manifest from the markers (reusing stored entries that are still finished)."""
+    def rebuild_manifest(
+        self, listing: PartitionListing | None = None, *, write: bool = True, strict: bool = False
+    ) -> Manifest:
+        """Derive the manifest from the markers (reusing stored entries that are still finished).
+
+        A finished segment whose marker is unreadable is left out, unless ``strict``: then its
+        ``CorruptDataError`` (naming the marker) is raised. Readers pass ``strict``: leaving the segment
+        out would show them a hole, or a tier that begins later, with no word of why; copy and cleanup
+        go on without it (the orphan sweep and ``scrub`` report it)."""
         listing = listing or self.listing()
         known = {m.segment_id: m for m in (self.read_manifest() or _empty(self.tp)).finished()}
         finished: list[SegmentMetadata] = []
@@ -154,7 +161,9 @@ class PartitionCatalog:
                 try:
                     meta = self.read_marker(entry.base_offset, entry.segment_id, SegmentState.COPY_FINISHED)
                 except CorruptDataError:
-                    continue  # an unreadable marker is not trusted; the orphan sweep reports it
+                    if strict:
+                        raise
+                    continue  # an unreadable marker is not trusted
             finished.append(meta)
         manifest = Manifest.of(self.tp, finished)
         if write:

@@ -134,7 +134,7 @@ class RemoteReader:
     def manifest(self, tp: TopicPartitionId, *, refresh: bool = False) -> Manifest:
         catalog = PartitionCatalog(self.store, self.layout, tp)
         stored = None if refresh else catalog.read_manifest()
-        return stored or catalog.rebuild_manifest(write=False)
+        return stored or catalog.rebuild_manifest(write=False, strict=True)
 
     # ---- reading --------------------------------------------------------------------------------
     def read_from_offset(self, tp: TopicPartitionId, offset: int) -> Iterator[Record]:

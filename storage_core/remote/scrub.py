@@ -1,6 +1,7 @@
 """Scrubbing: re-verify every finished segment's objects against what their COPY_FINISHED marker
 recorded when they were written: each object's size, the CRC-32C of small objects, and the ``.log``
-object's batch chain (every batch's own CRC-32C on the way; formats/batch_chain.py).
+object's batch chain (every batch's own CRC-32C on the way; formats/batch_chain.py). The marker itself
+is read too: one that no longer parses is damage, even while the manifest still serves its segment.
 
 Reads every byte of the partition once (``.log`` objects in ranged reads of ``CHUNK`` bytes, so memory
 stays flat). Damage is reported, never repaired here: what to do about a damaged segment (re-copy it
@@ -85,6 +86,16 @@ def scrub_partition(store: ObjectStore, tp: TopicPartitionId) -> ScrubResult:
     manifest = catalog.rebuild_manifest(listing, write=False)
     damage: list[Damage] = []
     objects = read = 0
+    for entry in listing.segments.values():
+        if entry.state is not SegmentState.COPY_FINISHED:
+            continue
+        try:
+            catalog.read_marker(entry.base_offset, entry.segment_id, SegmentState.COPY_FINISHED)
+        except CorruptDataError as exc:
+            key = layout.marker_key(tp, entry.base_offset, entry.segment_id, SegmentState.COPY_FINISHED)
+            damage.append(
+                Damage(tp.topic, tp.partition, entry.base_offset, str(entry.segment_id), key, str(exc))
+            )
     segments = manifest.finished()
     for meta in segments:
         for obj in meta.objects:

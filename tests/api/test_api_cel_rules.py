@@ -12,8 +12,10 @@ from pydantic import BaseModel
 from storage_core.api.parse import parse_spec
 from storage_core.api.resources import CopyPolicy, LogDirLocation, ReplicaFetchers, TieredTopicSpec
 from storage_core.api.rules import ApiModel, Rule
+from storage_core.api.tiered_cluster import TieredClusterSpec
 
 TOPIC = {"clusterRef": {"name": "c"}, "topic": "t"}
+REMOTE = {"remote": {"url": "s3://bucket/tier"}}
 
 # (model, the object the rule sits on, valid?) - each rule has cases on both sides of it.
 CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
@@ -50,6 +52,10 @@ CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
     (LogDirLocation, {"path": "/var/lib/kafka/data/kafka-log0", "claimName": "data-0"}, True),
     (LogDirLocation, {"path": "/srv/kafka", "claimName": "data-0"}, False),
     (LogDirLocation, {"path": "/mnt/logs/kafka", "claimName": "data-0", "mountPath": "/mnt/logs"}, True),
+    (TieredClusterSpec, {**REMOTE, "bootstrapServers": "kafka:9092"}, True),
+    (TieredClusterSpec, {**REMOTE, "strimzi": {"kafka": "my-cluster"}}, True),
+    (TieredClusterSpec, {**REMOTE, "bootstrapServers": "kafka:9092", "strimzi": {"kafka": "k"}}, True),
+    (TieredClusterSpec, {**REMOTE}, False),
 ]
 
 
@@ -59,7 +65,7 @@ def all_rules() -> list[tuple[type[ApiModel], Rule]]:
     from storage_core.api.cluster import KafkaClusterConfig
     from storage_core.api.resources import TieredBrokerSpec
 
-    pending += [TieredBrokerSpec, KafkaClusterConfig]
+    pending += [TieredBrokerSpec, KafkaClusterConfig, TieredClusterSpec]
     visited: set[type[BaseModel]] = set()
     while pending:
         model = pending.pop()

@@ -19,6 +19,7 @@ gateway (PLAIN or SCRAM, over TLS to the gateway), not mTLS.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -46,10 +48,12 @@ from .rawkafka import FETCH, FETCH_VERSION, RawClient, fetch_frame, frame
 ADMIN = SaslPlain("admin", "admin-secret")
 ALICE = SaslPlain("alice", "alice-secret")
 BOB = SaslPlain("bob", "bob-secret")
+CAROL = SaslPlain("carol", "carol-secret")
 TOPIC = "secret"
 PARTITIONS = 1
 RECORDS = 1500
 TOPIC_AUTHORIZATION_FAILED = 29
+OFFSET_OUT_OF_RANGE = 1
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
@@ -62,7 +66,7 @@ class Secured:
 
 
 def _jaas() -> str:
-    users = " ".join(f'user_{u.username}="{u.password}"' for u in (ADMIN, ALICE, BOB))
+    users = " ".join(f'user_{u.username}="{u.password}"' for u in (ADMIN, ALICE, BOB, CAROL))
     return (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'username="{ADMIN.username}" password="{ADMIN.password}" {users};'
@@ -192,6 +196,77 @@ def test_a_principal_with_read_reads_the_history_through_the_gateway(secured: Se
     got = read_all(secured.gateway.bootstrap, TOPIC, PARTITIONS, **ALICE.client_config())
     assert got == secured.expected
     assert secured.gateway.metric("tierkeeper_gateway_tier_bytes_total") > 0
+
+
+def _carol_reads(admin: AdminClient, allow: bool) -> None:
+    what = (
+        ResourceType.TOPIC,
+        TOPIC,
+        ResourcePatternType.LITERAL,
+        "User:carol",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    futures = (
+        admin.create_acls([AclBinding(*what)]) if allow else admin.delete_acls([AclBindingFilter(*what)])
+    )
+    for future in futures.values():
+        future.result(60)
+
+
+def _fetch_code(c: RawClient, offset: int, correlation_id: int) -> tuple[int, bool]:
+    body = c.call(FETCH, FETCH_VERSION, fetch_frame(TOPIC, {0: offset}, correlation_id))
+    (part,) = body.responses[0].partitions
+    return part.error_code, bool(part.records)
+
+
+def test_a_revoked_read_stops_tier_answers_within_the_grant_bound(secured: Secured) -> None:
+    """Fetches below the broker's log start are answered from the tier without asking the broker for up to
+    ``--tier-grant-seconds`` (1 s, the default) after its OFFSET_OUT_OF_RANGE on the same connection
+    (storage_core/gateway/grants.py). Once the broker enforces a revocation (seen on a direct connection
+    of the same principal), every fetch the client sends more than that bound later gets the broker's
+    TOPIC_AUTHORIZATION_FAILED, and no history."""
+    bound_s = 1.0
+    admin = AdminClient({"bootstrap.servers": secured.cluster.bootstrap_servers, **ADMIN.client_config()})
+    direct = _authenticated(secured.cluster.bootstrap_servers, CAROL)
+    c = _authenticated(_broker_address(secured), CAROL)
+    try:
+        _carol_reads(admin, True)
+        deadline = time.monotonic() + 60
+        while _fetch_code(direct, 0, 4)[0] != OFFSET_OUT_OF_RANGE:  # the grant reached the broker
+            assert time.monotonic() < deadline, "carol's READ never took effect"
+        granted = secured.gateway.metric("tierkeeper_gateway_granted_fetches_total")
+        # Through the gateway: history, the later fetches of it under the first one's grant.
+        offset = 0
+        for i in range(20):
+            code, records = _fetch_code(c, offset, 10 + i)
+            assert code == 0 and records
+        assert secured.gateway.metric("tierkeeper_gateway_granted_fetches_total") > granted, (
+            "no fetch was answered under a grant"
+        )
+        _carol_reads(admin, False)
+        deadline = time.monotonic() + 60
+        while _fetch_code(direct, 0, 5)[0] != TOPIC_AUTHORIZATION_FAILED:
+            assert time.monotonic() < deadline, "the revocation never took effect at the broker"
+        enforced_at = time.monotonic()  # the broker enforces it no later than this
+        answered_after_bound = 0
+        i = 100
+        while answered_after_bound < 3:
+            i += 1
+            sent_at = time.monotonic()
+            code, records = _fetch_code(c, offset, i)
+            if sent_at >= enforced_at + bound_s:
+                assert code == TOPIC_AUTHORIZATION_FAILED and not records, (
+                    f"a fetch sent {sent_at - enforced_at:.2f} s after the revocation got {code}, "
+                    f"records: {records}"
+                )
+                answered_after_bound += 1
+            else:
+                assert code in (0, TOPIC_AUTHORIZATION_FAILED), code
+    finally:
+        c.close()
+        direct.close()
 
 
 # ---- TLS from client to gateway -----------------------------------------------------------------------

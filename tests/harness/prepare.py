@@ -1,6 +1,6 @@
 """Fetch or build everything the tests start, once per machine: Kafka's jars, Spark's Kafka connector
-jars, helm/kubectl, the kstatus and Prometheus rules checkers (Go), and kube-apiserver and
-kube-controller-manager (built from source for the pinned version) plus etcd (a wheel)."""
+jars, Iceberg's Spark runtime jar, helm/kubectl, the kstatus and Prometheus rules checkers (Go), and
+kube-apiserver and kube-controller-manager (built from source for the pinned version) plus etcd (a wheel)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ def main() -> int:
         from harness.spark_kafka import connector_jars, connector_version
 
         print(f"[harness] Spark {connector_version()} Kafka connector: {len(connector_jars())} jars")
+        from harness.spark_iceberg import iceberg_version, runtime_jars
+
+        print(f"[harness] Iceberg {iceberg_version()} Spark runtime: {len(runtime_jars())} jars")
         try:
             from harness import tools
         except ImportError:

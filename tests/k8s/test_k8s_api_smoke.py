@@ -25,10 +25,14 @@ def test_discovery_serves_our_resources(kube_client: Any) -> None:
     by_name = {resource.name: resource for resource in resources.resources}
     assert by_name["tieredtopics"].kind == "TieredTopic"
     assert by_name["tieredtopics"].namespaced is True
-    assert "tieredtopics/status" in by_name and "tieredbrokers/status" in by_name
+    assert {"tieredtopics/status", "tieredbrokers/status", "tieredclusters/status"} <= set(by_name)
     crds = kubernetes.client.ApiextensionsV1Api(kube_client).list_custom_resource_definition()
     ours = sorted(crd.metadata.name for crd in crds.items if crd.spec.group == GROUP)
-    assert ours == ["tieredbrokers.tierkeeper.io", "tieredtopics.tierkeeper.io"]
+    assert ours == [
+        "tieredbrokers.tierkeeper.io",
+        "tieredclusters.tierkeeper.io",
+        "tieredtopics.tierkeeper.io",
+    ]
 
 
 def test_create_patch_and_watch_a_tieredtopic(kube_client: Any, k8s_namespace: str) -> None:

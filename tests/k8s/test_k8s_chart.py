@@ -109,7 +109,7 @@ def test_default_kinds_and_api_versions() -> None:
     docs = render()
     assert kinds_of(docs) == sorted(
         [
-            *["CustomResourceDefinition"] * 4,  # ours and kopf's two peering resources
+            *["CustomResourceDefinition"] * 5,  # our three and kopf's two peering resources
             "ServiceAccount",
             *["ClusterRole"] * 3,  # the operator's, and view / edit for people (aggregated)
             "ClusterRoleBinding",
@@ -129,7 +129,7 @@ def test_every_switch_renders_its_objects(tmp_path: Path) -> None:
         assert doc["apiVersion"] == EXPECTED_API_VERSIONS[doc["kind"]], doc["kind"]
     assert kinds_of(docs) == sorted(
         [
-            *["CustomResourceDefinition"] * 4,  # ours and kopf's two peering resources
+            *["CustomResourceDefinition"] * 5,  # our three and kopf's two peering resources
             "ServiceAccount",
             *["ClusterRole"] * 2,  # view / edit for people (aggregated); the operator's are Roles
             "Role",

@@ -86,7 +86,7 @@ def test_a_flux_packed_git_source_renders_the_same_chart_with_every_crd(tmp_path
     packed = render(tmp_path / "checkout" / "tierkeeper")
     assert packed == render(CHART)
     on_disk = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (REPO_ROOT / "crds").glob("*.yaml")}
-    assert set(crds_of(packed)) == on_disk and len(on_disk) == 4
+    assert set(crds_of(packed)) == on_disk and len(on_disk) == 5  # ours 3, kopf's peerings 2
 
 
 def test_helm_package_lints_strictly_and_renders_the_same(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_helm_package_lints_strictly_and_renders_the_same(tmp_path: Path) -> Non
     (package,) = tmp_path.glob("tierkeeper-*.tgz")
     run_tool("helm", ["lint", "--strict", str(package)])
     assert render(package) == render(CHART)
-    assert len(crds_of(render(package))) == 4
+    assert len(crds_of(render(package))) == 5
     # `helm show readme` of the package (what a chart repository shows): every value, documented.
     readme = run_tool("helm", ["show", "readme", str(package)]).stdout
     values = yaml.safe_load((CHART / "values.yaml").read_text())

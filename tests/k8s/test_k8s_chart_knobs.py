@@ -343,3 +343,23 @@ def test_people_bound_to_view_or_edit_get_our_resources_on_the_real_api_server(
     finally:
         for name in created:
             plane.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
+
+
+def test_gateway_service_monitors_follow_the_charts_service_monitors(tmp_path: Path) -> None:
+    from storage_core.cli.main import build_parser
+
+    def settings(values: dict[str, Any] | None) -> Any:
+        (container,) = pod_of(render(tmp_path, values))["containers"]
+        args = build_parser().parse_args(container["args"])
+        from tierkeeper_operator.run import options_from_args
+
+        return options_from_args(args).gateway_settings()
+
+    assert settings(None).service_monitor is False
+    values = {
+        "metrics": {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}}}
+    }
+    enabled = settings(values)
+    assert enabled.service_monitor is True
+    assert dict(enabled.service_monitor_labels) == {"release": "prom"}
+    assert enabled.scrape_interval == "15s"

@@ -13,10 +13,12 @@ from storage_core.api import API_VERSION
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import parse_spec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api.tiered_cluster import TieredClusterSpec
 
 EXAMPLES: dict[str, tuple[str, type[BaseModel], str]] = {
     "tieredtopic.yaml": ("TieredTopic", TieredTopicSpec, "tieredtopics.tierkeeper.io.yaml"),
     "tieredbroker.yaml": ("TieredBroker", TieredBrokerSpec, "tieredbrokers.tierkeeper.io.yaml"),
+    "tieredcluster.yaml": ("TieredCluster", TieredClusterSpec, "tieredclusters.tierkeeper.io.yaml"),
 }
 
 
@@ -107,7 +109,7 @@ def test_schema_and_model_agree_on_a_bad_interval() -> None:
     assert parse_spec(TieredTopicSpec, doc["spec"]).problem is not None
 
 
-def test_examples_folder_has_both_kinds() -> None:
+def test_examples_folder_has_every_kind() -> None:
     present = {path.name for path in (REPO_ROOT / "examples").glob("tiered*.yaml")}
     assert present == set(EXAMPLES)
 

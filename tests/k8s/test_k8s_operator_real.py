@@ -2,8 +2,10 @@
 with a real 3-broker Kafka and moto S3: TieredTopic -> copy Jobs (one per broker, the broker's log-dir
 claim mounted read-only) and a cleanup Job, run by the kubelet as real ``tierkeeper`` commands; results
 come back from the termination messages; segments land in S3, Kafka's log start moves only behind the
-tier, the status reaches Ready with the remote summary, and kstatus reads Current. The operator's rounds
-run as the chart's ClusterRole through a ServiceAccount token, and it restarts while its first Jobs run.
+tier, the status reaches Ready with the remote summary, and kstatus reads Current. The cluster is a
+TieredCluster created after the operator's first round (taking effect without a restart; it sums the
+topic's tiered bytes). The operator's rounds run as the chart's ClusterRole through a ServiceAccount
+token, and it restarts while its first Jobs run.
 Finally deletionPolicy Delete: deleting the TieredTopic removes its remote tier before the object goes.
 """
 
@@ -27,7 +29,6 @@ from harness.moto_s3 import MotoServer
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool
 from storage_core.adapters.kafka_admin import KafkaAdmin
-from storage_core.api.cluster import KafkaClusterConfig
 from tierkeeper_operator.jobs import ANNOTATION_RECORDED, LABEL_KIND
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.loop import Reconciler
@@ -150,18 +151,17 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     kafka.wait_topic("orders", 3)
     produce(kafka, "orders", 3000)
     bucket, options = tier_storage(plane, ns, kafka, moto_server)
-    cluster = KafkaClusterConfig.model_validate(
-        {
-            "name": "local",
-            "bootstrapServers": kafka.bootstrap_servers,
-            "remote": {
-                "url": f"s3://{bucket}/tier",
-                "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
-                "storageOptionsSecretRef": {"name": "s3"},
-            },
-            "jobs": {"image": "tierkeeper", "ttlSecondsAfterFinished": 600, "backoffLimit": 0},
-        }
-    )
+    # The cluster is a TieredCluster created after the operator's first round (below): it takes effect
+    # without a restart, and a bucket-check Job runs with the copy Jobs' storage Secret.
+    cluster_spec = {
+        "bootstrapServers": kafka.bootstrap_servers,
+        "remote": {
+            "url": f"s3://{bucket}/tier",
+            "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
+            "storageOptionsSecretRef": {"name": "s3"},
+        },
+        "jobs": {"image": "tierkeeper", "ttlSecondsAfterFinished": 600, "backoffLimit": 0},
+    }
     node = plane.kubelet.node_names[0]
     for broker in kafka.node_ids:
         spec = {
@@ -192,7 +192,15 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     )
 
     token = chart_rbac(plane, ns)
-    reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {"local": cluster})
+    reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {})
+    reconciler.run_round()
+    waiting = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
+    assert waiting["status"]["conditions"][0]["reason"] == "ClusterNotFound"
+    plane.request(
+        "POST",
+        f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredclusters",
+        resource("TieredCluster", "local", cluster_spec),
+    )
     deadline = time.monotonic() + DEADLINE
     created: list[str] = []
     obj: dict[str, Any] = {}
@@ -203,7 +211,7 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
         if created and not restarted:
             # The operator restarts while its first Jobs run: a new one keeps no memory but what the API
             # server holds, so it must neither start a second copy per broker nor lose a result.
-            reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {"local": cluster})
+            reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {})
             restarted = True
         obj = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
         status = obj.get("status") or {}
@@ -228,7 +236,8 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     assert {c["type"]: c["status"] for c in status["conditions"]} == {"Ready": "True"}
 
     kinds = sorted(j["metadata"]["labels"][LABEL_KIND] for j in jobs)
-    assert kinds == ["cleanup", "copy", "copy", "copy"], kinds  # one copy per broker, no duplicates
+    # One copy per broker, no duplicates; the TieredCluster's bucket check.
+    assert kinds == ["bucket-check", "cleanup", "copy", "copy", "copy"], kinds
     assert sorted(created) == sorted(j["metadata"]["name"] for j in jobs)
     assert all(j["metadata"]["annotations"].get(ANNOTATION_RECORDED) == "true" for j in jobs)
     copy_pod = plane.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={LABEL_KIND}%3Dcopy")[
@@ -244,6 +253,12 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     for part in status["remote"]["partitions"]:
         assert 0 < starts[("orders", part["partition"])] <= part["endOffset"] + 1, (starts, part)
 
+    tiered_cluster = plane.request(
+        "GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredclusters/local"
+    )
+    assert kstatus(tiered_cluster) == "Current", tiered_cluster["status"]
+    assert tiered_cluster["status"]["tieredTopics"] == 1 and tiered_cluster["status"]["tieredBrokers"] == 3
+    assert tiered_cluster["status"]["tieredBytes"] == status["remote"]["bytes"]
     events = plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
     reasons = {e["reason"] for e in events}
     assert {"CopyStarted", "CopySucceeded", "CleanupStarted", "CleanupSucceeded"} <= reasons, reasons

@@ -18,8 +18,10 @@ from harness.kube_rest import ApiError
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool
 from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.cluster_parts import GatewaySpec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
+from tierkeeper_operator.gateway_objects import deployment
 from tierkeeper_operator.jobs import Owner, cleanup_job, copy_job, delete_job
 
 CLUSTER = KafkaClusterConfig.model_validate(
@@ -64,8 +66,24 @@ def operator_pod() -> dict[str, Any]:
     return {**deployment["spec"]["template"]["spec"], "serviceAccountName": "default"}
 
 
+def gateway_pod() -> dict[str, Any]:
+    """The pod template of a TieredCluster's gateway Deployment (with a TLS Secret and the Kafka client
+    Secret mounted: every volume it can have)."""
+    cluster = KafkaClusterConfig.model_validate(
+        {**CLUSTER.model_dump(by_alias=True), "clientConfigSecretRef": {"name": "kafka-client"}}
+    )
+    gateway = GatewaySpec.model_validate({"enabled": True, "tlsSecretRef": {"name": "tls"}})
+    made = deployment(cluster, gateway, "kafka", Owner("TieredCluster", "c", "kafka", "u"))
+    spec: dict[str, Any] = made["spec"]["template"]["spec"]
+    return spec
+
+
 def all_pods() -> dict[str, dict[str, Any]]:
-    return {"operator": operator_pod(), **{f"{kind}-job": spec for kind, spec in job_pods().items()}}
+    return {
+        "operator": operator_pod(),
+        "gateway": gateway_pod(),
+        **{f"{kind}-job": spec for kind, spec in job_pods().items()},
+    }
 
 
 @pytest.fixture(scope="module")

@@ -24,25 +24,38 @@ from harness.control_plane import ControlPlane
 from harness.k8s import wait_until
 from harness.kube_rest import ApiError
 from tierkeeper_operator import rbac
-from tierkeeper_operator.kube import Kube
+from tierkeeper_operator.kube import OBJECT_PATHS, Kube
 
 OBJ = {
     "apiVersion": "tierkeeper.io/v1alpha1",
     "metadata": {"name": "n", "namespace": "ns", "resourceVersion": "1", "uid": "u"},
 }
 JOB = {"metadata": {"name": "j", "namespace": "ns"}}
+APPLY = "application/apply-patch+yaml"
+
+
+def _keptobj(api_version: str, kind: str) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": "n", "namespace": "ns"}}
+
 
 # How to call each public method of Kube (with the plural it is called with in the operator).
 CALLS: dict[str, list[Callable[[Kube], Any]]] = {
     "list_resources": [
         lambda k: k.list_resources("tieredtopics"),
         lambda k: k.list_resources("tieredbrokers"),
+        lambda k: k.list_resources("tieredclusters"),
     ],
     "patch_status": [
         lambda k: k.patch_status("tieredtopics", "ns", "n", {}),
         lambda k: k.patch_status("tieredbrokers", "ns", "n", {}),
+        lambda k: k.patch_status("tieredclusters", "ns", "n", {}),
     ],
-    "set_finalizers": [lambda k: k.set_finalizers("tieredtopics", OBJ, [])],
+    "set_finalizers": [
+        lambda k: k.set_finalizers("tieredtopics", OBJ, []),
+        lambda k: k.set_finalizers("tieredclusters", OBJ, []),
+    ],
+    # Granted by name only (Grant.named: the chart's Role with resourceNames).
+    "secret_data": [lambda k: k.secret_data("ns", "kafka-client")],
     "list_jobs": [lambda k: k.list_jobs("a=b")],
     "job_pods": [lambda k: k.job_pods("ns", "j")],
     "create_job": [lambda k: k.create_job(JOB)],
@@ -57,13 +70,24 @@ CALLS: dict[str, list[Callable[[Kube], Any]]] = {
     "remove_annotation": [lambda k: k.remove_annotation("tieredbrokers", OBJ, "tierkeeper.io/fetchers")],
     # As SpecWatch calls them: per watched namespace, or for all (None) watching all namespaces.
     "collection_version": [
-        lambda k: k.collection_version("tieredtopics", k.namespaces[0] if k.namespaces else None)
+        lambda k, plural=plural: k.collection_version(plural, k.namespaces[0] if k.namespaces else None)
+        for plural in ("tieredtopics", "tieredclusters")
     ],
-    "watch": [lambda k: list(k.watch("tieredtopics", k.namespaces[0] if k.namespaces else None, "1", 5))],
+    "watch": [
+        lambda k, plural=plural: list(k.watch(plural, k.namespaces[0] if k.namespaces else None, "1", 5))
+        for plural in ("tieredtopics", "tieredclusters")
+    ],
     "event": [lambda k: k.event(OBJ, "TieredTopic", "Normal", "R", "m", "c")],
     # As the peering gate calls them: per watched namespace, or cluster-wide (None) watching all.
     "get_peering": [lambda k: k.get_peering("tierkeeper", k.namespaces[0] if k.namespaces else None)],
     "ensure_peering": [lambda k: k.ensure_peering("tierkeeper", k.namespaces[0] if k.namespaces else None)],
+    # Every kind a TieredCluster's gateway has, and the TieredBrokers kept for a Strimzi cluster.
+    "apply_object": [lambda k, kind=kind: k.apply_object(_keptobj(*kind)) for kind in OBJECT_PATHS],
+    "delete_object": [lambda k, kind=kind: k.delete_object(*kind, "ns", "n") for kind in OBJECT_PATHS],
+    "get_deployment": [lambda k: k.get_deployment("ns", "gw")],
+    "get_strimzi_kafka": [lambda k: k.get_strimzi_kafka("ns", "my-cluster")],
+    "list_strimzi_node_pools": [lambda k: k.list_strimzi_node_pools("ns", "my-cluster")],
+    "list_strimzi_broker_pods": [lambda k: k.list_strimzi_broker_pods("ns", "my-cluster")],
 }
 
 
@@ -84,10 +108,13 @@ class RecordingClient:
 
     requests: list[tuple[str, str]] = field(default_factory=list)
 
-    def call_api(self, path: str, method: str, **_: Any) -> Response:
+    def call_api(self, path: str, method: str, **kwargs: Any) -> Response:
         from kubernetes.client.exceptions import ApiException
 
         self.requests.append((method, path))
+        if (kwargs.get("header_params") or {}).get("Content-Type") == APPLY:
+            # A server-side apply creates the object when it is missing: authorized as create then.
+            self.requests.append(("POST", path))
         if method == "GET" and path.endswith("/missing"):
             raise ApiException(status=404, reason="Not Found")
         return Response(json.dumps({"items": [], "metadata": {"resourceVersion": "1"}, "spec": {}}).encode())
@@ -143,7 +170,9 @@ def test_calls_and_declared_grants_match_both_ways(namespaces: tuple[str, ...]) 
     used = {perm for perms in calls.values() for perm in perms}
     granted = {
         (verb, group, resource)
-        for (group, resource), verbs in rbac.merged(rbac.KUBE_GRANTS, clusterwide=not namespaces).items()
+        for (group, resource), verbs in rbac.merged(
+            rbac.KUBE_GRANTS, clusterwide=not namespaces, named=True
+        ).items()
         for verb in verbs
     }
     for method, perms in calls.items():

@@ -1,6 +1,7 @@
 """Every kind of work a round asks for reaches both executors the same way: the request's Job arguments,
-parsed by the ``tierkeeper`` command the Job runs, come back as exactly what the in-process executor
-(standalone mode) hands to the same ``jobs`` function. Pure: no Kafka, no control plane."""
+parsed by the ``tierkeeper`` command the Job runs, come back as an equal request, and as exactly the
+options the in-process executor (standalone mode) hands to the same ``jobs`` function. Pure: no Kafka,
+no control plane."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from storage_core.adapters.kafka_client_config import cluster_client_config
 from storage_core.api.cluster import KafkaClusterConfig
-from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
+from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.cli.cleanup import cleanup_options_from_args
 from storage_core.cli.common import storage_options
@@ -24,10 +25,14 @@ from storage_core.jobs.cleanup import cleanup_options
 from storage_core.jobs.copy import CopyReport, copy_options
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
 from storage_core.reconcile.requests import (
+    Request,
+    check_remote_request,
     cleanup_request,
     copy_request,
     delete_request,
+    fetcher_step_request,
     rebuild_request,
+    request_from_args,
 )
 from storage_core.reconcile.results import decode_cleanup, decode_copy, encode_cleanup, encode_copy
 from storage_core.reconcile.round import CleanupOutcome, CopyOutcome, Statuses, fold_cleanup, fold_copy
@@ -87,6 +92,11 @@ def parsed(args: list[str]) -> Any:
     return build_parser().parse_args(args)
 
 
+def round_trip(request: Request) -> Request:
+    """The request the Job's command line stands for, parsed by the ``tierkeeper`` parser the Job runs."""
+    return request_from_args(parsed(job_args(request)))
+
+
 @pytest.mark.parametrize("with_secret", [False, True])
 @pytest.mark.parametrize("rate", [None, 5_000_000])
 def test_a_copy_request_parses_back_into_the_in_process_options(
@@ -100,6 +110,7 @@ def test_a_copy_request_parses_back_into_the_in_process_options(
         (TopicPartitions("kafka/orders", "orders", (0, 3)), TopicPartitions("kafka/a=b", "a=b", (1,))),
     )
     request = copy_request(action, config, BROKER, config_dir=str(secret_dir))
+    assert round_trip(request) == request
     kafka_config = cluster_client_config(config, secret_dir if with_secret else None)
     from_job = copy_options_from_args(parsed(job_args(request)))
     assert from_job == copy_options(request, kafka_config)
@@ -116,6 +127,7 @@ def test_a_cleanup_request_parses_back_into_the_in_process_options(secret_dir: P
     request = cleanup_request(
         CleanupAction("c", "kafka/orders", "orders", TOPIC), config, config_dir=str(secret_dir)
     )
+    assert round_trip(request) == request
     args = parsed(job_args(request))
     from_job = dataclasses.replace(cleanup_options_from_args(args), now_ms=0)
     in_process = cleanup_options(request, cluster_client_config(config, secret_dir), now_ms=0)
@@ -131,6 +143,7 @@ def test_a_cleanup_request_parses_back_into_the_in_process_options(secret_dir: P
 def test_a_delete_request_parses_back(secret_dir: Path) -> None:
     config = cluster(False)
     request = delete_request("orders", "AAAAAAAAAAAAAAAAAAAAAA", config)
+    assert round_trip(request) == request
     args = parsed(job_args(request))
     assert (args.command, args.delete_topic, args.topic_id, args.missing_ok) == (
         "cleanup",
@@ -144,6 +157,7 @@ def test_a_delete_request_parses_back(secret_dir: Path) -> None:
 def test_a_rebuild_request_parses_back(secret_dir: Path) -> None:
     config = cluster(True)
     request = rebuild_request(BROKER, config, config_dir=str(secret_dir))
+    assert round_trip(request) == request
     args = parsed(job_args(request))
     assert (args.command, args.log_dir, args.broker_id, args.parallelism, args.bootstrap_servers) == (
         "rebuild",
@@ -154,6 +168,30 @@ def test_a_rebuild_request_parses_back(secret_dir: Path) -> None:
     )
     assert (args.remote, storage_options(args)) == (request.remote.url, dict(request.remote.storage_options))
     assert args.kafka_config_dir == str(secret_dir)
+
+
+def test_a_check_remote_request_parses_back() -> None:
+    request = check_remote_request(cluster(False))
+    args = parsed(job_args(request))
+    assert args.command == "check-remote" and args.result_file == "/dev/termination-log"
+    assert (args.remote, storage_options(args)) == (request.remote.url, dict(request.remote.storage_options))
+    assert round_trip(request) == request
+
+
+@pytest.mark.parametrize("with_secret", [False, True])
+def test_a_fetcher_step_request_parses_back(secret_dir: Path, with_secret: bool) -> None:
+    spec = ReplicaFetchers.model_validate({"mode": "auto", "stepTimeoutSeconds": 45})
+    request = fetcher_step_request(cluster(with_secret), 2, 8, spec, config_dir=str(secret_dir))
+    assert round_trip(request) == request
+    assert (request.timeout_seconds, request.kafka.config_dir is not None) == (45.0, with_secret)
+    assert "hunter2" not in " ".join(job_args(request))
+
+
+def test_a_storage_option_that_reads_as_json_stays_a_string() -> None:
+    config = cluster(False)
+    config.remote.storage_options.update({"max_pool": "10", "anon": "false", "region_name": "eu"})
+    request = rebuild_request(BROKER, config)
+    assert round_trip(request) == request
 
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)

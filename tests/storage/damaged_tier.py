@@ -1,6 +1,7 @@
 """A remote tier made by ``tierkeeper copy`` from a log dir written here (no Kafka needed), and the ways
 the tests damage it: a remote log index entry rewritten with a valid entry CRC but an rdi that is not
-ours, pointer indexes overwritten, a segment byte flipped, a marker and a manifest that are not JSON."""
+ours, pointer indexes overwritten, a segment byte flipped, a marker and a manifest that are not JSON, and
+a marker that is not JSON in a partition whose manifest is gone (so the marker is what a reader reads)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ TOPIC = "orders"
 RECORDS_PER_SEGMENT = 20
 
 
-def write_log_dir(path: Path, segments: int = 3) -> None:
-    """``segments`` segments of ``TOPIC``-0 (the last one active), high watermark at the end."""
-    partition = path / f"{TOPIC}-0"
+def write_log_dir(path: Path, segments: int = 3, topic: str = TOPIC) -> None:
+    """``segments`` segments of ``topic``-0 (the last one active), high watermark at the end."""
+    partition = path / f"{topic}-0"
     partition.mkdir(parents=True)
     write_partition_metadata(partition / "partition.metadata", uuid.uuid4())
     offset = 0
@@ -39,7 +40,7 @@ def write_log_dir(path: Path, segments: int = 3) -> None:
         (partition / f"{base:020d}.log").write_bytes(b"".join(batches))
         (partition / f"{base:020d}.index").write_bytes(b"")
         (partition / f"{base:020d}.timeindex").write_bytes(b"")
-    write_offset_checkpoint(path / REPLICATION_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): offset})
+    write_offset_checkpoint(path / REPLICATION_OFFSET_CHECKPOINT, {TopicPartition(topic, 0): offset})
 
 
 def first(remote: Path, suffix: str) -> Path:
@@ -72,6 +73,11 @@ def overwrite(suffix: str, data: bytes | None = None) -> Callable[[Path], None]:
     return damage
 
 
+def unreadable_marker_without_manifest(remote: Path) -> None:
+    overwrite(".COPY_FINISHED.json", b"{not json")(remote)
+    first(remote, "segments.manifest.json").unlink()
+
+
 def flip_segment_byte(remote: Path) -> None:
     path = first(remote, ".log")
     data = bytearray(path.read_bytes())
@@ -86,12 +92,14 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "segment": flip_segment_byte,
     "marker": overwrite(".COPY_FINISHED.json", b"{not json"),
     "manifest": overwrite("segments.manifest.json", b"\x00garbage"),
+    "marker-without-manifest": unreadable_marker_without_manifest,
 }
+MARKER_DAMAGE = ("marker", "marker-without-manifest")
 
 
-def make_tier(tmp_path: Path) -> Path:
-    """A file:// tier of ``TOPIC``-0 with two finished segments."""
-    write_log_dir(tmp_path / "log-dir")
+def make_tier(tmp_path: Path, topic: str = TOPIC) -> Path:
+    """A file:// tier of ``topic``-0 with two finished segments."""
+    write_log_dir(tmp_path / "log-dir", topic=topic)
     remote = tmp_path / "remote"
     remote.mkdir()
     copied = main(

@@ -1,0 +1,52 @@
+"""What the producers were told: every acknowledged record with its offset, and the fate of every
+transaction. The checker holds what is read against it."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+@dataclass
+class Ledger:
+    acked: dict[TopicPartition, dict[int, bytes]] = field(default_factory=lambda: defaultdict(dict))
+    """Offset -> value of every record whose produce was acknowledged (acks=all), per partition."""
+    aborted: set[bytes] = field(default_factory=set)
+    """Values produced in transactions that were aborted: never visible to read_committed."""
+    unacknowledged: set[bytes] = field(default_factory=set)
+    """Values whose produce failed or whose answer never came: may be present (once) or absent."""
+
+    def ack(self, record: Record) -> None:
+        known = self.acked[(record.topic, record.partition)].get(record.offset)
+        if known is not None and known != record.value:
+            # Two acknowledgements for one offset: the broker itself broke its promise.
+            raise AssertionError(f"offset {record.offset} of {record.topic}-{record.partition} acked twice")
+        self.acked[(record.topic, record.partition)][record.offset] = record.value
+
+    def abort(self, records: list[Record]) -> None:
+        self.aborted.update(r.value for r in records)
+
+    def count(self) -> int:
+        return sum(len(offsets) for offsets in self.acked.values())
+
+    def save(self, path: Path) -> None:
+        rows = {
+            "acked": {
+                f"{t}/{p}": {str(o): v.hex() for o, v in offs.items()} for (t, p), offs in self.acked.items()
+            },
+            "aborted": sorted(v.hex() for v in self.aborted),
+            "unacknowledged": sorted(v.hex() for v in self.unacknowledged),
+        }
+        path.write_text(json.dumps(rows))

@@ -1,0 +1,107 @@
+"""What a round does, chosen from a seed: the faults, each at a step of the round (not at a moment: a step
+is a fixed amount of acknowledged work, so the same seed gives the same history on any machine)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+BROKER_KILL = "broker_kill"
+"""SIGKILL one broker before the step's reconcile round; it restarts after that round."""
+LEADER_CHANGE = "leader_change"
+"""Stop one broker gracefully (its partitions' leadership moves) and start it again after the round."""
+RECONCILER_KILL = "reconciler_kill"
+"""The step's reconcile round is SIGKILLed at a named fault point of the copy or the cleanup."""
+S3_ERRORS = "s3_errors"
+"""S3 answers 500 / SlowDown / resets to a share of the round's requests (within the retry bound)."""
+S3_OUTAGE = "s3_outage"
+"""Every S3 request of the round fails: longer than any retry bound, the round must give up cleanly."""
+GATEWAY_RESTART = "gateway_restart"
+"""The gateway is SIGKILLed and started again before the step's checks read through it."""
+
+KINDS = (BROKER_KILL, LEADER_CHANGE, RECONCILER_KILL, S3_ERRORS, S3_OUTAGE, GATEWAY_RESTART)
+
+RECONCILER_POINTS = (
+    "copy.segment.started",
+    "copy.log.stored",
+    "copy.segment.finished",
+    "cleanup.trim.recorded",
+    "store.request",
+)
+"""Points a copy or a local trim passes (storage_core/faults.py); remote retention is infinite in the
+campaign's topics, so the remote deletion points are never reached and are not drawn."""
+
+
+@dataclass(frozen=True, order=True)
+class Fault:
+    step: int
+    kind: str
+    target: int | None = None
+    """The broker of a broker fault."""
+    point: str | None = None
+    """The fault point of a reconciler kill."""
+    nth: int = 1
+    """Which pass of ``point`` is killed."""
+
+    def describe(self) -> str:
+        where = {BROKER_KILL: f" broker {self.target}", LEADER_CHANGE: f" broker {self.target}"}.get(
+            self.kind, ""
+        )
+        if self.kind == RECONCILER_KILL:
+            where = f" at {self.point}:{self.nth}"
+        return f"step {self.step}: {self.kind}{where}"
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    seed: int
+    round_no: int
+    steps: int
+    faults: tuple[Fault, ...]
+
+    def at(self, step: int) -> tuple[Fault, ...]:
+        return tuple(f for f in self.faults if f.step == step)
+
+    def history(self) -> str:
+        return "; ".join(f.describe() for f in self.faults) or "no faults"
+
+
+def plan_round(
+    seed: int,
+    round_no: int,
+    *,
+    steps: int,
+    brokers: tuple[int, ...],
+    faults: int,
+    kinds: tuple[str, ...] = KINDS,
+) -> RoundPlan:
+    """``faults`` faults drawn from ``kinds``, at most one broker fault per step (RF 3 with
+    min.insync.replicas 2 keeps acks=all producers going with one broker down, not two) and one S3 fault
+    per step (the proxy follows one plan at a time)."""
+    if not kinds or steps < 1 or faults < 0:
+        raise ValueError("a round needs steps >= 1, faults >= 0 and at least one kind")
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+    rng = random.Random(f"{seed}:{round_no}")
+    chosen: list[Fault] = []
+    broker_steps: set[int] = set()
+    s3_steps: set[int] = set()
+    for _ in range(faults):
+        kind = rng.choice(kinds)
+        step = rng.randrange(steps)
+        if kind in (BROKER_KILL, LEADER_CHANGE):
+            if step in broker_steps:
+                continue
+            broker_steps.add(step)
+            chosen.append(Fault(step, kind, target=rng.choice(brokers)))
+        elif kind == RECONCILER_KILL:
+            chosen.append(Fault(step, kind, point=rng.choice(RECONCILER_POINTS), nth=rng.randint(1, 3)))
+        elif kind in (S3_ERRORS, S3_OUTAGE):
+            if step in s3_steps:
+                continue
+            s3_steps.add(step)
+            chosen.append(Fault(step, kind))
+        else:
+            chosen.append(Fault(step, kind))
+    return RoundPlan(seed, round_no, steps, tuple(sorted(set(chosen))))
