@@ -7,8 +7,8 @@ byte range and yields Arrow batches (formats/arrow_records.py), so no row passes
 objects. Spark creates the SparkSession; nothing here does.
 
 Filter pushdown (Spark >= 4.1, ``spark.sql.python.filterPushdown.enabled=true``) works with the one
-:class:`TierkeeperDataSource`, the automatically registered one included (see :class:`_PushFilters`
-for how it passes Spark's check while the setting is off). Pushed filters on ``partition``, ``offset``
+:class:`TierkeeperDataSource`, the automatically registered one included, and reads still work with
+the setting off (see :class:`_PruneWithFilters` for how and why). Pushed filters on ``partition``, ``offset``
 and ``timestamp`` prune partitions, segments and index entries; Spark still evaluates every filter on
 the rows, so pruning only has to be safe.
 """
@@ -70,24 +70,31 @@ def _read(opts: ScanOptions, partition: SplitPartition) -> Iterator[pa.RecordBat
         yield from read_split(reader, partition.split, include_headers=opts.include_headers)
 
 
-class _PushFilters:
-    """The batch reader's ``pushFilters``, presented as DataSourceReader's own.
+class _PruneWithFilters:
+    """The batch reader's ``pushFilters``: notes what the filters allow leaving out, pushes none.
 
-    Spark refuses (DATA_SOURCE_PUSHDOWN_DISABLED) a reader whose ``pushFilters`` is not the base
-    class's while ``spark.sql.python.filterPushdown.enabled`` is off (its default), lest filters be
-    silently dropped; it recognizes the base method by ``__func__``. Dropping ours is harmless (they
-    only prune; Spark evaluates every filter on the rows), so the one source registered automatically
-    (``pyspark_tierkeeper``) prunes whenever the session enables pushdown and still reads when it does
-    not; only a pushdown-aware caller (Spark with the setting on) ever calls this."""
+    Why an object and not a method: PySpark 4.1 refuses a reader that overrides ``pushFilters`` while
+    ``spark.sql.python.filterPushdown.enabled`` is off (Spark's default), with
+    DATA_SOURCE_PUSHDOWN_DISABLED, so that a source relying on pushdown does not silently lose it. Its
+    whole test, in ``pyspark/sql/worker/plan_data_source_read.py``, is::
 
-    __func__ = staticmethod(DataSourceReader.pushFilters)  # read through an instance: the plain function
+        getattr(reader.pushFilters, "__func__", None) is not DataSourceReader.pushFilters
+
+    Losing ours is harmless: it only prunes, and it hands every filter back, so Spark evaluates all of
+    them on the rows either way. So this object carries the base method as its ``__func__`` and the
+    one class (the automatically registered one included) reads whether the session enables pushdown
+    or not, and prunes when it does. Spark calls it only with pushdown on; with it off, Spark never
+    calls ``pushFilters`` at all (``PythonScanBuilder.pushFilters`` returns first). Should a later
+    PySpark check differently, reads with pushdown off fail loudly, never wrongly (the test
+    ``test_a_new_session_finds_the_source_without_registering_it`` reads with it off)."""
 
     def __init__(self, reader: _BatchReader) -> None:
+        self.__func__ = DataSourceReader.pushFilters
         self._reader = reader
 
     def __call__(self, filters: list[Any]) -> Iterator[Any]:
         self._reader.pruning = pruning_from_filters(filters)
-        # Every filter goes back to Spark as well: pruning is by whole index entries, not rows.
+        # Every filter goes back to Spark: pruning is by whole index entries, not rows.
         yield from filters
 
 
@@ -97,8 +104,8 @@ class _BatchReader(DataSourceReader):  # type: ignore[misc]
         self.pruning = Pruning()
 
     @property
-    def pushFilters(self) -> _PushFilters:
-        return _PushFilters(self)
+    def pushFilters(self) -> _PruneWithFilters:
+        return _PruneWithFilters(self)
 
     def partitions(self) -> Sequence[InputPartition]:
         with _open_reader(self.opts) as reader:

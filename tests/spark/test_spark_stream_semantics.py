@@ -47,7 +47,7 @@ from storage_core.spark.options import parse_options
 from storage_core.spark.source import SplitPartition, _StreamReader, pruning_from_filters
 from storage_core.spark.windows import topic_partitions
 
-from .conftest import Tier, copy_to
+from .conftest import StreamRun, Tier, copy_to
 from .test_spark_datasource import _load
 
 
@@ -154,13 +154,14 @@ def test_stream_from_latest_reads_only_what_is_tiered_after_it_started(
         .option("manifestRefreshIntervalMs", "0")
         .load()
     )
-    query = stream.select("partition", "offset").writeStream.format("memory").queryName(name).start()
+    writer = stream.select("partition", "offset").writeStream.format("memory").queryName(name)
+    query = StreamRun(writer.start)  # a failed start planned nothing: a fresh start is the same
     try:
-        query.processAllAvailable()
+        query.process_all_available()
         assert tk_spark.table(name).count() == 0, "startingOffsets=latest read history"
         _produce(spark_dataset.bootstrap, topic, 2000, 2000)
         copy_to(tier, spark_dataset, kafka_broker, [topic])
-        query.processAllAvailable()
+        query.process_all_available()
     finally:
         query.stop()
     rows = [(r["partition"], r["offset"]) for r in tk_spark.table(name).collect()]
@@ -267,18 +268,19 @@ def test_by_timestamp_start_and_a_partition_added_later(
         .option("manifestRefreshIntervalMs", "0")
         .load()
     )
-    query = stream.select("partition", "offset").writeStream.format("memory").queryName(name).start()
+    writer = stream.select("partition", "offset").writeStream.format("memory").queryName(name)
+    query = StreamRun(writer.start)  # a failed start planned nothing: a fresh start is the same
     try:
-        query.processAllAvailable()
+        query.process_all_available()
         admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
         for fut in admin.create_partitions([NewPartitions(topic, 2)]).values():
             fut.result(60)
         _produce(spark_dataset.bootstrap, topic, 1500, 3000, partitions=2)
         copy_to(tier, spark_dataset, kafka_broker, [topic])
-        query.processAllAvailable()  # the old reader re-applied the timestamps: "partition 1 is missing"
+        query.process_all_available()  # the old reader re-applied the timestamps: "partition 1 is missing"
     finally:
         query.stop()
-    assert query.exception() is None
+    assert query.query.exception() is None
     rows = [(r["partition"], r["offset"]) for r in tk_spark.table(name).collect()]
     want = {(p, o) for p in range(2) for o in range(tier.remote_end(topic, p) + 1)}
     assert len(rows) == len(set(rows)) and set(rows) == want

@@ -14,7 +14,7 @@ from storage.dataset import Dataset
 
 from harness.kafka import KafkaCluster
 
-from .conftest import Tier, copy_to
+from .conftest import StreamRun, Tier, copy_to
 
 
 def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
@@ -49,7 +49,7 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     copy_to(tier, spark_dataset, kafka_broker, [topic])
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
-    def start(limit: int | None = None, available_now: bool = False) -> Any:
+    def start(limit: int | None = None, available_now: bool = False) -> StreamRun:
         stream = (
             tk_spark.readStream.format("tierkeeper")
             .option("topic", topic)
@@ -67,10 +67,10 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
         )
-        return (writer.trigger(availableNow=True) if available_now else writer).start()
+        return StreamRun(lambda: (writer.trigger(availableNow=True) if available_now else writer).start())
 
-    def batch_rows(query: Any) -> list[int]:
-        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    def batch_rows(run: StreamRun) -> list[int]:
+        return [p["numInputRows"] for p in run.query.recentProgress if p["numInputRows"]]
 
     def written() -> list[tuple[int, int]]:
         rows = tk_spark.read.parquet(str(out)).collect()
@@ -78,12 +78,12 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
 
     query = start()
     try:
-        query.processAllAvailable()
+        query.process_all_available()
         first = written()
         assert set(first) == _tiered_offsets(tier, topic)
         _produce(spark_dataset.bootstrap, topic, 3000, 3000)  # more segments roll and get tiered
         copy_to(tier, spark_dataset, kafka_broker, [topic])
-        query.processAllAvailable()
+        query.process_all_available()
     finally:
         query.stop()
     second = written()
@@ -94,7 +94,7 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     copy_to(tier, spark_dataset, kafka_broker, [topic])
     query = start(limit=500)
     try:
-        query.processAllAvailable()
+        query.process_all_available()
     finally:
         query.stop()
     third = written()
@@ -107,7 +107,7 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     _produce(spark_dataset.bootstrap, topic, 8000, 2000)
     copy_to(tier, spark_dataset, kafka_broker, [topic])
     query = start(limit=300, available_now=True)
-    assert query.awaitTermination(600) and query.exception() is None
+    query.await_termination()
     fourth = written()
     assert len(fourth) == len(set(fourth)) and 0 < len(fourth) - len(third) <= 300 + 2
     assert batch_rows(query) == [len(fourth) - len(third)]
