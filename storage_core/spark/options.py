@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage_core.adapters.kafka_tail import KafkaSpec
 from storage_core.errors import ConfigError
 from storage_core.remote.reader import Isolation
 from storage_core.remote.scan_plan import DEFAULT_SPLIT_BYTES
@@ -93,6 +94,9 @@ class ScanOptions:
     """Streaming: at most about this many offsets per micro-batch, prorated over partitions (Kafka's)."""
     max_bytes_per_trigger: int | None = None
     """Streaming: at most this many stored segment bytes per micro-batch (at least one segment)."""
+    kafka: KafkaSpec | None = None
+    """``continueFromKafka=true``: the brokers to read what the tier does not hold (each partition's tail
+    past the tier's end), with the ``kafka.*`` options as the consumer's properties."""
 
 
 _KNOWN = {
@@ -118,6 +122,7 @@ _KNOWN = {
     "manifestrefreshintervalms",
     "maxoffsetspertrigger",
     "maxbytespertrigger",
+    "continuefromkafka",
     "endpointurl",
     "region",
     "pathstyle",
@@ -249,16 +254,30 @@ def parse_include_headers(options: Mapping[str, str]) -> bool:
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
     """Parse the DataSource options (raising ``ConfigError`` with a one-line reason for bad ones)."""
     opts = {k.lower(): v for k, v in options.items()}
+    hybrid = _bool("continueFromKafka", opts.get("continuefromkafka", "false"))
     for key in sorted(opts):
         if key == "isolation.level":
             raise ConfigError(
                 "option isolation.level is now kafka.isolation.level, as in the Kafka source "
                 "(default read_uncommitted, Kafka's)"
             )
+        if hybrid and (key.startswith("kafka.") or key == _POLL_TIMEOUT):
+            continue
         if key in _NOT_APPLICABLE or (key.startswith("kafka.") and key not in _KNOWN):
-            why = _NOT_APPLICABLE.get(key, "the remote tier is read from object storage, not from brokers")
+            why = _NOT_APPLICABLE.get(
+                key,
+                "the remote tier is read from object storage, not from brokers "
+                "(continueFromKafka=true reads the brokers' tail with the kafka.* options)",
+            )
             raise ConfigError(f"option {key} of the Kafka source does not apply to format tierkeeper: {why}")
-    unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("storage."))
+    kafka = _kafka(opts) if hybrid else None
+    unknown = sorted(
+        k
+        for k in opts
+        if k not in _KNOWN
+        and not k.startswith("storage.")
+        and not (hybrid and (k == _POLL_TIMEOUT or k.startswith("kafka.")))
+    )
     if unknown:
         raise ConfigError(f"unknown option(s) for format tierkeeper: {', '.join(unknown)}")
     topic, topics, pattern, assign = _subscription(opts)
@@ -325,7 +344,47 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         refresh_interval_ms=DEFAULT_REFRESH_INTERVAL_MS if refresh is None else refresh,
         max_offsets_per_trigger=_optional_int(opts, "maxOffsetsPerTrigger", minimum=1),
         max_bytes_per_trigger=_optional_int(opts, "maxBytesPerTrigger", minimum=1),
+        kafka=kafka,
     )
+
+
+_POLL_TIMEOUT = "kafkaconsumer.polltimeoutms"
+
+_NOT_WITH_KAFKA = {
+    "startingtimestamp": "startingTimestamp",
+    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
+    "endingtimestamp": "endingTimestamp",
+    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
+    "maxbytespertrigger": "maxBytesPerTrigger",
+}
+"""Options not (yet) honoured with continueFromKafka: refused rather than applied to the tier alone."""
+
+_KAFKA_OWN = {
+    "auto.offset.reset": "where to start is startingOffsets",
+    "enable.auto.commit": "nothing is committed: offsets are in Spark's checkpoint",
+    "enable.partition.eof": "the reader needs it to find a range's end",
+    "isolation.level": "kafka.isolation.level is given as itself",
+    "key.deserializer": "keys are read as bytes",
+    "value.deserializer": "values are read as bytes",
+}
+"""Consumer properties the hybrid read sets itself (the Kafka source refuses most of them too)."""
+
+
+def _kafka(opts: Mapping[str, str]) -> KafkaSpec:
+    for key, name in _NOT_WITH_KAFKA.items():
+        if key in opts:
+            raise ConfigError(f"option {name} is not supported with continueFromKafka=true yet")
+    config: dict[str, str] = {}
+    for key, raw in opts.items():
+        if key.startswith("kafka.") and key != "kafka.isolation.level":
+            prop = key[len("kafka.") :]
+            if prop in _KAFKA_OWN:
+                raise ConfigError(f"option {key} cannot be set with continueFromKafka: {_KAFKA_OWN[prop]}")
+            config[prop] = raw
+    if "bootstrap.servers" not in config:
+        raise ConfigError("option continueFromKafka=true needs kafka.bootstrap.servers (the brokers' tail)")
+    poll = _optional_int(opts, "kafkaConsumer.pollTimeoutMs", minimum=1)
+    return KafkaSpec(config, 120_000 if poll is None else poll)
 
 
 _STREAM_ONLY = {"maxoffsetspertrigger": "maxOffsetsPerTrigger", "maxbytespertrigger": "maxBytesPerTrigger"}

@@ -30,13 +30,25 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
+from storage_core.adapters.kafka_tail import read_range
 from storage_core.errors import ConfigError, DataLossError
 from storage_core.remote.layout import TopicPartitionId
 from storage_core.remote.metadata import Manifest
-from storage_core.remote.reader import ReadOptions, RemoteReader
+from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
 from storage_core.remote.scan_plan import PartitionWindow, ScanSplit, plan_partition, read_split
 from storage_core.spark.admission import Pending, admit
-from storage_core.spark.options import ScanOptions, parse_include_headers, parse_options
+from storage_core.spark.hybrid import (
+    KAFKA,
+    TIER,
+    Brokers,
+    held,
+    pieces,
+    tiered_partitions,
+)
+from storage_core.spark.hybrid import (
+    LOST as LOST_PIECE,
+)
+from storage_core.spark.options import EARLIEST, LATEST, ScanOptions, parse_include_headers, parse_options
 from storage_core.spark.windows import Pruning, partition_window, plan_batch, topic_partitions
 
 SHORT_NAME = "tierkeeper"
@@ -61,13 +73,42 @@ class SplitPartition(InputPartition):  # type: ignore[misc]
         return f"SplitPartition({s.topic}-{s.partition} offsets [{s.start_offset}, {s.end_offset}))"
 
 
+class KafkaRangePartition(InputPartition):  # type: ignore[misc]
+    """One task of a hybrid read: offsets [start, end) of a partition, read from the brokers."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+    def __repr__(self) -> str:
+        return f"KafkaRangePartition({self.topic}-{self.partition} offsets [{self.start}, {self.end}))"
+
+
 def _open_reader(opts: ScanOptions) -> RemoteReader:
     return RemoteReader(opts.storage.open(), ReadOptions(isolation=opts.isolation))
 
 
-def _read(opts: ScanOptions, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
+def _read(opts: ScanOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, KafkaRangePartition):
+        assert opts.kafka is not None
+        yield from read_range(
+            opts.kafka,
+            partition.topic,
+            partition.partition,
+            partition.start,
+            partition.end,
+            read_committed=opts.isolation is Isolation.READ_COMMITTED,
+            include_headers=opts.include_headers,
+        )
+        return
+    assert isinstance(partition, SplitPartition)
     with _open_reader(opts) as reader:
         yield from read_split(reader, partition.split, include_headers=opts.include_headers)
+
+
+def _kafka_ranges(key: tuple[str, int], start: int, end: int, step: int | None) -> list[InputPartition]:
+    step = step or max(1, end - start)
+    return [KafkaRangePartition(key[0], key[1], lo, min(lo + step, end)) for lo in range(start, end, step)]
 
 
 class _PruneWithFilters:
@@ -109,13 +150,98 @@ class _BatchReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> Sequence[InputPartition]:
         with _open_reader(self.opts) as reader:
+            if self.opts.kafka is not None:
+                return _plan_hybrid_batch(reader, self.opts, self.pruning)
             return [SplitPartition(s) for s in plan_batch(reader, self.opts, self.pruning)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, SplitPartition):
+        if not isinstance(partition, SplitPartition | KafkaRangePartition):
             # Nothing to read (partitions() planned no split): Spark still runs one task, without a split.
             return iter(())
         return _read(self.opts, partition)
+
+
+def _plan_hybrid_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning) -> list[InputPartition]:
+    """A batch read with continueFromKafka: each partition's [start, end) from the tier where it holds
+    it and from the brokers elsewhere (hybrid.py); ``latest`` is the brokers' end."""
+    assert opts.kafka is not None
+    brokers = Brokers(opts.kafka, opts.isolation)
+    tiered = tiered_partitions(reader, opts)
+    on_brokers = brokers.partitions(opts)
+    keys = sorted(set(tiered) | on_brokers)
+    if pruning.partitions is not None:
+        keys = [k for k in keys if k[1] in pruning.partitions]
+    lows = brokers.starts([k for k in keys if k in on_brokers])
+    highs = brokers.ends([k for k in keys if k in on_brokers])
+    out: list[InputPartition] = []
+    for key in keys:
+        tp = tiered.get(key)
+        manifest = reader.manifest(tp, refresh=True) if tp is not None else None
+        first, after_last = _hybrid_bounds(manifest, lows.get(key), highs.get(key))
+        if first is None or after_last is None:
+            continue
+        start = _hybrid_start(opts, key, first, after_last)
+        end = min(_resolve_spec(opts.ending, key, LATEST, first, after_last), after_last)
+        if pruning.min_offset is not None:
+            start = max(start, pruning.min_offset)
+        if pruning.end_offset is not None:
+            end = min(end, pruning.end_offset)
+        if start >= end:
+            continue
+        for piece in pieces(start, end, held(manifest), lows.get(key), highs.get(key)):
+            if piece.source == TIER:
+                assert tp is not None and manifest is not None
+                window = PartitionWindow(tp, piece.start, piece.end, pruning.min_timestamp)
+                out.extend(
+                    SplitPartition(s)
+                    for s in plan_partition(reader, manifest, window, max_split_bytes=opts.max_split_bytes)
+                )
+            elif piece.source == KAFKA:
+                out.extend(_kafka_ranges(key, piece.start, piece.end, opts.max_records_per_partition))
+            else:
+                _lost(opts, key, piece.start, piece.end, "deleted by retention on both sides")
+    return out
+
+
+def _hybrid_bounds(
+    manifest: Manifest | None, low: int | None, high: int | None
+) -> tuple[int | None, int | None]:
+    """(earliest, latest) of a partition read from both sides: the lower first offset, the higher end."""
+    tier_first = manifest.start_offset if manifest is not None else None
+    tier_end = manifest.end_offset + 1 if manifest is not None and manifest.end_offset is not None else None
+    firsts = [v for v in (tier_first, low) if v is not None]
+    ends = [v for v in (tier_end, high) if v is not None]
+    return (min(firsts) if firsts else None), (max(ends) if ends else None)
+
+
+def _resolve_spec(spec: Any, key: tuple[str, int], default: int, first: int, after_last: int) -> int:
+    value = (EARLIEST if spec == "earliest" else LATEST) if isinstance(spec, str) else None
+    if value is None:
+        value = spec.get(key, default)
+    if value == EARLIEST:
+        return first
+    if value == LATEST:
+        return after_last
+    return int(value)
+
+
+def _hybrid_start(opts: ScanOptions, key: tuple[str, int], first: int, after_last: int) -> int:
+    start = _resolve_spec(opts.starting, key, EARLIEST, first, after_last)
+    if start < first:
+        _lost(opts, key, start, first, "below the remote tier's and the brokers' first offsets")
+        start = first
+    return min(start, after_last)
+
+
+def _lost(opts: ScanOptions, key: tuple[str, int], lo: int, hi: int, why: str) -> None:
+    what = (
+        f"{key[0]}-{key[1]}: offsets {lo}..{hi - 1} are neither in the remote tier nor on the brokers ({why})"
+    )
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            f"{what}; some data may have been lost. Set failOnDataLoss=false to skip them with a warning"
+        )
+    _log.warning("%s: skipped (failOnDataLoss=false)", what)
 
 
 def _millis(value: Any) -> int | None:
@@ -232,6 +358,9 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._based = False
         """Whether the next batch's start is known: the initial offsets were computed, or Spark named a
         start (a restart's checkpoint through partitions)."""
+        self._brokers = Brokers(opts.kafka, opts.isolation) if opts.kafka is not None else None
+        """continueFromKafka: the brokers' partitions and offsets (the tail past the tier's end)."""
+        self._broker_keys: set[Key] = set()
 
     def _keys(self, offsets: dict[str, Any]) -> dict[Key, int]:
         """Spark's offsets (Kafka's JSON) keyed by (topic, partition). A flat ``{"0": n}`` is a checkpoint
@@ -251,12 +380,33 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         now = self._clock()
         due = self._refreshed_at is None or (now - self._refreshed_at) * 1000 >= self.opts.refresh_interval_ms
         if force or due:
+            tps = (
+                topic_partitions(reader, self.opts)
+                if self._brokers is None
+                else list(tiered_partitions(reader, self.opts).values())
+            )
             self._manifests = {
-                (tp.topic, tp.partition): (tp, reader.manifest(tp, refresh=True))
-                for tp in topic_partitions(reader, self.opts)
+                (tp.topic, tp.partition): (tp, reader.manifest(tp, refresh=True)) for tp in tps
             }
+            if self._brokers is not None:
+                self._broker_keys = self._brokers.partitions(self.opts)
             self._refreshed_at = now
         return self._manifests
+
+    def _bounds(self) -> dict[Key, tuple[int, int]]:
+        """continueFromKafka: per partition, (earliest, latest) over the tier and the brokers (whose ends
+        are asked at every call, as the Kafka source does; the tier's at most once per interval)."""
+        assert self._brokers is not None
+        keys = sorted(set(self._manifests) | self._broker_keys)
+        on_brokers = [k for k in keys if k in self._broker_keys]
+        lows, highs = self._brokers.starts(on_brokers), self._brokers.ends(on_brokers)
+        out: dict[Key, tuple[int, int]] = {}
+        for key in keys:
+            manifest = self._manifests[key][1] if key in self._manifests else None
+            first, after_last = _hybrid_bounds(manifest, lows.get(key), highs.get(key))
+            if first is not None and after_last is not None:
+                out[key] = (first, after_last)
+        return out
 
     def _raise_high(self, offsets: dict[Key, int]) -> None:
         for key, offset in offsets.items():
@@ -264,6 +414,14 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def _initial(self) -> dict[Key, int]:
         out: dict[Key, int] = {}
+        if self._brokers is not None:
+            with _open_reader(self.opts) as reader:
+                self._refresh(reader, force=True)
+            for key, (first, after_last) in self._bounds().items():
+                out[key] = _hybrid_start(self.opts, key, first, after_last)
+            self._raise_high(out)
+            self._based = True
+            return out
         with _open_reader(self.opts) as reader:
             for key, (tp, manifest) in self._refresh(reader, force=True).items():
                 if manifest.start_offset is None or manifest.end_offset is None:
@@ -287,6 +445,16 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
             self._initial()
         with _open_reader(self.opts) as reader:
             manifests = self._refresh(reader)
+        if self._brokers is not None:
+            ends = {k: after_last for k, (_, after_last) in self._bounds().items()}
+            if limited:
+                pending = {
+                    k: Pending(self._high.get(k, end), max(self._high.get(k, end), end))
+                    for k, end in ends.items()
+                }
+                ends = admit(pending, self.opts.max_offsets_per_trigger, None)
+            self._raise_high(ends)
+            return offsets_json(self._high)
         ends = {k: m.end_offset + 1 for k, (_, m) in manifests.items() if m.end_offset is not None}
         if limited:
             pending = {
@@ -304,6 +472,8 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._raise_high(begin_at)
         out: list[InputPartition] = []
         with _open_reader(self.opts) as reader:
+            if self._brokers is not None:
+                return self._plan_hybrid(reader, begin_at, end_at)
             manifests = self._manifests
             if any(k not in manifests for k in end_at):
                 manifests = self._refresh(reader, force=True)
@@ -358,6 +528,56 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         window = PartitionWindow(tp, begin, stop)
         return plan_partition(reader, manifest, window, max_split_bytes=self.opts.max_split_bytes)
 
+    def _plan_hybrid(
+        self, reader: RemoteReader, begin_at: dict[Key, int], end_at: dict[Key, int]
+    ) -> list[InputPartition]:
+        """continueFromKafka: each partition's [begin, stop) cut at the tier's holdings of now (hybrid.py).
+        What neither side seems to hold is looked at again with fresh manifests before it is data loss
+        (the tier may have taken it over since they were read, and the brokers trimmed it)."""
+        assert self._brokers is not None
+        for fresh in (False, True):
+            missing = any(k not in self._manifests and k not in self._broker_keys for k in end_at)
+            self._refresh(reader, force=fresh or missing)
+            keys = [k for k in end_at if k in self._broker_keys]
+            lows, highs = self._brokers.starts(keys), self._brokers.ends(keys)
+            planned: list[tuple[Key, Any]] = []
+            for key, stop in sorted(end_at.items()):
+                begin = begin_at.get(key)
+                if begin is not None:
+                    if stop < begin:  # after a restart, an end gone back: see _plan
+                        self._read_to[key] = max(begin, self._read_to.get(key, begin))
+                    begin = max(begin, self._read_to.get(key, begin))
+                known = self._manifests.get(key)
+                manifest = known[1] if known is not None else None
+                if begin is None:
+                    # A partition that appeared after the query started: from its start, as Kafka's source.
+                    first, _ = _hybrid_bounds(manifest, lows.get(key), highs.get(key))
+                    begin = 0 if first is None else first
+                    if begin > 0:
+                        planned.append((key, (LOST_PIECE, 0, begin)))
+                if begin >= stop:
+                    continue
+                for piece in pieces(begin, stop, held(manifest), lows.get(key), highs.get(key)):
+                    planned.append((key, (piece.source, piece.start, piece.end)))
+            if fresh or all(source != LOST_PIECE for _, (source, _, _) in planned):
+                break
+        out: list[InputPartition] = []
+        for key, (source, lo, hi) in planned:
+            if source == TIER:
+                tp, manifest = self._manifests[key]
+                window = PartitionWindow(tp, lo, hi)
+                out.extend(
+                    SplitPartition(s)
+                    for s in plan_partition(
+                        reader, manifest, window, max_split_bytes=self.opts.max_split_bytes
+                    )
+                )
+            elif source == KAFKA:
+                out.extend(_kafka_ranges(key, lo, hi, None))
+            else:
+                _lost(self.opts, key, lo, hi, "deleted by retention, or quarantined, on both sides")
+        return out
+
     def _data_loss(self, key: Key, lo: int, hi: int, why: str) -> None:
         what = f"{key[0]}-{key[1]}: offsets {lo}..{hi - 1} are not in the remote tier ({why})"
         if self.opts.fail_on_data_loss:
@@ -367,7 +587,6 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         _log.warning("%s: skipped (failOnDataLoss=false)", what)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SplitPartition)
         return _read(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
