@@ -7,7 +7,8 @@ the old name ``isolation.level`` is refused with the new one), ``includeHeaders`
 ``minPartitions``, ``maxRecordsPerPartition``, ``maxOffsetsPerTrigger``, and the subscriptions
 ``subscribe`` (comma-separated topics), ``subscribePattern`` and ``assign``); options of the Kafka
 source that cannot apply to the remote tier (broker connection ``kafka.*`` but the isolation level,
-``minOffsetsPerTrigger``, ``maxTriggerDelay``, ``groupIdPrefix``) are refused with a one-line reason.
+unless ``continueFromKafka=true`` reads the brokers' tail with them, ``minOffsetsPerTrigger``,
+``maxTriggerDelay``, ``groupIdPrefix``) are refused with a one-line reason.
 ``maxBytesPerTrigger`` is ours (stored segment bytes, exact from the manifests). The rest say where the
 remote tier is: ``remote`` (URL), ``topic`` (one topic, the same as ``subscribe`` naming one), ``topicId``
 (when a name has several incarnations), ``endpointUrl`` / ``region`` / ``pathStyle`` / ``anonymous``

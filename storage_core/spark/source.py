@@ -393,13 +393,15 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
             self._refreshed_at = now
         return self._manifests
 
-    def _bounds(self) -> dict[Key, tuple[int, int]]:
+    def _bounds(self, *, starts: bool = False) -> dict[Key, tuple[int, int]]:
         """continueFromKafka: per partition, (earliest, latest) over the tier and the brokers (whose ends
-        are asked at every call, as the Kafka source does; the tier's at most once per interval)."""
+        are asked at every call, as the Kafka source does; the tier's at most once per interval). The
+        brokers' log starts only with ``starts`` (else the earliest is the tier's, or the brokers' end)."""
         assert self._brokers is not None
         keys = sorted(set(self._manifests) | self._broker_keys)
         on_brokers = [k for k in keys if k in self._broker_keys]
-        lows, highs = self._brokers.starts(on_brokers), self._brokers.ends(on_brokers)
+        highs = self._brokers.ends(on_brokers)
+        lows = self._brokers.starts(on_brokers) if starts else highs
         out: dict[Key, tuple[int, int]] = {}
         for key in keys:
             manifest = self._manifests[key][1] if key in self._manifests else None
@@ -417,7 +419,7 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if self._brokers is not None:
             with _open_reader(self.opts) as reader:
                 self._refresh(reader, force=True)
-            for key, (first, after_last) in self._bounds().items():
+            for key, (first, after_last) in self._bounds(starts=True).items():
                 out[key] = _hybrid_start(self.opts, key, first, after_last)
             self._raise_high(out)
             self._based = True
