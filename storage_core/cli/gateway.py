@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
         type=int,
         default=64 << 20,
         metavar="N",
-        help="read-ahead cache of remote blocks, bytes (default 64 MiB)",
+        help="read-ahead cache of remote blocks, bytes (default 64 MiB; a file:// tier uses the page cache)",
     )
     p.add_argument(
         "--block-bytes", type=int, default=1 << 20, metavar="N", help="remote read size (default 1 MiB)"
@@ -77,7 +77,7 @@ def register(subparsers: Any) -> None:
         type=int,
         default=8,
         metavar="N",
-        help="blocks fetched ahead of a reader (default 8)",
+        help="blocks fetched ahead of a reader (default 8; file:// tier: how far the kernel reads ahead)",
     )
     p.add_argument(
         "--tier-threads", type=int, default=8, metavar="N", help="threads reading the remote tier (default 8)"
@@ -120,6 +120,29 @@ def register(subparsers: Any) -> None:
     p.set_defaults(
         handler=run, retry_attempts=GATEWAY_RETRY_ATTEMPTS, retry_max_delay=GATEWAY_RETRY_MAX_DELAY
     )
+
+
+def _tier_ranges(args: argparse.Namespace, store: Any) -> tuple[Any, ThreadPoolExecutor | None]:
+    """Where tier answers read their bytes (storage_core/gateway/ranges.py), and the threads that fetch
+    for it: a file:// tier's files straight (the page cache is the cache, the kernel reads ahead), any
+    other store through the block cache."""
+    if store.is_local:
+        from storage_core.adapters.local_ranges import LocalRanges
+
+        return LocalRanges(read_ahead_bytes=args.readahead_blocks * args.block_bytes), None
+    from storage_core.gateway.block_cache import BlockCache
+
+    fetch_pool = ThreadPoolExecutor(
+        max_workers=max(args.readahead_blocks, 1) * 2, thread_name_prefix="tierkeeper-gateway-fetch"
+    )
+    blocks = BlockCache(
+        store.get_range,
+        fetch_pool,
+        block_bytes=args.block_bytes,
+        max_bytes=args.cache_bytes,
+        readahead=args.readahead_blocks,
+    )
+    return blocks, fetch_pool
 
 
 def _host_port(value: str, flag: str) -> tuple[str, int]:
@@ -203,7 +226,6 @@ def run(args: argparse.Namespace) -> int:
 
     from storage_core.adapters.kafka_admin import KafkaAdmin
     from storage_core.gateway.addresses import Address, PortRule
-    from storage_core.gateway.block_cache import BlockCache
     from storage_core.gateway.history import TierHistory
 
     handler = logging.StreamHandler(sys.stderr)
@@ -239,21 +261,12 @@ def run(args: argparse.Namespace) -> int:
     tier_pool = ThreadPoolExecutor(
         max_workers=args.tier_threads, thread_name_prefix="tierkeeper-gateway-tier"
     )
-    fetch_pool = ThreadPoolExecutor(
-        max_workers=max(args.readahead_blocks, 1) * 2, thread_name_prefix="tierkeeper-gateway-fetch"
-    )
-    blocks = BlockCache(
-        store.get_range,
-        fetch_pool,
-        block_bytes=args.block_bytes,
-        max_bytes=args.cache_bytes,
-        readahead=args.readahead_blocks,
-    )
-    blocks.observe(metrics.cache_lookup)
+    ranges, fetch_pool = _tier_ranges(args, store)
+    ranges.observe(metrics.cache_lookup)
     ctx = GatewayContext(
         rule=rule,
         bootstrap=bootstrap,
-        history=TierHistory(store, blocks),
+        history=TierHistory(store, ranges),
         tier_pool=tier_pool,
         metrics=metrics,
         limits=Limits(max_frame_bytes=args.max_frame_bytes, grant_s=args.tier_grant_seconds),
@@ -304,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(main())
     finally:
         tier_pool.shutdown(wait=False, cancel_futures=True)
-        fetch_pool.shutdown(wait=False, cancel_futures=True)
+        if fetch_pool is not None:
+            fetch_pool.shutdown(wait=False, cancel_futures=True)
     print("tierkeeper gateway: stopped", flush=True)
     return 0

@@ -14,6 +14,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
+from storage_core.gateway.ranges import NotReady
+
 Fetch = Callable[[str, int, int], bytes]
 
 
@@ -42,9 +44,10 @@ class BlockCache:
         """Call ``on_hit(True|False)`` for each block asked for (metrics)."""
         self._on_hit = on_hit
 
-    def read(self, key: str, start: int, end: int, size: int) -> bytes:
+    def read(self, key: str, start: int, end: int, size: int, *, nowait: bool = False) -> bytes:
         """Bytes ``[start, end)`` of the object ``key`` of ``size`` bytes (``end`` is cut to the size), and
-        read-ahead of the blocks after them."""
+        read-ahead of the blocks after them. ``nowait``: :class:`NotReady` unless every block is fetched
+        (the fetches are started, so a later read finds them)."""
         end = min(end, size)
         if end <= start:
             return b""
@@ -53,6 +56,8 @@ class BlockCache:
         for k in range(last + 1, last + 1 + self.readahead):
             if k * self.block_bytes < size:
                 self._block(key, k, size, wanted=False)
+        if nowait and not all(f.done() for f in futures):
+            raise NotReady(key)
         parts = []
         for k, future in zip(range(first, last + 1), futures, strict=True):
             try:

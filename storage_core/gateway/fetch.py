@@ -22,6 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from storage_core.gateway.protocol import built, replaced
+from storage_core.gateway.ranges import Buffer
 
 TopicKey = str | uuid.UUID
 """A topic as the request names it: its name (Fetch v4-12) or its topic id (v13+)."""
@@ -40,7 +41,8 @@ class Wanted:
 class TierAnswer:
     """What replaces the broker's OFFSET_OUT_OF_RANGE for one partition."""
 
-    records: bytes | None
+    records: Buffer | None
+    """Served as they are: a slice of what was read (kio writes any buffer), never copied to bytes."""
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int

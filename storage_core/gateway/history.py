@@ -7,7 +7,9 @@ before it is served: a damaged object becomes an error for that partition, never
 Control batches and aborted transactions' batches are served too, as a broker serves them, with the
 aborted transactions listed for read_committed clients, who filter exactly as they do on a broker's data.
 
-Thread-safe: many fetches read at once from the gateway's thread pool.
+Thread-safe: many fetches read at once from the gateway's thread pool. ``nowait`` reads (the event loop's)
+never touch the store: they answer from what memory holds or raise :class:`NotReady`
+(storage_core/gateway/ranges.py).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from storage_core.formats.remote_index import (
     read_remote_log_entry,
 )
 from storage_core.formats.source import bytes_fetcher
-from storage_core.gateway.block_cache import BlockCache
+from storage_core.gateway.ranges import Buffer, NotReady, RangeSource
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.cover import Cover, ServedRange, check_on_boundary
 from storage_core.remote.index_cache import IndexCache
@@ -43,7 +45,7 @@ Clock = Callable[[], float]
 class TierSlice:
     """What the tier answers for one partition of a fetch."""
 
-    records: bytes
+    records: Buffer
     """Whole record batches as stored (empty when the byte limit left no room for one)."""
     log_start_offset: int
     """The first offset the tier holds: the partition's log start as a client sees it through the gateway."""
@@ -73,14 +75,14 @@ class TierHistory:
     def __init__(
         self,
         store: ObjectStore,
-        blocks: BlockCache,
+        ranges: RangeSource,
         *,
         metadata_ttl_s: float = 10.0,
         clock: Clock = time.monotonic,
     ) -> None:
         self.store = store
         self.layout = RemoteLayout(store.root)
-        self.blocks = blocks
+        self.ranges = ranges
         self._indexes = IndexCache(store, self.layout, None)
         self._index_lock = threading.Lock()
         self._ttl = metadata_ttl_s
@@ -120,7 +122,14 @@ class TierHistory:
         return current[1]
 
     # ---- metadata -------------------------------------------------------------------------------
-    def cover(self, tp: TopicPartitionId, *, at_least: int | None = None, refresh: bool = False) -> Cover:
+    def cover(
+        self,
+        tp: TopicPartitionId,
+        *,
+        at_least: int | None = None,
+        refresh: bool = False,
+        nowait: bool = False,
+    ) -> Cover:
         """The partition's cover, from a manifest at most ``metadata_ttl_s`` old, read again whenever it ends
         below ``at_least`` (a copy may have finished since: answering "not tiered" for an offset the tier
         holds would reset the client's position, so a miss is never answered from the cache)."""
@@ -132,6 +141,8 @@ class TierHistory:
             end = cached.cover.end_offset
             stale = end is None or end < at_least
         if stale or cached is None:
+            if nowait:
+                raise NotReady(str(tp))
             catalog = PartitionCatalog(self.store, self.layout, tp)
             manifest = catalog.read_manifest() if not refresh else None
             if manifest is None or (at_least is not None and (manifest.end_offset or -1) < at_least):
@@ -160,15 +171,25 @@ class TierHistory:
 
     # ---- fetch ----------------------------------------------------------------------------------
     def read(
-        self, tp: TopicPartitionId, offset: int, max_bytes: int, *, min_one: bool, read_committed: bool
+        self,
+        tp: TopicPartitionId,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one: bool,
+        read_committed: bool,
+        nowait: bool = False,
     ) -> TierSlice | None:
         """Batches from the one holding ``offset``, at most ``max_bytes`` of them (at least one whole batch
-        when ``min_one``), or None when the tier does not hold ``offset``."""
+        when ``min_one``), or None when the tier does not hold ``offset``. ``nowait``: from memory only,
+        else :class:`NotReady` (so is every answer that needs the store: a miss, a refresh)."""
         try:
-            return self._read(tp, offset, max_bytes, min_one, read_committed, refresh=False)
+            return self._read(tp, offset, max_bytes, min_one, read_committed, refresh=False, nowait=nowait)
         except RemoteObjectNotFound:
+            if nowait:
+                raise NotReady(str(tp)) from None
             # Remote retention deleted a segment the cached manifest still listed: look again, once.
-            return self._read(tp, offset, max_bytes, min_one, read_committed, refresh=True)
+            return self._read(tp, offset, max_bytes, min_one, read_committed, refresh=True, nowait=False)
 
     def _read(
         self,
@@ -179,13 +200,16 @@ class TierHistory:
         committed: bool,
         *,
         refresh: bool,
+        nowait: bool,
     ) -> TierSlice | None:
-        cover = self.cover(tp, at_least=offset, refresh=refresh)
+        cover = self.cover(tp, at_least=offset, refresh=refresh, nowait=nowait)
         if (
             cover.start_offset is None
             or cover.end_offset is None
             or not (cover.start_offset <= offset <= cover.end_offset)
         ):
+            if nowait:
+                raise NotReady(str(tp))  # "not held" is said only after looking at the store
             self._refuse_quarantined(tp, offset)
             return None
         index = cover.index_for_offset(offset)
@@ -202,9 +226,11 @@ class TierHistory:
         if divergence is not None:
             raise divergence.refusal(str(tp), tp.topic, tp.partition)
         records, upper, producers = self._batches(
-            served, max(offset, served.first_offset), max_bytes, min_one
+            served, max(offset, served.first_offset), max_bytes, min_one, nowait
         )
-        aborted = self._aborted(served.segment, offset, upper, producers) if committed and producers else ()
+        aborted = (
+            self._aborted(served.segment, offset, upper, producers, nowait) if committed and producers else ()
+        )
         return TierSlice(records, cover.start_offset, aborted, upper)
 
     def _refuse_quarantined(self, tp: TopicPartitionId, offset: int) -> None:
@@ -221,19 +247,21 @@ class TierHistory:
                     )
 
     def _batches(
-        self, served: ServedRange, offset: int, max_bytes: int, min_one: bool
-    ) -> tuple[bytes, int, set[int]]:
+        self, served: ServedRange, offset: int, max_bytes: int, min_one: bool, nowait: bool
+    ) -> tuple[Buffer, int, set[int]]:
         """(the batches, one past their last offset, producer ids of their transactional batches)."""
         meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         size = meta.objects[SegmentObject.LOG].size
-        position = self._position(meta, offset, None)
-        parts: list[bytes] = []
-        taken = 0
+        position = self._position(meta, offset, None, nowait)
+        # One read for the whole answer as a rule (the index's position, then up to the byte limit and the
+        # next header): the batches served are contiguous in the object, so they go out as one slice of it.
+        window = _Window(self.ranges, key, size, nowait, max(max_bytes, 0) + HEADER_SIZE)
+        first = end = -1
         upper = offset
         producers: set[int] = set()
         while position < size:
-            head = self.blocks.read(key, position, position + HEADER_SIZE, size)
+            head = window.get(position, position + HEADER_SIZE)
             if len(head) < HEADER_SIZE:
                 raise CorruptDataError(f"the object ends inside a batch header at byte {position}", path=key)
             header = BatchHeader.parse(head, path=key, position=position)
@@ -244,29 +272,39 @@ class TierHistory:
                 position += batch_size
                 continue
             check_on_boundary(served, header.base_offset, header.last_offset, key)
+            taken = 0 if first < 0 else end - first
             if taken + batch_size > max_bytes and (taken or not min_one):
                 break
-            batch = self.blocks.read(key, position, position + batch_size, size)
+            batch = window.get(position, position + batch_size)
             if len(batch) < batch_size:
                 raise CorruptDataError(f"the object ends inside the batch at byte {position}", path=key)
             validate_crc(batch, path=key, position=position)
-            parts.append(batch)
-            taken += batch_size
+            if first < 0:
+                first = position
+            end = position + batch_size
             upper = header.last_offset + 1
             if header.is_transactional and not header.is_control:
                 producers.add(header.producer_id)
             position += batch_size
-        return (parts[0] if len(parts) == 1 else b"".join(parts)), upper, producers
+        return (window.get(first, end) if first >= 0 else b""), upper, producers
 
-    def _position(self, meta: SegmentMetadata, offset: int | None, timestamp: int | None) -> int:
+    def _index(self, meta: SegmentMetadata, obj: SegmentObject, nowait: bool) -> bytes:
         with self._index_lock:
-            log_index = self._indexes.get(meta, SegmentObject.REMOTE_LOG_INDEX)
-            which = (
-                SegmentObject.REMOTE_TIME_INDEX
-                if timestamp is not None
-                else SegmentObject.REMOTE_OFFSET_INDEX
-            )
-            pointers = RemotePointerIndex.from_bytes(self._indexes.get(meta, which))
+            if nowait:
+                data = self._indexes.peek(meta, obj)
+                if data is None:
+                    raise NotReady(str(meta.segment_id))
+                return data
+            return self._indexes.get(meta, obj)
+
+    def _position(
+        self, meta: SegmentMetadata, offset: int | None, timestamp: int | None, nowait: bool = False
+    ) -> int:
+        log_index = self._index(meta, SegmentObject.REMOTE_LOG_INDEX, nowait)
+        which = (
+            SegmentObject.REMOTE_TIME_INDEX if timestamp is not None else SegmentObject.REMOTE_OFFSET_INDEX
+        )
+        pointers = RemotePointerIndex.from_bytes(self._index(meta, which, nowait))
         if timestamp is not None:
             entry_pos = position_for_timestamp(pointers, timestamp)
         else:
@@ -276,7 +314,7 @@ class TierHistory:
         return read_remote_log_entry(bytes_fetcher(log_index), entry_pos).data_id.position
 
     def _aborted(
-        self, meta: SegmentMetadata, offset: int, upper: int, producers: set[int]
+        self, meta: SegmentMetadata, offset: int, upper: int, producers: set[int], nowait: bool
     ) -> tuple[tuple[int, int], ...]:
         """The aborted transactions overlapping the served batches (last offset >= ``offset``, first offset
         < ``upper``) of the producers whose transactional batches were served. The serving segment's txn
@@ -286,8 +324,7 @@ class TierHistory:
         about transactions ending past the tier, are not."""
         if not meta.has_transactions or SegmentObject.TXN_INDEX not in meta.objects:
             return ()
-        with self._index_lock:
-            data = self._indexes.get(meta, SegmentObject.TXN_INDEX)
+        data = self._index(meta, SegmentObject.TXN_INDEX, nowait)
         found: dict[tuple[int, int], None] = {}  # ordered, without repeats
         for txn in iter_txn_index(bytes_fetcher(data)):
             if txn.last_offset >= offset and txn.first_offset < upper and txn.producer_id in producers:
@@ -306,7 +343,7 @@ class TierHistory:
             size = meta.objects[SegmentObject.LOG].size
             position = self._position(meta, None, timestamp)
             while position < size:
-                head = self.blocks.read(key, position, position + HEADER_SIZE, size)
+                head = self.ranges.read(key, position, position + HEADER_SIZE, size)
                 header = BatchHeader.parse(head, path=key, position=position)
                 if header.base_offset > served.last_offset:
                     break
@@ -324,9 +361,37 @@ class TierHistory:
     def _record_at(
         self, key: str, position: int, header: BatchHeader, timestamp: int, first: int, size: int
     ) -> TimestampHit | None:
-        data = self.blocks.read(key, position, position + header.size_in_bytes, size)
+        data = bytes(self.ranges.read(key, position, position + header.size_in_bytes, size))
         batch = RawBatch(header=header, data=data, position=position, path=key)
         for record in iter_records(batch, verify_crc=True):
             if record.offset >= first and record.timestamp >= timestamp:
                 return TimestampHit(record.offset, record.timestamp, header.partition_leader_epoch)
         return None
+
+
+class _Window:
+    """One object's bytes read in as few reads as possible: a read covers what is asked and up to ``span``
+    bytes from there; what a later ask needs beyond it is read and appended (so a slice of served batches
+    is always one buffer)."""
+
+    def __init__(self, ranges: RangeSource, key: str, size: int, nowait: bool, span: int) -> None:
+        self._ranges, self._key, self._size, self._nowait, self._span = ranges, key, size, nowait, span
+        self._start = 0
+        self._data: Buffer = b""
+
+    def get(self, start: int, end: int) -> memoryview:
+        end = min(end, self._size)
+        have_end = self._start + len(self._data)
+        if not (self._start <= start and end <= have_end) or not self._data:
+            if self._data and self._start <= start <= have_end:
+                more = self._ranges.read(
+                    self._key, have_end, max(end, start + self._span), self._size, nowait=self._nowait
+                )
+                self._data = bytes(self._data) + bytes(more)  # rare: a batch larger than the limit
+            else:
+                self._start = start
+                self._data = self._ranges.read(
+                    self._key, start, max(end, start + self._span), self._size, nowait=self._nowait
+                )
+        offset = start - self._start
+        return memoryview(self._data)[offset : offset + (end - start)]

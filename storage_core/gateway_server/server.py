@@ -208,7 +208,7 @@ class Gateway:
                 pass
             path = line.split(b" ")[1].decode() if line.count(b" ") >= 2 else "/"
             if path.startswith("/metrics"):
-                self.ctx.metrics.cache_bytes.set(self.ctx.history.blocks.resident_bytes)
+                self.ctx.metrics.cache_bytes.set(self.ctx.history.ranges.resident_bytes)
                 status, body, kind = 200, self.ctx.metrics.exposition(), "text/plain; version=0.0.4"
             elif path.startswith("/healthz"):
                 status, body, kind = 200, b"ok\n", "text/plain"

@@ -33,6 +33,7 @@ from storage_core.gateway.protocol import (
     request_type,
     response_type,
 )
+from storage_core.gateway.ranges import NotReady
 from storage_core.gateway.versions import negotiated
 from storage_core.gateway_server.context import GatewayContext, kafka_topic_id
 from storage_core.gateway_server.upstream import Upstream, UpstreamError
@@ -177,18 +178,36 @@ class TierAnswers:
         return answers
 
     async def _read(self, key: fetch_rules.PartitionKey, read: _Read) -> TierSlice | None:
-        """The tier's answer to ``read``, and the next one prepared: a consumer reading history asks next
-        for the offset after the batches it was just served, with the same limits, so that answer is read
-        in the background while the client handles this one (one per partition of this connection)."""
+        """The tier's answer to ``read``: on the event loop itself when memory holds it (the usual case of a
+        consumer reading history: the source reads ahead), else on a thread. After such a miss the
+        partition's next answer is prepared on a thread too: a consumer reading history asks next for the
+        offset after the batches it was just served, with the same limits, so that answer is read while
+        the client handles this one (one per partition of this connection). A prepared answer is not
+        followed by another, or the partition would stay on threads after the source has caught up."""
         prepared = self._prepared.pop(key, None)
-        future = prepared[1] if prepared is not None and prepared[0] == read else self._submit(read)
-        found = await future
+        if prepared is not None and prepared[0] == read:
+            return await prepared[1]
+        try:
+            return self._read_now(read)
+        except NotReady:
+            pass
+        found = await self._submit(read)
         if found is not None and found.records:
             after = dataclasses.replace(read, offset=found.upper_offset)
             self._prepared[key] = (after, self._submit(after))
             while len(self._prepared) > MAX_PREPARED:  # memory: a few partitions' answers per connection
                 del self._prepared[next(iter(self._prepared))]
         return found
+
+    def _read_now(self, read: _Read) -> TierSlice | None:
+        return self.ctx.history.read(
+            read.tp,
+            read.offset,
+            read.budget,
+            min_one=read.min_one,
+            read_committed=read.committed,
+            nowait=True,
+        )
 
     def _submit(self, read: _Read) -> asyncio.Future[TierSlice | None]:
         future = asyncio.get_running_loop().run_in_executor(

@@ -29,6 +29,16 @@ class IndexCache:
         self.directory = directory
         self._memory: OrderedDict[tuple[uuid.UUID, SegmentObject], bytes] = OrderedDict()
 
+    def peek(self, meta: SegmentMetadata, obj: SegmentObject) -> bytes | None:
+        """The object if it is held in memory (b"" when the segment has none), else None: no I/O."""
+        if obj not in meta.objects:
+            return b""
+        key = (meta.segment_id, obj)
+        data = self._memory.get(key)
+        if data is not None:
+            self._memory.move_to_end(key)
+        return data
+
     def get(self, meta: SegmentMetadata, obj: SegmentObject) -> bytes:
         stored = meta.objects.get(obj)
         if stored is None:

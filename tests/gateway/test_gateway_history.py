@@ -7,6 +7,7 @@ through a gateway it is KAFKA_STORAGE_ERROR."""
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from harness.gateway import GatewayProcess
+from storage_core.adapters.local_ranges import LocalRanges
 from storage_core.adapters.store import RemoteStore
 from storage_core.errors import CorruptDataError
 from storage_core.formats.record_batch import HEADER_SIZE, BatchHeader, RawBatch
 from storage_core.formats.records import iter_records
 from storage_core.gateway.block_cache import BlockCache
 from storage_core.gateway.history import TierHistory, TierSlice
+from storage_core.gateway.ranges import Buffer, NotReady
 from storage_core.remote.catalog import PartitionCatalog, list_topics
 from storage_core.remote.layout import RemoteLayout, SegmentObject, TopicPartitionId
 
@@ -29,9 +32,16 @@ from .rawkafka import FETCH, FETCH_VERSION, RawClient, fetch_frame, leaders
 KAFKA_STORAGE_ERROR = 56
 
 
-def _history(url: str, pool: ThreadPoolExecutor, block_bytes: int = 4096) -> TierHistory:
+def _history(
+    url: str, pool: ThreadPoolExecutor, block_bytes: int = 4096, source: str = "blocks"
+) -> TierHistory:
     store = RemoteStore(url, {})
+    if source == "local":  # what the gateway uses for a file:// tier
+        return TierHistory(store, LocalRanges(read_ahead_bytes=block_bytes))
     return TierHistory(store, BlockCache(store.get_range, pool, block_bytes=block_bytes, max_bytes=1 << 20))
+
+
+SOURCES = pytest.mark.parametrize("source", ["blocks", "local"])
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +56,7 @@ def _tps(url: str, topic: str) -> list[TopicPartitionId]:
     return [TopicPartitionId(name, tid, p) for p in range(PARTITIONS)]
 
 
-def _batches(data: bytes) -> list[BatchHeader]:
+def _batches(data: Buffer) -> list[BatchHeader]:
     out, position = [], 0
     while position < len(data):
         header = BatchHeader.parse(data[position : position + HEADER_SIZE], path="slice", position=position)
@@ -56,7 +66,8 @@ def _batches(data: bytes) -> list[BatchHeader]:
     return out
 
 
-def _records(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
+def _records(data: Buffer) -> list[tuple[int, bytes | None, bytes | None]]:
+    data = bytes(data)
     out, position = [], 0
     for header in _batches(data):
         batch = RawBatch(
@@ -67,8 +78,11 @@ def _records(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
     return out
 
 
-def test_the_tier_serves_every_offset_once_in_whole_batches(tiered: Tiered, pool: ThreadPoolExecutor) -> None:
-    history = _history(tiered.remote, pool)
+@SOURCES
+def test_the_tier_serves_every_offset_once_in_whole_batches(
+    tiered: Tiered, pool: ThreadPoolExecutor, source: str
+) -> None:
+    history = _history(tiered.remote, pool, source=source)
     for tp in _tps(tiered.remote, tiered.topic):
         start, end = history.earliest(tp), history.latest_tiered(tp)
         assert start == 0 and end is not None and end >= tiered.log_starts[tp.partition] - 1
@@ -89,10 +103,11 @@ def test_the_tier_serves_every_offset_once_in_whole_batches(tiered: Tiered, pool
         assert history.read(tp, end + 1, 8192, min_one=True, read_committed=False) is None
 
 
+@SOURCES
 def test_byte_limits_whole_batches_at_least_one_when_min_one_none_over_the_limit_otherwise(
-    tiered: Tiered, pool: ThreadPoolExecutor
+    tiered: Tiered, pool: ThreadPoolExecutor, source: str
 ) -> None:
-    history = _history(tiered.remote, pool)
+    history = _history(tiered.remote, pool, source=source)
     tp = _tps(tiered.remote, tiered.topic)[0]
     one = history.read(tp, 0, 1, min_one=True, read_committed=False)
     assert one is not None and len(_batches(one.records)) == 1 and len(one.records) > 1
@@ -138,8 +153,9 @@ def test_a_damaged_batch_is_refused_and_the_gateway_answers_kafka_storage_error(
 ) -> None:
     tp = _tps(tiered.remote, tiered.topic)[0]
     url, base = _corrupt_copy(tiered, tmp_path, tp)
-    with pytest.raises(CorruptDataError):
-        _history(url, pool).read(tp, base, 1 << 20, min_one=True, read_committed=False)
+    for source in ("blocks", "local"):
+        with pytest.raises(CorruptDataError):
+            _history(url, pool, source=source).read(tp, base, 1 << 20, min_one=True, read_committed=False)
 
     gateway = GatewayProcess(tiered.cluster.bootstrap_servers, url, tmp_path / "gateway").start()
     try:
@@ -158,3 +174,45 @@ def test_a_damaged_batch_is_refused_and_the_gateway_answers_kafka_storage_error(
         c.close()
     finally:
         gateway.stop()
+
+
+def test_a_read_that_must_not_wait_answers_from_memory_or_says_not_ready(
+    tiered: Tiered, pool: ThreadPoolExecutor
+) -> None:
+    """The event loop's reads (``nowait``) never wait for the store: while the manifest, the indexes or a
+    block are not in memory they say NotReady (and the gateway reads on a thread); once a read has brought
+    them in, they give exactly that read's answer; a manifest past its age is NotReady again."""
+    store = RemoteStore(tiered.remote, {})
+    gate = threading.Event()
+
+    def gated_range(key: str, start: int, end: int) -> bytes:
+        assert gate.wait(120), "the test never opened the gate"
+        return store.get_range(key, start, end)
+
+    now = [0.0]
+    history = TierHistory(
+        store,
+        BlockCache(gated_range, pool, block_bytes=4096, max_bytes=1 << 20, readahead=0),
+        metadata_ttl_s=10.0,
+        clock=lambda: now[0],
+    )
+    tp = _tps(tiered.remote, tiered.topic)[0]
+
+    def read(nowait: bool) -> TierSlice | None:
+        return history.read(tp, 0, 8192, min_one=True, read_committed=False, nowait=nowait)
+
+    with pytest.raises(NotReady):  # nothing of the partition in memory yet
+        read(True)
+    blocking = pool.submit(read, False)  # loads the manifest and indexes, then waits at the gate
+    with pytest.raises(NotReady):  # whatever it has loaded so far, the block is not fetched
+        read(True)
+    gate.set()
+    expected = blocking.result(120)
+    found = read(True)
+    assert expected is not None and found is not None and found.records
+    assert bytes(found.records) == bytes(expected.records) and found.upper_offset == expected.upper_offset
+    now[0] += 11.0  # the manifest is older than its time to live: only a read that may wait refreshes it
+    with pytest.raises(NotReady):
+        read(True)
+    refreshed = read(False)
+    assert refreshed is not None and bytes(refreshed.records) == bytes(expected.records)

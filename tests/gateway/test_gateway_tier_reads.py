@@ -1,0 +1,83 @@
+"""Where a tier answer is computed (storage_core/gateway_server/tier_answers.py): on the event loop when the
+source holds the bytes, on a thread after a miss (with the partition's next answer prepared there), and
+back on the event loop once the source has caught up, never chained on threads for good."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from storage_core.gateway.addresses import PortRule
+from storage_core.gateway.history import TierSlice
+from storage_core.gateway.ranges import NotReady
+from storage_core.gateway_server.context import GatewayContext
+from storage_core.gateway_server.metrics import GatewayMetrics
+from storage_core.gateway_server.tier_answers import TierAnswers, _Read
+from storage_core.remote.layout import TopicPartitionId
+
+TP = TopicPartitionId("history", "AAAAAAAAAAAAAAAAAAAAAA", 0)
+BATCH = 100
+
+
+class _History:
+    """Answers every offset with one 100-offset batch; ``resident`` says whether a read may skip waiting."""
+
+    def __init__(self) -> None:
+        self.resident = False
+        self.calls: list[tuple[int, bool, str]] = []
+        self._lock = threading.Lock()
+
+    def read(
+        self,
+        tp: TopicPartitionId,
+        offset: int,
+        budget: int,
+        *,
+        min_one: bool,
+        read_committed: bool,
+        nowait: bool = False,
+    ) -> TierSlice:
+        with self._lock:
+            self.calls.append((offset, nowait, threading.current_thread().name))
+        if nowait and not self.resident:
+            raise NotReady(str(tp))
+        return TierSlice(b"x" * BATCH, 0, (), offset + BATCH)
+
+
+def test_a_miss_goes_to_a_thread_prepares_the_next_answer_then_the_loop_serves_again() -> None:
+    history = _History()
+    with ThreadPoolExecutor(2, thread_name_prefix="tier") as pool:
+        ctx = GatewayContext(
+            rule=PortRule("127.0.0.1", 9092, 9093),
+            bootstrap=[],
+            history=history,  # type: ignore[arg-type]
+            tier_pool=pool,
+            metrics=GatewayMetrics(),
+        )
+        answers = TierAnswers(ctx)
+        key: Any = (uuid.UUID(int=1), 0)
+
+        def at(offset: int) -> _Read:
+            return _Read(TP, offset, 1 << 20, True, False)
+
+        async def scenario() -> list[int]:
+            served = []
+            found = await answers._read(key, at(0))  # nothing resident: a thread, and 100 prepared
+            assert found is not None
+            served.append(found.upper_offset)
+            history.resident = True  # the source has read ahead meanwhile
+            found = await answers._read(key, at(100))  # the prepared answer, and no other prepared
+            assert found is not None
+            served.append(found.upper_offset)
+            found = await answers._read(key, at(200))  # from memory, on the event loop
+            assert found is not None
+            served.append(found.upper_offset)
+            return served
+
+        assert asyncio.run(scenario()) == [100, 200, 300]
+    loop_thread = threading.main_thread().name
+    assert [(o, w) for o, w, _ in history.calls] == [(0, True), (0, False), (100, False), (200, True)]
+    assert [t == loop_thread for _, _, t in history.calls] == [True, False, False, True]
