@@ -107,7 +107,7 @@ def test_subscribe_min_partitions_and_max_records_per_partition(
     ("options", "message"),
     [
         ({"topic": "t", "maxOffsetsPerTrigger": "10"}, "streaming queries only"),
-        ({"topic": "t", "minOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger is honoured"),
+        ({"topic": "t", "minOffsetsPerTrigger": "10"}, "no admission control (maxOffsetsPerTrigger works)"),
         ({"topic": "t", "kafka.bootstrap.servers": "b:9092"}, "not from brokers"),
         ({"topic": "t", "startingOffsetsByTimestampStrategy": "oldest"}, "error or latest"),
         ({"topic": "t", "minPartitions": "0"}, "minPartitions must be >= 1"),
