@@ -1,8 +1,23 @@
 """Spark's automatic registration hook: Spark imports installed ``pyspark_*`` packages and registers
 their ``DefaultSource`` under its short name, so ``format("tierkeeper")`` works without a
-``register`` call. The filter-pushdown variant needs ``storage_core.spark.register(spark)`` (Spark refuses
-a pushing source while ``spark.sql.python.filterPushdown.enabled`` is off, its default)."""
+``register`` call, filter pushdown included once the session sets
+``spark.sql.python.filterPushdown.enabled=true``.
 
-from storage_core.spark import TierkeeperDataSource as DefaultSource
+Spark imports this in its Python workers, which run ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``),
+else ``python3`` from PATH: when that is not the interpreter Tierkeeper is installed in (a session
+started with a virtualenv's Python but without the virtualenv on PATH), the error says what to set.
+Nothing else of Tierkeeper is imported to say it, since that is what fails."""
+
+import sys
+
+try:
+    from storage_core.spark import TierkeeperDataSource as DefaultSource
+except ModuleNotFoundError as e:
+    raise ModuleNotFoundError(
+        f"No module named {e.name!r} in {sys.executable}, the Python that Spark's workers run: set "
+        "PYSPARK_PYTHON (or spark.pyspark.python) to the interpreter of the environment Tierkeeper is "
+        "installed in, before the SparkSession starts",
+        name=e.name,
+    ) from e
 
 __all__ = ["DefaultSource"]

@@ -129,6 +129,14 @@ class KafkaAdmin:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(t for t in md.topics if not t.startswith("__"))
 
+    def partitions(self) -> dict[str, list[int]]:
+        """Every topic's partitions, from one metadata request (internal topics left out)."""
+        try:
+            md = self._admin.list_topics(timeout=TIMEOUT_S)
+        except Exception as exc:
+            raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
+        return {name: sorted(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
+
     def describe(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], PartitionInfo]:
         from confluent_kafka import TopicCollection
 

@@ -7,6 +7,7 @@ automatic registration of installed ``pyspark_*`` packages (``pyspark_tierkeeper
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from storage_core.spark.source import SHORT_NAME, TierkeeperDataSource, TierkeeperPushdownDataSource
@@ -20,15 +21,28 @@ __all__ = [
 ]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+"""The session setting that lets Spark push filters to Python data sources (off by default)."""
 
 
 def register(spark: Any) -> type[TierkeeperDataSource]:
-    """Register ``format("tierkeeper")`` in ``spark``: with filter pushdown when the session enables it
-    (Spark refuses a source that pushes filters while the setting is off). Returns the class registered."""
-    enabled = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
-    source = TierkeeperPushdownDataSource if enabled else TierkeeperDataSource
-    spark.dataSource.register(source)
-    return source
+    """Register ``format("tierkeeper")`` in ``spark`` (Spark also does it by itself through the installed
+    ``pyspark_tierkeeper`` package). Pushed filters prune when the session sets
+    ``spark.sql.python.filterPushdown.enabled=true``, with either registration. Fails with what to set
+    when the session's Python workers run an interpreter that cannot import Tierkeeper (Spark would
+    fail later, deep in a worker). Returns the class."""
+    from storage_core.errors import ConfigError
+    from storage_core.spark.worker_python import problem, worker_python
+
+    python = worker_python(spark)
+    why = problem(python)
+    if why is not None:
+        raise ConfigError(
+            f"Spark's Python workers run {python}, which cannot run Tierkeeper ({why}): set PYSPARK_PYTHON "
+            f"(or spark.pyspark.python) to {sys.executable} or another interpreter with Tierkeeper "
+            "installed, before the SparkSession starts"
+        )
+    spark.dataSource.register(TierkeeperDataSource)
+    return TierkeeperDataSource
 
 
 def tiered_end_offsets(options: dict[str, str]) -> dict[int, int]:
@@ -36,10 +50,13 @@ def tiered_end_offsets(options: dict[str, str]) -> dict[int, int]:
     names as ``.option(...)``): the split point between remote history and the brokers' data. Pass it as
     the tierkeeper read's ``endingOffsets`` and the Kafka read's ``startingOffsets`` so a copy finishing
     in between cannot make the two halves overlap."""
+    from storage_core.errors import ConfigError
     from storage_core.remote.reader import ReadOptions, RemoteReader
     from storage_core.spark.options import parse_options
     from storage_core.spark.windows import tiered_end_offsets as ends
 
     opts = parse_options(options)
+    if not opts.topic:
+        raise ConfigError("tiered_end_offsets reads one topic: name it with option topic")
     with RemoteReader(opts.storage.open(), ReadOptions(isolation=opts.isolation)) as reader:
-        return ends(reader, opts)
+        return {tp.partition: end for tp, end in ends(reader, opts).items()}

@@ -13,10 +13,11 @@ end is the remote end, and a start fails the query unless startingOffsetsByTimes
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from storage_core.errors import ConfigError, OffsetOutOfRangeError
-from storage_core.remote.catalog import list_partitions
+from storage_core.remote.catalog import list_partitions, list_topics
 from storage_core.remote.layout import TopicPartitionId
 from storage_core.remote.metadata import Manifest
 from storage_core.remote.reader import RemoteReader
@@ -35,14 +36,33 @@ class Pruning:
 
 
 def topic_partitions(reader: RemoteReader, opts: ScanOptions) -> list[TopicPartitionId]:
-    tp0 = reader.resolve(opts.topic, 0, opts.topic_id, choose_with="option topicId")
-    return list_partitions(reader.store, reader.layout, tp0.topic, tp0.topic_id)
+    """Every tiered partition the subscription reads (a pattern is matched against the whole name, as
+    Kafka's is); a named topic the tier does not hold fails, a pattern matching nothing reads nothing."""
+    if opts.pattern is not None:
+        pattern = re.compile(opts.pattern)
+        names = sorted(
+            {name for name, _ in list_topics(reader.store, reader.layout) if pattern.fullmatch(name)}
+        )
+    elif opts.assign is not None:
+        names = sorted(opts.assign)
+    else:
+        names = list(opts.topics or (opts.topic,))
+    out: list[TopicPartitionId] = []
+    for name in names:
+        tp0 = reader.resolve(name, 0, opts.topic_id, choose_with="option topicId")
+        wanted = opts.assign.get(name) if opts.assign is not None else None
+        out.extend(
+            tp
+            for tp in list_partitions(reader.store, reader.layout, tp0.topic, tp0.topic_id)
+            if wanted is None or tp.partition in wanted
+        )
+    return out
 
 
-def _offset_for(spec: OffsetSpec, partition: int, default: int) -> int:
+def _offset_for(spec: OffsetSpec, tp: TopicPartitionId, default: int) -> int:
     if isinstance(spec, str):
         return EARLIEST if spec == "earliest" else LATEST
-    return spec.get(partition, default)
+    return spec.get((tp.topic, tp.partition), default)
 
 
 def _resolve(value: int, first: int, after_last: int) -> int:
@@ -54,18 +74,18 @@ def _resolve(value: int, first: int, after_last: int) -> int:
 
 
 def _timestamp(
-    tp: TopicPartitionId, global_ts: int | None, per_partition: dict[int, int] | None, name: str
+    tp: TopicPartitionId, global_ts: int | None, per_partition: dict[tuple[str, int], int] | None, name: str
 ) -> int | None:
     if global_ts is not None:
         return global_ts
     if per_partition is None:
         return None
-    if tp.partition not in per_partition:
+    if (tp.topic, tp.partition) not in per_partition:
         raise ConfigError(
-            f"option {name} must name every partition of the topic that has tiered data; "
-            f"partition {tp.partition} is missing"
+            f"option {name} must name every partition read that has tiered data; "
+            f"{tp.topic} partition {tp.partition} is missing"
         )
-    return per_partition[tp.partition]
+    return per_partition[(tp.topic, tp.partition)]
 
 
 def _offset_at(reader: RemoteReader, tp: TopicPartitionId, timestamp: int) -> int | None:
@@ -90,7 +110,7 @@ def _start(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first:
             f"{tp}: no tiered record has a timestamp >= {timestamp}; set "
             "startingOffsetsByTimestampStrategy=latest to start at the remote tier's end instead"
         )
-    start = _resolve(_offset_for(opts.starting, tp.partition, EARLIEST), first, after_last)
+    start = _resolve(_offset_for(opts.starting, tp, EARLIEST), first, after_last)
     if start < first:
         if opts.fail_on_data_loss:
             raise ConfigError(
@@ -106,7 +126,7 @@ def _end(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first: i
     if timestamp is not None:
         found = _offset_at(reader, tp, timestamp)
         return after_last if found is None else found
-    return _resolve(_offset_for(opts.ending, tp.partition, LATEST), first, after_last)
+    return _resolve(_offset_for(opts.ending, tp, LATEST), first, after_last)
 
 
 def partition_window(
@@ -174,13 +194,13 @@ def _plan(
     return out
 
 
-def tiered_end_offsets(reader: RemoteReader, opts: ScanOptions) -> dict[int, int]:
+def tiered_end_offsets(reader: RemoteReader, opts: ScanOptions) -> dict[TopicPartitionId, int]:
     """One past the last tiered offset of each partition that has tiered data: where reading from the
     brokers takes over (the ``endingOffsets`` of the remote half of a union, the ``startingOffsets`` of
     the Kafka half)."""
-    out: dict[int, int] = {}
+    out: dict[TopicPartitionId, int] = {}
     for tp in topic_partitions(reader, opts):
         end = reader.manifest(tp, refresh=True).end_offset
         if end is not None:
-            out[tp.partition] = end + 1
+            out[tp] = end + 1
     return out

@@ -34,6 +34,14 @@ def local_session(workdir: Path, jars: list[Path] | None = None) -> Any:
             .config("spark.local.dir", str(workdir / "spark-local"))
             .config("spark.sql.warehouse.dir", str(workdir / "warehouse"))
             .config("spark.driver.memory", "1g")
+            # Generous network and worker timeouts: up to 7 sessions share 2 cores, and a starved JVM or
+            # Python worker must be slow, not failed. (Spark's one fixed wait, 10 s for a streaming
+            # source's Python runner to connect back, cannot be set: tests/spark's StreamRun restarts
+            # a query it failed, from the query's checkpoint.)
+            .config("spark.network.timeout", "900s")
+            .config("spark.executor.heartbeatInterval", "60s")
+            .config("spark.python.authenticate.socketTimeout", "300s")
+            .config("spark.python.task.killTimeout", "60s")
             .getOrCreate()
         )
     except Exception as exc:

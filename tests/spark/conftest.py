@@ -5,7 +5,7 @@ moto s3://, and the session's SparkSession with the tierkeeper source registered
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,3 +128,44 @@ def expected(data: Dataset, topic: str, partition: int, isolation: str, until: i
     if key not in _EXPECTED:
         _EXPECTED[key] = consume(data.bootstrap, topic, partition, isolation, until_offset=until)
     return _EXPECTED[key]
+
+
+CONNECT_BACK = ("Python worker failed to connect back", "Timed out while waiting for the Python worker")
+"""How the query's error says it (the message, then its cause's). Spark 4.1 waits a fixed 10 s
+(PythonWorkerFactory.createSimpleWorker; no setting) for a streaming Python source's runner process to
+start, import pyspark and connect back; on 2 cores shared by several sessions that can take longer."""
+
+
+class StreamRun:
+    """A streaming query, started again when it failed only because Spark gave up waiting for its
+    source's Python runner to connect back (CONNECT_BACK). Spark starts that runner once per run, before
+    the source's first call, so the failed run planned nothing; a query with a checkpoint resumes from
+    it, which the stream must survive anyway. Any other failure is raised as is."""
+
+    def __init__(self, start: Callable[[], Any], attempts: int = 6) -> None:
+        self._start = start
+        self._attempts = attempts
+        self.query = start()
+
+    def _retrying(self, wait: Callable[[Any], Any]) -> Any:
+        from pyspark.errors import StreamingQueryException
+
+        for attempt in range(self._attempts):
+            try:
+                return wait(self.query)
+            except StreamingQueryException as exc:
+                if not any(m in str(exc) for m in CONNECT_BACK) or attempt == self._attempts - 1:
+                    raise
+                self.query.stop()
+                self.query = self._start()
+        raise AssertionError("unreachable")
+
+    def process_all_available(self) -> None:
+        self._retrying(lambda q: q.processAllAvailable())
+
+    def await_termination(self) -> None:
+        """Until the query ends (Trigger.AvailableNow); raises what it failed with."""
+        self._retrying(lambda q: q.awaitTermination())
+
+    def stop(self) -> None:
+        self.query.stop()

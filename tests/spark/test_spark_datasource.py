@@ -282,13 +282,17 @@ def test_a_new_session_finds_the_source_without_registering_it(
     spark_dataset: Dataset, file_tier: Tier
 ) -> None:
     """Spark's own lookup of installed pyspark_* packages registers format("tierkeeper") (a fresh
-    process: the test session registered it by hand)."""
+    process: the test session registered it by hand), and that source prunes with pushed filters once
+    the session enables pushdown, and still reads (filters left to Spark) while it does not."""
     script = (
         "import sys\n"
         "from pyspark.sql import SparkSession\n"
         "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
         "df = spark.read.format('tierkeeper').options(remote=sys.argv[1], topic=sys.argv[2]).load()\n"
         "print('rows', df.count())\n"
+        "print('partition0', df.where('partition = 0').count())\n"
+        "spark.conf.set('spark.sql.python.filterPushdown.enabled', 'true')\n"
+        "print('tasks', df.rdd.getNumPartitions(), df.where('partition = 0').rdd.getNumPartitions())\n"
         "spark.stop()\n"
     )
     topic = spark_dataset.codec_topics[4]
@@ -303,3 +307,6 @@ def test_a_new_session_finds_the_source_without_registering_it(
     assert proc.returncode == 0, proc.stderr[-3000:]
     want = sum(file_tier.remote_end(topic, p) + 1 for p in range(2))  # plain records from offset 0
     assert f"rows {want}" in proc.stdout
+    assert f"partition0 {file_tier.remote_end(topic, 0) + 1}" in proc.stdout
+    (tasks,) = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("tasks ")]
+    assert int(tasks[1]) < int(tasks[0]), "the automatically registered source pushed nothing down"

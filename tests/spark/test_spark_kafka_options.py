@@ -106,11 +106,8 @@ def test_subscribe_min_partitions_and_max_records_per_partition(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"subscribe": "a,b"}, "several topics"),
-        ({"topic": "t", "subscribe": "t"}, "not both"),
-        ({"topic": "t", "assign": '{"t": [0]}'}, "option assign of the Kafka source does not apply"),
-        ({"topic": "t", "subscribePattern": "t.*"}, "subscribepattern"),
-        ({"topic": "t", "maxOffsetsPerTrigger": "10"}, "newly tiered segment"),
+        ({"topic": "t", "maxOffsetsPerTrigger": "10"}, "streaming queries only"),
+        ({"topic": "t", "minOffsetsPerTrigger": "10"}, "no admission control (maxOffsetsPerTrigger works)"),
         ({"topic": "t", "kafka.bootstrap.servers": "b:9092"}, "not from brokers"),
         ({"topic": "t", "startingOffsetsByTimestampStrategy": "oldest"}, "error or latest"),
         ({"topic": "t", "minPartitions": "0"}, "minPartitions must be >= 1"),

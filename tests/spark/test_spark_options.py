@@ -28,7 +28,7 @@ def test_kafka_source_options_parse_case_insensitively() -> None:
             "storage.use_listings_cache": "false",
         }
     )
-    assert opts.starting == {0: 12, 1: -2} and opts.ending == "latest"
+    assert opts.starting == {("orders", 0): 12, ("orders", 1): -2} and opts.ending == "latest"
     assert opts.isolation is Isolation.READ_UNCOMMITTED and opts.include_headers
     assert opts.storage.options["secret"] == "s3cr3t"
     assert opts.storage.options["use_listings_cache"] is False
@@ -40,7 +40,7 @@ def test_kafka_source_options_parse_case_insensitively() -> None:
     ("options", "message"),
     [
         ({"topic": "t"}, "option remote is required"),
-        ({"remote": "memory://x"}, "option topic is required"),
+        ({"remote": "memory://x"}, "give exactly one of the options topic, subscribe"),
         ({"remote": "memory://x", "topic": "t", "kafka.isolation.level": "x"}, "kafka.isolation.level"),
         (
             {"remote": "memory://x", "topic": "t", "isolation.level": "read_committed"},
@@ -95,3 +95,22 @@ def test_pushed_filters_become_partition_offset_and_time_bounds() -> None:
     assert pruning.partitions == frozenset({2})
     assert (pruning.min_offset, pruning.end_offset) == (121, 301)
     assert pruning.min_timestamp == int(when.timestamp() * 1000)
+
+
+def test_kafkas_subscriptions() -> None:
+    base = {"remote": "memory://x"}
+    several = parse_options({**base, "subscribe": "a, b,a", "startingOffsets": '{"b": {"0": 5}}'})
+    assert (several.topic, several.topics, several.starting) == ("", ("a", "b"), {("b", 0): 5})
+    assert parse_options({**base, "subscribe": "a"}).topic == "a"
+    assert parse_options({**base, "subscribePattern": "orders-.*"}).pattern == "orders-.*"
+    assigned = parse_options({**base, "assign": '{"a": [0, 2], "b": [1]}'})
+    assert assigned.assign == {"a": frozenset({0, 2}), "b": frozenset({1})}
+    for bad, message in [
+        ({"subscribe": "a", "topic": "a"}, "exactly one"),
+        ({"assign": '{"a": ["x"]}'}, "option assign must look like"),
+        ({"subscribePattern": "("}, "not a regular expression"),
+        ({"subscribe": "a,b", "startingOffsets": '{"c": {"0": 1}}'}, "does not read: c"),
+        ({"subscribe": "a,b", "topicId": "AAAAAAAAAAAAAAAAAAAAAA"}, "one topic"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_options({**base, **bad})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from storage_core.spark.options import parse_options
 from storage_core.spark.source import SplitPartition, _StreamReader, pruning_from_filters
 from storage_core.spark.windows import topic_partitions
 
-from .conftest import Tier, copy_to
+from .conftest import StreamRun, Tier, copy_to
 from .test_spark_datasource import _load
 
 
@@ -93,7 +94,13 @@ def _quarantine(tier: Tier, topic: str, partition: int, which: slice) -> Manifes
 
 
 def _reader(tier: Tier, topic: str, **options: str) -> _StreamReader:
-    opts = {"remote": tier.url, "topic": topic, "manifestRefreshIntervalMs": "0", **options}
+    """A stream reader of ``topic`` (or of the subscription in ``options`` when ``topic`` is "")."""
+    opts = {
+        "remote": tier.url,
+        "manifestRefreshIntervalMs": "0",
+        **options,
+        **({"topic": topic} if topic else {}),
+    }
     return _StreamReader(parse_options(opts, streaming=True))
 
 
@@ -147,13 +154,14 @@ def test_stream_from_latest_reads_only_what_is_tiered_after_it_started(
         .option("manifestRefreshIntervalMs", "0")
         .load()
     )
-    query = stream.select("partition", "offset").writeStream.format("memory").queryName(name).start()
+    writer = stream.select("partition", "offset").writeStream.format("memory").queryName(name)
+    query = StreamRun(writer.start)  # a failed start planned nothing: a fresh start is the same
     try:
-        query.processAllAvailable()
+        query.process_all_available()
         assert tk_spark.table(name).count() == 0, "startingOffsets=latest read history"
         _produce(spark_dataset.bootstrap, topic, 2000, 2000)
         copy_to(tier, spark_dataset, kafka_broker, [topic])
-        query.processAllAvailable()
+        query.process_all_available()
     finally:
         query.stop()
     rows = [(r["partition"], r["offset"]) for r in tk_spark.table(name).collect()]
@@ -235,7 +243,7 @@ def test_json_start_below_the_tier_later_does_not_fail_later_triggers(
 ) -> None:
     start = json.dumps({tiered_topic: {"0": 0, "1": 0}})
     reader = _reader(own_tier, tiered_topic, startingOffsets=start)
-    assert reader.initialOffset() == {"0": 0, "1": 0}
+    assert reader.initialOffset() == {tiered_topic: {"0": 0, "1": 0}}
     first_batch_end = reader.latestOffset()
     reader.commit(first_batch_end)
     # Remote retention (here: the first segments taken out) passes the starting offset.
@@ -260,18 +268,19 @@ def test_by_timestamp_start_and_a_partition_added_later(
         .option("manifestRefreshIntervalMs", "0")
         .load()
     )
-    query = stream.select("partition", "offset").writeStream.format("memory").queryName(name).start()
+    writer = stream.select("partition", "offset").writeStream.format("memory").queryName(name)
+    query = StreamRun(writer.start)  # a failed start planned nothing: a fresh start is the same
     try:
-        query.processAllAvailable()
+        query.process_all_available()
         admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
         for fut in admin.create_partitions([NewPartitions(topic, 2)]).values():
             fut.result(60)
         _produce(spark_dataset.bootstrap, topic, 1500, 3000, partitions=2)
         copy_to(tier, spark_dataset, kafka_broker, [topic])
-        query.processAllAvailable()  # the old reader re-applied the timestamps: "partition 1 is missing"
+        query.process_all_available()  # the old reader re-applied the timestamps: "partition 1 is missing"
     finally:
         query.stop()
-    assert query.exception() is None
+    assert query.query.exception() is None
     rows = [(r["partition"], r["offset"]) for r in tk_spark.table(name).collect()]
     want = {(p, o) for p in range(2) for o in range(tier.remote_end(topic, p) + 1)}
     assert len(rows) == len(set(rows)) and set(rows) == want
@@ -290,7 +299,7 @@ def test_a_checkpointed_start_below_the_tier_fails_naming_partition_and_offsets(
     reader = _reader(own_tier, tiered_topic)
     latest = reader.latestOffset()
     with pytest.raises(DataLossError) as err:
-        reader.partitions({"0": 100, "1": latest["1"]}, latest)
+        reader.partitions({tiered_topic: {"0": 100, "1": latest[tiered_topic]["1"]}}, latest)
     message = str(err.value)
     assert f"{tiered_topic}-0: offsets 100..{after.start_offset - 1}" in message
     assert "failOnDataLoss=false" in message and "\n" not in message
@@ -304,7 +313,9 @@ def test_without_fail_on_data_loss_the_lost_range_is_skipped_with_a_warning(
     reader = _reader(own_tier, tiered_topic, failOnDataLoss="false")
     latest = reader.latestOffset()
     with caplog.at_level(logging.WARNING, logger="storage_core.spark.source"):
-        planned = _offsets_planned(reader.partitions({"0": 100, "1": latest["1"]}, latest))
+        planned = _offsets_planned(
+            reader.partitions({tiered_topic: {"0": 100, "1": latest[tiered_topic]["1"]}}, latest)
+        )
     assert planned == {0: (after.start_offset, after.end_offset + 1)}
     assert f"offsets 100..{after.start_offset - 1} are not in the remote tier" in caplog.text
 
@@ -316,8 +327,9 @@ def test_a_hole_inside_a_planned_range_is_data_loss(own_tier: Tier, tiered_topic
     reader = _reader(own_tier, tiered_topic)
     latest = reader.latestOffset()
     with pytest.raises(DataLossError, match=f"offsets {middle.base_offset}\\.\\."):
-        reader.partitions({"0": 0, "1": latest["1"]}, latest)
-    # Ranges that do not reach the hole are read as usual.
+        reader.partitions({tiered_topic: {"0": 0, "1": latest[tiered_topic]["1"]}}, latest)
+    # Ranges that do not reach the hole are read as usual (here in a checkpoint of the single-topic
+    # reader of before, whose offsets named no topic: they are the one topic's).
     assert _offsets_planned(reader.partitions({"0": 0}, {"0": middle.base_offset})) == {
         0: (0, middle.base_offset)
     }
@@ -332,14 +344,14 @@ def test_quarantining_the_last_segment_does_not_move_the_end_back(own_tier: Tier
     end = reader.latestOffset()
     reader.commit(end)
     lowered = _quarantine(own_tier, tiered_topic, 0, slice(-1, None))
-    assert lowered.end_offset is not None and lowered.end_offset + 1 < end["0"]
+    assert lowered.end_offset is not None and lowered.end_offset + 1 < end[tiered_topic]["0"]
     assert reader.latestOffset() == end, "Spark would commit the lower offset and read it again"
     # A restart while the tier's end is lower: Spark's first batch goes from the checkpoint down to the
     # lower end and reads nothing; once the segment is back, the next batch (from that lower end, as Spark
     # asks) must not read [lower end, checkpoint) a second time.
     restarted = _reader(own_tier, tiered_topic)
     lower = restarted.latestOffset()
-    assert lower["0"] == lowered.end_offset + 1
+    assert lower[tiered_topic]["0"] == lowered.end_offset + 1
     assert _offsets_planned(restarted.partitions(end, lower)) == {}
     tp, _ = _manifest(own_tier, tiered_topic, 0)
     (victim,) = _quarantined(own_tier, tp)
@@ -400,3 +412,90 @@ def test_several_incarnations_hint_names_the_topic_id_option(tmp_path: Path) -> 
     with RemoteReader(tier.store()) as reader, pytest.raises(ConfigError) as err:
         topic_partitions(reader, parse_options({"remote": tier.url, "topic": "orders"}))
     assert "option topicId" in str(err.value) and "--topic-id" not in str(err.value)
+
+
+# ---- 8. rate limits: maxOffsetsPerTrigger, maxBytesPerTrigger ---
+
+
+def _drain(reader: _StreamReader) -> list[dict[int, tuple[int, int]]]:
+    """Run triggers as Spark does (latest first, then the initial offset; each batch from the previous
+    end) until nothing is new: each batch's planned offsets."""
+    batches: list[dict[int, tuple[int, int]]] = []
+    start = None
+    for _ in range(200):
+        end = reader.latestOffset()
+        if start is None:
+            start = reader.initialOffset()
+        if end == start:
+            return batches
+        batches.append(_offsets_planned(reader.partitions(start, end)))
+        reader.commit(end)
+        start = end
+    raise AssertionError("the stream never caught up")
+
+
+def test_max_offsets_per_trigger_bounds_every_batch_and_reads_every_offset_once(
+    own_tier: Tier, tiered_topic: str
+) -> None:
+    reader = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxOffsetsPerTrigger="500")
+    batches = _drain(reader)
+    assert len(batches) >= 6, "3000 offsets in batches of about 500"
+    read: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    for batch in batches:
+        assert sum(hi - lo for lo, hi in batch.values()) <= 500 + 2
+        for p, window in batch.items():
+            read[p].append(window)
+    for p, windows in read.items():
+        assert windows[0][0] == 0 and windows[-1][1] == own_tier.remote_end(tiered_topic, p) + 1
+        assert all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False)), "gap or overlap"
+
+
+def test_max_bytes_per_trigger_takes_whole_segments_within_the_limit(
+    own_tier: Tier, tiered_topic: str
+) -> None:
+    sizes = {p: [m.size_bytes for m in _manifest(own_tier, tiered_topic, p)[1].segments] for p in (0, 1)}
+    limit = 3 * max(max(s) for s in sizes.values())
+    reader = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxBytesPerTrigger=str(limit))
+    batches = _drain(reader)
+    total = sum(sum(s) for s in sizes.values())
+    assert len(batches) >= total // limit
+    manifests = {p: _manifest(own_tier, tiered_topic, p)[1] for p in (0, 1)}
+    for batch in batches:
+        stored = sum(
+            m.size_bytes
+            for p, (lo, hi) in batch.items()
+            for m in manifests[p].segments
+            if m.end_offset >= lo and m.base_offset < hi
+        )
+        assert stored <= limit, "a batch read more stored bytes than maxBytesPerTrigger"
+    # A limit below one segment still moves: one segment per batch.
+    tiny = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxBytesPerTrigger="1")
+    first = tiny.partitions(tiny.initialOffset(), tiny.latestOffset())
+    assert len(first) == 1
+
+
+# ---- 9. Kafka's subscriptions and offsets JSON ---
+
+
+def test_pattern_picks_up_a_new_topic_and_assign_reads_only_its_partitions(
+    own_tier: Tier, tiered_topic: str, spark_dataset: Dataset, kafka_broker: KafkaCluster
+) -> None:
+    pattern = re.escape(tiered_topic) + "(-new)?"
+    reader = _reader(own_tier, "", subscribePattern=pattern, startingOffsets="earliest")
+    start = reader.initialOffset()
+    assert set(start) == {tiered_topic}, "offsets are Kafka's JSON, keyed by topic"
+    end = reader.latestOffset()
+    assert end == {tiered_topic: {str(p): own_tier.remote_end(tiered_topic, p) + 1 for p in (0, 1)}}
+    reader.commit(end)
+    new = f"{tiered_topic}-new"
+    _create(spark_dataset.bootstrap, new, 1)
+    _produce(spark_dataset.bootstrap, new, 0, 1000, partitions=1)
+    copy_to(own_tier, spark_dataset, kafka_broker, [new])
+    later = reader.latestOffset()
+    assert later[new] == {"0": own_tier.remote_end(new, 0) + 1} and later[tiered_topic] == end[tiered_topic]
+    assert _offsets_planned(reader.partitions(end, later)) == {0: (0, own_tier.remote_end(new, 0) + 1)}
+
+    assigned = _reader(
+        own_tier, "", assign=json.dumps({tiered_topic: [1], new: [0]}), startingOffsets="earliest"
+    )
+    assert {t: set(ps) for t, ps in assigned.latestOffset().items()} == {tiered_topic: {"1"}, new: {"0"}}

@@ -1,5 +1,6 @@
 """spark.readStream.format("tierkeeper"): segments tiered after the query started arrive as new
-micro-batches, and a query restarted from its checkpoint writes every record exactly once."""
+micro-batches, a query restarted from its checkpoint writes every record exactly once, and
+maxOffsetsPerTrigger bounds every batch (Trigger.AvailableNow included: one bounded batch)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from storage.dataset import Dataset
 
 from harness.kafka import KafkaCluster
 
-from .conftest import Tier, copy_to
+from .conftest import StreamRun, Tier, copy_to
 
 
 def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
@@ -48,7 +49,7 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
     copy_to(tier, spark_dataset, kafka_broker, [topic])
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
-    def start() -> Any:
+    def start(limit: int | None = None, available_now: bool = False) -> StreamRun:
         stream = (
             tk_spark.readStream.format("tierkeeper")
             .option("topic", topic)
@@ -57,14 +58,19 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
         )
         for key, value in tier.df_options.items():
             stream = stream.option(key, value)
-        return (
+        if limit is not None:
+            stream = stream.option("maxOffsetsPerTrigger", str(limit))
+        writer = (
             stream.load()
             .select("partition", "offset")
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
-            .start()
         )
+        return StreamRun(lambda: (writer.trigger(availableNow=True) if available_now else writer).start())
+
+    def batch_rows(run: StreamRun) -> list[int]:
+        return [p["numInputRows"] for p in run.query.recentProgress if p["numInputRows"]]
 
     def written() -> list[tuple[int, int]]:
         rows = tk_spark.read.parquet(str(out)).collect()
@@ -72,26 +78,36 @@ def test_stream_picks_up_new_segments_and_restarts_exactly_once(
 
     query = start()
     try:
-        query.processAllAvailable()
+        query.process_all_available()
         first = written()
         assert set(first) == _tiered_offsets(tier, topic)
         _produce(spark_dataset.bootstrap, topic, 3000, 3000)  # more segments roll and get tiered
         copy_to(tier, spark_dataset, kafka_broker, [topic])
-        query.processAllAvailable()
+        query.process_all_available()
     finally:
         query.stop()
     second = written()
     assert len(second) == len(set(second)) and set(second) == _tiered_offsets(tier, topic)
     assert len(second) > len(first)
-    # Stopped; more data is tiered; the restarted query resumes from its checkpoint.
+    # Stopped; more data is tiered; the restarted query resumes from its checkpoint, 500 offsets a batch.
     _produce(spark_dataset.bootstrap, topic, 6000, 2000)
     copy_to(tier, spark_dataset, kafka_broker, [topic])
-    query = start()
+    query = start(limit=500)
     try:
-        query.processAllAvailable()
+        query.process_all_available()
     finally:
         query.stop()
     third = written()
     assert len(third) == len(set(third)), "a record was written twice"
     assert set(third) == _tiered_offsets(tier, topic)
     assert len(third) > len(second)
+    rows = batch_rows(query)
+    assert sum(rows) == len(third) - len(second) and len(rows) >= 3 and max(rows) <= 500 + 2, rows
+    # Trigger.AvailableNow with a limit: one bounded batch, then the run ends; the next run continues.
+    _produce(spark_dataset.bootstrap, topic, 8000, 2000)
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    query = start(limit=300, available_now=True)
+    query.await_termination()
+    fourth = written()
+    assert len(fourth) == len(set(fourth)) and 0 < len(fourth) - len(third) <= 300 + 2
+    assert batch_rows(query) == [len(fourth) - len(third)]

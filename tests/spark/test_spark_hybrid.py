@@ -1,0 +1,197 @@
+"""``continueFromKafka``: one query reads each partition's history from the remote tier and its tail from
+the brokers, from exactly the next offset (issue 31, item 3).
+
+Real parts: a transactional topic with aborted transactions on the session's Kafka broker, tiered by the
+real CLI to a file:// tier of the test's own (the broker's active segment is never tiered: the tail); a
+direct consumer of the broker is what every read must equal, offset for offset."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from storage.dataset import Dataset, consume
+
+from harness.kafka import KafkaCluster
+from storage_core.adapters.kafka_admin import KafkaAdmin
+from storage_core.errors import ConfigError
+from storage_core.spark.hybrid import KAFKA, LOST, TIER, Piece, pieces
+from storage_core.spark.options import parse_options
+from storage_core.spark.source import KafkaRangePartition, SplitPartition, _StreamReader
+
+from .conftest import StreamRun, Tier, copy_to
+
+
+def _produce_transactions(bootstrap: str, topic: str, first: int, count: int) -> None:
+    """``count`` records in transactions of 100, every fourth one aborted."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"hybrid-{topic}", "linger.ms": 5}
+    )
+    producer.init_transactions(60)
+    for n, lo in enumerate(range(first, first + count, 100)):
+        producer.begin_transaction()
+        for i in range(lo, min(lo + 100, first + count)):
+            producer.produce(topic, key=f"k{i}".encode(), value=f"value-{i}".encode() * 20, partition=i % 2)
+        if n % 4 == 3:
+            producer.abort_transaction(60)
+        else:
+            producer.commit_transaction(60)
+
+
+def _direct(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, int, bytes, bytes]]:
+    ends = KafkaAdmin(bootstrap).high_watermarks([(topic, 0), (topic, 1)])
+    return sorted(
+        (p, e.offset, e.key or b"", e.value or b"")
+        for p in (0, 1)
+        for e in consume(bootstrap, topic, p, isolation, until_offset=ends[(topic, p)] - 1)
+    )
+
+
+def _rows(df: Any) -> list[tuple[int, int, bytes, bytes]]:
+    return sorted(
+        (r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"]))
+        for r in df.select("partition", "offset", "key", "value").collect()
+    )
+
+
+def test_pieces_take_the_tier_where_it_holds_and_the_brokers_elsewhere() -> None:
+    assert pieces(0, 100, [(10, 50), (60, 80)], 0, 120) == [
+        Piece(KAFKA, 0, 10),
+        Piece(TIER, 10, 50),
+        Piece(KAFKA, 50, 60),
+        Piece(TIER, 60, 80),
+        Piece(KAFKA, 80, 100),
+    ]
+    # The brokers trimmed below 55 and end at 90: what neither holds is lost, never skipped silently.
+    assert pieces(0, 100, [(10, 50)], 55, 90) == [
+        Piece(LOST, 0, 10),
+        Piece(TIER, 10, 50),
+        Piece(LOST, 50, 55),
+        Piece(KAFKA, 55, 90),
+        Piece(LOST, 90, 100),
+    ]
+    assert pieces(20, 40, [(10, 50)], None, None) == [Piece(TIER, 20, 40)]
+
+
+def test_kafka_options_reach_the_consumer_and_never_show() -> None:
+    opts = parse_options(
+        {
+            "remote": "memory://x",
+            "topic": "t",
+            "continueFromKafka": "true",
+            "kafka.bootstrap.servers": "b:9092",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.password": "s3cret-Hq",
+            "kafkaConsumer.pollTimeoutMs": "5000",
+        },
+        streaming=True,
+    )
+    assert opts.kafka is not None and opts.kafka.config["sasl.password"] == "s3cret-Hq"
+    assert opts.kafka.poll_timeout_ms == 5000 and "s3cret" not in repr(opts)
+    for bad, says in (
+        ({"kafka.bootstrap.servers": "b:9092"}, "continueFromKafka=true reads"),
+        ({"continueFromKafka": "true"}, "kafka.bootstrap.servers"),
+        (
+            {"continueFromKafka": "true", "kafka.bootstrap.servers": "b", "kafka.auto.offset.reset": "x"},
+            "cannot",
+        ),
+        (
+            {"continueFromKafka": "true", "kafka.bootstrap.servers": "b", "maxBytesPerTrigger": "9"},
+            "not supported",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            parse_options({"remote": "memory://x", "topic": "t", **bad}, streaming=True)
+
+
+@pytest.fixture(scope="module")
+def hybrid_topic(spark_dataset: Dataset) -> str:
+    topic = f"hybrid-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
+    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
+    for fut in admin.create_topics([NewTopic(topic, 2, 1, config=config)]).values():
+        fut.result(60)
+    _produce_transactions(spark_dataset.bootstrap, topic, 0, 3000)
+    return topic
+
+
+def test_one_stream_reads_the_tier_then_the_brokers_every_offset_once_and_restarts_exactly(
+    tk_spark: Any, spark_dataset: Dataset, kafka_broker: KafkaCluster, hybrid_topic: str, tmp_path: Path
+) -> None:
+    topic, bootstrap = hybrid_topic, spark_dataset.bootstrap
+    tier = Tier(f"file://{tmp_path / 'tier'}", {}, {}, ["--remote", f"file://{tmp_path / 'tier'}"], {})
+    (tmp_path / "tier").mkdir()
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    options = {
+        "remote": tier.url,
+        "topic": topic,
+        "continueFromKafka": "true",
+        "kafka.bootstrap.servers": bootstrap,
+        "kafka.isolation.level": "read_committed",
+        "manifestRefreshIntervalMs": "0",
+    }
+    broker_ends = KafkaAdmin(bootstrap).high_watermarks([(topic, 0), (topic, 1)])
+    assert all(tier.remote_end(topic, p) + 1 < broker_ends[(topic, p)] for p in (0, 1)), "no tail to read"
+
+    # Where the split is: the tier's end. Once more is tiered, the same offsets come more from the tier.
+    reader = _StreamReader(parse_options({**options, "startingOffsets": "earliest"}, streaming=True))
+    start, end = reader.initialOffset(), reader.latestOffset()
+    assert start == {topic: {"0": 0, "1": 0}} and end == {
+        topic: {str(p): broker_ends[(topic, p)] for p in (0, 1)}
+    }
+    tails = {
+        p.partition: p.start for p in reader.partitions(start, end) if isinstance(p, KafkaRangePartition)
+    }
+    assert tails == {p: tier.remote_end(topic, p) + 1 for p in (0, 1)}
+    assert any(isinstance(p, SplitPartition) for p in reader.partitions(start, end))
+
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start_stream() -> StreamRun:
+        stream = (
+            tk_spark.readStream.format("tierkeeper").options(**options).option("startingOffsets", "earliest")
+        )
+        writer = (
+            stream.load()
+            .select("partition", "offset", "key", "value")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+        )
+        return StreamRun(writer.start)
+
+    query = start_stream()
+    try:
+        query.process_all_available()
+    finally:
+        query.stop()
+    assert _rows(tk_spark.read.parquet(str(out))) == _direct(bootstrap, topic, "read_committed")
+
+    # More records; part of them tiered (the split moves forward); the restarted query resumes exactly.
+    _produce_transactions(bootstrap, topic, 3000, 3000)
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    later = {
+        p.partition: p.start for p in reader.partitions(start, end) if isinstance(p, KafkaRangePartition)
+    }
+    assert all(later.get(p, end[topic][str(p)]) > tails[p] for p in (0, 1)), "the split did not move"
+    _produce_transactions(bootstrap, topic, 6000, 1000)
+    query = start_stream()
+    try:
+        query.process_all_available()
+    finally:
+        query.stop()
+    written = _rows(tk_spark.read.parquet(str(out)))
+    assert len(written) == len(set(written)), "an offset was written twice"
+    assert written == _direct(bootstrap, topic, "read_committed")
+
+    # Batch, read_uncommitted: the aborted records too, as a direct read_uncommitted consumer sees them.
+    batch = (
+        tk_spark.read.format("tierkeeper")
+        .options(**options)
+        .option("kafka.isolation.level", "read_uncommitted")
+    )
+    assert _rows(batch.load()) == _direct(bootstrap, topic, "read_uncommitted")
