@@ -263,7 +263,12 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
     for topic in (plain, txn, kept):
         live_id = system.topic_id(topic) if topic in system.deleted else None
         for partition in range(PARTITIONS):
-            tiered = system.read_tier(topic, partition, live_id)
+            start = 0
+            if topic == kept:  # retention deletes: from where the tier begins, if it holds anything
+                if not after[partition]:
+                    continue
+                start = after[partition][0][0]
+            tiered = system.read_tier(topic, partition, live_id, from_offset=start)
             result.records_checked += len(tiered)
             end = max((r.offset for r in tiered), default=-1)
             upto = Ledger(aborted=system.ledger.aborted, deleted_values=system.ledger.deleted_values)
@@ -271,6 +276,22 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
                 o: v for o, v in system.ledger.acked[(topic, partition)].items() if o <= end
             }
             findings += check(upto, tiered, read_committed=True, topics=[topic], retained_from=retained_from)
+        if system.spark is not None:
+            # The Spark source, a third reader of the tier alone, held to the same end as the CLI's read.
+            through_spark = system.read_spark(topic, live_id, read_committed=True)
+            result.records_checked += len(through_spark)
+            upto = Ledger(aborted=system.ledger.aborted, deleted_values=system.ledger.deleted_values)
+            ends = {
+                p: max((r.offset for r in through_spark if r.partition == p), default=-1)
+                for p in range(PARTITIONS)
+            }
+            for partition in range(PARTITIONS):
+                upto.acked[(topic, partition)] = {
+                    o: v for o, v in system.ledger.acked[(topic, partition)].items() if o <= ends[partition]
+                }
+            findings += check(
+                upto, through_spark, read_committed=True, topics=[topic], retained_from=retained_from
+            )
     findings += check_deleted_incarnations(system, result)
     return findings
 
@@ -343,6 +364,8 @@ def run_campaign(
         row = result.report()
         row["seconds"] = round(time.monotonic() - started, 1)
         if not result.ok:
+            # Shown before the replays, which take a round each.
+            print(f"round failed, shrinking: {json.dumps(row)[:6000]}", file=sys.stderr, flush=True)
             fails = _replayer(system, plan)
             shortest = shrink(plan.faults, fails, budget=shrink_budget)
             row["shortest_history"] = RoundPlan(seed, round_no, steps, shortest).history()
@@ -368,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
         default=EXTRA_RATE,
         help="chance per round of each extra kind (topic recreated, broker wiped and rebuilt)",
     )
+    parser.add_argument(
+        "--spark", action="store_true", help="read the tier through the Spark source too (a local session)"
+    )
     parser.add_argument("--workdir", type=Path, default=Path("campaign-run"))
     parser.add_argument("--report", type=Path, help="append one JSON line per round here")
     args = parser.parse_args(argv)
@@ -375,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir = args.workdir.resolve()
     moto = MotoServer(args.workdir / "moto").start()
     system = CampaignSystem.start(args.workdir / "system", moto)
+    if args.spark:
+        from harness.spark import local_session
+
+        system.spark = local_session(args.workdir / "spark")
 
     def out(row: dict[str, object]) -> None:
         line = json.dumps(row)
@@ -395,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
             out=out,
         )
     finally:
+        if system.spark is not None:
+            system.spark.stop()
         system.stop()
         moto.stop()
     failed = [r for r in results if not r.ok]

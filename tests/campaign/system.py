@@ -67,6 +67,8 @@ class CampaignSystem:
     retention_topics: set[str] = field(default_factory=set)
     """Topics with finite remote retention (REMOTE_RETENTION_MS / _BYTES); the others keep everything."""
     deleted: dict[str, list[tuple[str, dict[int, int]]]] = field(default_factory=dict)
+    spark: Any = None
+    """A PySpark local session: the checks then read through the Spark source as well (long runs)."""
     reconcile_started_ms: int = 0
     """When the last reconcile round began (its cleanup's clock is at least this)."""
     """Topic -> its deleted incarnations: (topic id, partition -> the tier's last offset at the delete)."""
@@ -555,6 +557,15 @@ class CampaignSystem:
                         found += [f"{key} ({state})" for key in data]
         return found
 
+    def put_stray(self, topic: str, partition: int, name: str) -> None:
+        """An object no metadata references in the live incarnation's partition dir (for tests of the
+        check)."""
+        from storage_core.remote.layout import RemoteLayout, TopicPartitionId
+
+        store = RemoteStore(self.remote, self.moto.storage_options())
+        tp = TopicPartitionId(topic, self.topic_id(topic), partition)
+        store.put_atomic(f"{RemoteLayout(store.root).partition_dir(tp)}/{name}", b"stray")
+
     def _remote_args(self, endpoint: str) -> list[str]:
         return ["--remote", self.remote, "--endpoint-url", endpoint, "--path-style"]
 
@@ -624,9 +635,37 @@ class CampaignSystem:
             consumer.close()
         return records
 
-    def read_tier(self, topic: str, partition: int, topic_id: str | None = None) -> list[Record]:
-        """What ``tierkeeper read`` returns from the tier (read_committed, its default); ``topic_id``
-        names the incarnation once the topic was deleted and recreated."""
+    def read_spark(self, topic: str, topic_id: str | None, *, read_committed: bool) -> list[Record]:
+        """Every record of the tier through ``spark.read.format("tierkeeper")`` from its earliest offset."""
+        options = {
+            "remote": self.remote,
+            "topic": topic,
+            "endpointUrl": self.moto.endpoint_url,
+            "pathStyle": "true",
+            "storage.key": DUMMY_KEY,
+            "storage.secret": DUMMY_SECRET,
+            "startingOffsets": "earliest",
+            "kafka.isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            **({"topicId": topic_id} if topic_id else {}),
+        }
+        rows = (
+            self.spark.read.format("tierkeeper")
+            .options(**options)
+            .load()
+            .select("partition", "offset", "value")
+            .collect()
+        )
+        return sorted(
+            (Record(topic, r["partition"], r["offset"], bytes(r["value"])) for r in rows),
+            key=lambda r: (r.partition, r.offset),
+        )
+
+    def read_tier(
+        self, topic: str, partition: int, topic_id: str | None = None, *, from_offset: int = 0
+    ) -> list[Record]:
+        """What ``tierkeeper read`` returns from the tier (read_committed, its default) from offset
+        ``from_offset`` (where the tier begins, for a topic whose retention deletes); ``topic_id`` names
+        the incarnation once the topic was deleted and recreated."""
         proc = subprocess.run(
             [
                 sys.executable,
@@ -638,7 +677,7 @@ class CampaignSystem:
                 "--partition",
                 str(partition),
                 "--from-offset",
-                "0",
+                str(from_offset),
                 *(["--topic-id", topic_id] if topic_id else []),
                 *self._remote_args(self.moto.endpoint_url),
             ],
