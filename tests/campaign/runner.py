@@ -217,9 +217,12 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
     finished = _now_ms()
     after = system.served_segments(kept)
     retained_from: dict[tuple[str, int], int] = {}
+    """Per partition of the retention topic, the lowest offset a gateway read must still show."""
+    tier_from: dict[tuple[str, int], int] = {}
+    """The same for the tier alone: the first offset the retention window keeps."""
     log_starts = system.log_start_offsets(kept)
     for partition in range(PARTITIONS):
-        found, tier_from = check_retention(
+        found, window_from = check_retention(
             kept,
             partition,
             before[partition],
@@ -245,7 +248,15 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
             detail = f"the reconciler kept {stale} expired segments, up to {first}..{last}"
             findings.append(Finding(RETAINED, kept, partition, first, detail))
         # Below the tier's window only what the brokers still hold must be readable.
-        retained_from[(kept, partition)] = min(tier_from, log_starts[partition])
+        if before[partition] and log_starts[partition] < before[partition][0][0]:
+            # Below the tier's start lies only what remote retention expired: the brokers must not keep
+            # (nor the gateway serve) it once the reconciler has trimmed.
+            detail = (
+                f"brokers' log start {log_starts[partition]}, the tier starts at {before[partition][0][0]}"
+            )
+            findings.append(Finding(RETAINED, kept, partition, log_starts[partition], detail))
+        retained_from[(kept, partition)] = min(window_from, log_starts[partition])
+        tier_from[(kept, partition)] = window_from
     for topic, read_committed in ((plain, True), (txn, True), (txn, False), (kept, True)):
         try:
             read = system.read_through_gateway(
@@ -275,7 +286,7 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
             upto.acked[(topic, partition)] = {
                 o: v for o, v in system.ledger.acked[(topic, partition)].items() if o <= end
             }
-            findings += check(upto, tiered, read_committed=True, topics=[topic], retained_from=retained_from)
+            findings += check(upto, tiered, read_committed=True, topics=[topic], retained_from=tier_from)
         if system.spark is not None:
             # The Spark source, a third reader of the tier alone, held to the same end as the CLI's read.
             through_spark = system.read_spark(topic, live_id, read_committed=True)
@@ -290,7 +301,7 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
                     o: v for o, v in system.ledger.acked[(topic, partition)].items() if o <= ends[partition]
                 }
             findings += check(
-                upto, through_spark, read_committed=True, topics=[topic], retained_from=retained_from
+                upto, through_spark, read_committed=True, topics=[topic], retained_from=tier_from
             )
     findings += check_deleted_incarnations(system, result)
     return findings
