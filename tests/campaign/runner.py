@@ -315,10 +315,12 @@ def check_deleted_incarnations(system: CampaignSystem, result: RoundResult) -> l
     for topic in result.topics:
         for old_id, tiered_at_delete in system.deleted.get(topic, []):
             for partition in range(PARTITIONS):
+                held = tiered_at_delete.get(partition, -1)
+                if held < 0:
+                    continue  # nothing of it was tiered before the delete (a reconcile killed early)
                 tiered = system.read_tier(topic, partition, old_id)
                 result.records_checked += len(tiered)
                 end = max((r.offset for r in tiered), default=-1)
-                held = tiered_at_delete.get(partition, -1)
                 if end < held:
                     findings.append(
                         Finding(LOST, topic, partition, end + 1, f"incarnation {old_id} held up to {held}")
