@@ -20,7 +20,9 @@ def cached_options(s3_bucket: tuple[str, dict[str, Any]]) -> tuple[str, dict[str
     return url, {k: v for k, v in options.items() if k != "use_listings_cache"}  # s3fs's default: on
 
 
-def test_a_long_lived_store_sees_what_another_writer_added(cached_options: tuple[str, dict[str, Any]]) -> None:
+def test_a_long_lived_store_sees_what_another_writer_added(
+    cached_options: tuple[str, dict[str, Any]],
+) -> None:
     url, options = cached_options
     reader = RemoteStore(url, options)
     writer = RemoteStore(url, {**options, "use_listings_cache": False})
@@ -39,4 +41,6 @@ def test_a_long_lived_store_sees_what_another_writer_added(cached_options: tuple
         f"{root}/topic-a/0/first.json",
         f"{root}/topic-a/0/second.json",
     }
-    assert {k for k, _ in reader.list_dir(f"{root}/topic-a/0")} == set(reader.list_modified(f"{root}/topic-a/0"))
+    assert {k for k, _ in reader.list_dir(f"{root}/topic-a/0")} == set(
+        reader.list_modified(f"{root}/topic-a/0")
+    )
