@@ -194,7 +194,8 @@ def _settle(system: CampaignSystem, result: RoundResult) -> list[Finding]:
         key: [c for c in status.get("conditions", []) if c.get("status") == "True"]
         for key, status in last.statuses.items()
     }
-    detail = f"exit {last.returncode}; conditions {conditions}; {last.stderr[-500:]}"
+    starts = {topic: system.log_start_offsets(topic) for topic in result.topics}
+    detail = f"exit {last.returncode}; log starts {starts}; conditions {conditions}; {last.stderr[-500:]}"
     return [Finding(NOT_SETTLED, result.topics[0], -1, -1, detail)]
 
 
