@@ -200,8 +200,10 @@ def _settle(system: CampaignSystem, result: RoundResult) -> list[Finding]:
 
 
 def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
-    """Every promise over the round's topics: through the gateway from offset 0 (read_committed and
-    read_uncommitted), and the tier alone through ``tierkeeper read``."""
+    """Every promise over the round's topics: no object unreferenced after the orphan sweep; remote
+    retention held to its window; through the gateway from offset 0 (the retention topic from its earliest)
+    under read_committed and read_uncommitted; the tier alone through ``tierkeeper read`` (and the Spark
+    source when the system has a session); a deleted incarnation's tier kept whole."""
     findings: list[Finding] = []
     plain, txn, kept = result.topics
     # The orphan sweep, then no object of the round's topics (any incarnation) unreferenced by metadata;
@@ -248,7 +250,6 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
             first, last, _ = before[partition][stale - 1]
             detail = f"the reconciler kept {stale} expired segments, up to {first}..{last}"
             findings.append(Finding(RETAINED, kept, partition, first, detail))
-        # Below the tier's window only what the brokers still hold must be readable.
         if before[partition] and log_starts[partition] < before[partition][0][0]:
             # Below the tier's start lies only what remote retention expired: the brokers must not keep
             # (nor the gateway serve) it once the reconciler has trimmed.
@@ -256,6 +257,7 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
                 f"brokers' log start {log_starts[partition]}, the tier starts at {before[partition][0][0]}"
             )
             findings.append(Finding(RETAINED, kept, partition, log_starts[partition], detail))
+        # Below the tier's window only what the brokers still hold must be readable.
         retained_from[(kept, partition)] = min(window_from, log_starts[partition])
         tier_from[(kept, partition)] = window_from
     for topic, read_committed in ((plain, True), (txn, True), (txn, False), (kept, True)):
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         "--extra-rate",
         type=float,
         default=EXTRA_RATE,
-        help="chance per round of each extra kind (topic recreated, broker wiped and rebuilt)",
+        help="chance per round of each extra kind (topic recreated, broker wiped and rebuilt, clock jump)",
     )
     parser.add_argument(
         "--spark", action="store_true", help="read the tier through the Spark source too (a local session)"
