@@ -378,19 +378,24 @@ class RemoteStore:
 
     def list_dir(self, path: str) -> list[tuple[str, int]]:
         """(key, size) of the objects directly under ``path``; empty when it does not exist."""
-        refresh = {"refresh": True} if self._ls_takes_refresh() else {}
-        entries = self._call("list", path, lambda: self._ls(path, **refresh))
+        entries = self._call("list", path, lambda: self._ls_fresh(path))
         return [(e["name"], int(e.get("size") or 0)) for e in entries if e.get("type") != "directory"]
 
     def list_modified(self, path: str) -> dict[str, int | None]:
         """key -> last-modified time (ms since the epoch, None when the backend does not say) of the
         objects directly under ``path``."""
-        entries = self._call("list", path, lambda: self._ls(path))
+        entries = self._call("list", path, lambda: self._ls_fresh(path))
         return {e["name"]: _modified_ms(e) for e in entries if e.get("type") != "directory"}
 
     def list_subdirs(self, path: str) -> list[str]:
-        entries = self._call("list", path, lambda: self._ls(path))
+        entries = self._call("list", path, lambda: self._ls_fresh(path))
         return [e["name"].rstrip("/") for e in entries if e.get("type") == "directory"]
+
+    def _ls_fresh(self, path: str) -> list[dict[str, Any]]:
+        """What the store holds now: s3fs's listings cache (on unless the options turn it off) would keep
+        answering a long-lived reader (the gateway) with its first listing, so new topics, partitions and
+        segments of other writers would stay invisible to it."""
+        return self._ls(path, **({"refresh": True} if self._ls_takes_refresh() else {}))
 
     def _ls(self, path: str, **kwargs: Any) -> list[dict[str, Any]]:
         """Entries under ``path``; a missing path is an empty directory."""

@@ -34,9 +34,13 @@ def plan_local_trim(
     toward the size limit (0 when unknown, which only ever trims less); ``quarantined`` are the
     partition's segments in quarantine, whose offsets the trim never passes.
     """
+    if policy.retention_ms == -1 and policy.retention_bytes == -1:
+        return None  # no local window: Kafka's own retention deletes locally, never this trim
+    expired = _expired_below(finished, log_start_offset, quarantined)
+    untrimmed = expired if expired > log_start_offset else None
     local = [m for m in finished if m.end_offset >= log_start_offset]
     if not local:
-        return None
+        return untrimmed
     summaries = [
         SegmentSummary(m.base_offset, m.end_offset + 1, m.max_timestamp, m.size_bytes) for m in local
     ]
@@ -50,13 +54,26 @@ def plan_local_trim(
     else:
         n = expired_prefix(summaries, policy, now_ms)
     if n == 0:
-        return None
+        return untrimmed
     target = min(
         local[n - 1].end_offset + 1,
         finished[-1].end_offset + 1,
         _held_until(finished, log_start_offset, quarantined),
     )
     return target if target > log_start_offset else None
+
+
+def _expired_below(
+    finished: Sequence[SegmentMetadata], log_start_offset: int, quarantined: Sequence[SegmentMetadata]
+) -> int:
+    """The remote start, when the log start lies below it: remote retention expired those offsets, so
+    they leave the broker even when the window keeps every tiered segment (otherwise the broker would
+    keep, and readers see, history past the total retention); a quarantined segment holding some of
+    them caps it at its base."""
+    if not finished or finished[0].base_offset <= log_start_offset:
+        return log_start_offset
+    holding = [q.base_offset for q in quarantined if q.next_offset > log_start_offset]
+    return max(log_start_offset, min([finished[0].base_offset, *holding]))
 
 
 def _held_until(

@@ -21,6 +21,23 @@ GATEWAY_RESTART = "gateway_restart"
 
 KINDS = (BROKER_KILL, LEADER_CHANGE, RECONCILER_KILL, S3_ERRORS, S3_OUTAGE, GATEWAY_RESTART)
 
+TOPIC_RECREATE = "topic_recreate"
+"""The plain topic is deleted and created again under the same name before the step's producing (a step
+after the first, so the deleted incarnation has a tier of its own)."""
+BROKER_WIPE = "broker_wipe"
+"""SIGKILL one broker and remove its log dir (meta.properties stays, as on a new disk formatted for it);
+after the step's reconcile ``tierkeeper rebuild --if-empty`` restores it, as the rebuild init container
+does, and the broker starts and must rejoin every ISR."""
+
+CLOCK_JUMP = "clock_jump"
+"""The producers' clock, until this step two remote-retention windows behind, jumps to the true time: the
+retention topic's records stamped before it are expired at once, those after are not."""
+
+EXTRA_KINDS = (TOPIC_RECREATE, BROKER_WIPE, CLOCK_JUMP)
+"""Drawn per round apart from ``KINDS``, each with ``EXTRA_RATE``, from a random stream of their own: adding
+them left the history every earlier seed drew unchanged (the recorded results stay reproducible)."""
+EXTRA_RATE = 0.35
+
 RECONCILER_POINTS = (
     "copy.segment.started",
     "copy.log.stored",
@@ -44,9 +61,8 @@ class Fault:
     """Which pass of ``point`` is killed."""
 
     def describe(self) -> str:
-        where = {BROKER_KILL: f" broker {self.target}", LEADER_CHANGE: f" broker {self.target}"}.get(
-            self.kind, ""
-        )
+        broker = f" broker {self.target}"
+        where = {BROKER_KILL: broker, LEADER_CHANGE: broker, BROKER_WIPE: broker}.get(self.kind, "")
         if self.kind == RECONCILER_KILL:
             where = f" at {self.point}:{self.nth}"
         return f"step {self.step}: {self.kind}{where}"
@@ -74,15 +90,17 @@ def plan_round(
     brokers: tuple[int, ...],
     faults: int,
     kinds: tuple[str, ...] = KINDS,
+    extras: tuple[str, ...] = EXTRA_KINDS,
+    extra_rate: float = EXTRA_RATE,
 ) -> RoundPlan:
     """``faults`` faults drawn from ``kinds``, at most one broker fault per step (RF 3 with
     min.insync.replicas 2 keeps acks=all producers going with one broker down, not two) and one S3 fault
     per step (the proxy follows one plan at a time)."""
     if not kinds or steps < 1 or faults < 0:
         raise ValueError("a round needs steps >= 1, faults >= 0 and at least one kind")
-    unknown = set(kinds) - set(KINDS)
+    unknown = (set(kinds) - set(KINDS)) | (set(extras) - set(EXTRA_KINDS))
     if unknown:
-        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS + EXTRA_KINDS)}")
     rng = random.Random(f"{seed}:{round_no}")
     chosen: list[Fault] = []
     broker_steps: set[int] = set()
@@ -104,4 +122,21 @@ def plan_round(
             chosen.append(Fault(step, kind))
         else:
             chosen.append(Fault(step, kind))
+    more = random.Random(f"{seed}:{round_no}:extras")
+    for kind in extras:
+        drawn, step, target = more.random() < extra_rate, more.randrange(steps), more.choice(brokers)
+        if not drawn:
+            continue
+        if kind == CLOCK_JUMP:
+            if steps >= 2:  # records on both sides of the jump
+                chosen.append(Fault(max(step, 1), kind))
+            continue
+        # A topic is created with RF 3 only while every broker runs: no broker fault in its step.
+        first = 1 if kind == TOPIC_RECREATE else 0
+        free = [s for s in range(first, steps) if s not in broker_steps]
+        if not free:
+            continue
+        step = free[step % len(free)]
+        broker_steps.add(step)
+        chosen.append(Fault(step, kind, target=target if kind == BROKER_WIPE else None))
     return RoundPlan(seed, round_no, steps, tuple(sorted(set(chosen))))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from campaign.ledger import Ledger, Record
@@ -24,11 +24,21 @@ from harness.kafka import KafkaCluster
 from harness.moto_s3 import DUMMY_KEY, DUMMY_SECRET, MotoServer
 from harness.paths import REPO_ROOT
 from harness.s3_faults import FaultPlan, FaultProxy
+from storage_core.adapters.kafka_admin import KafkaAdmin
+from storage_core.adapters.store import RemoteStore
 
 SEGMENT_BYTES = 64 * 1024
 LOCAL_RETENTION_BYTES = 96 * 1024
 """Small enough that every step's reconcile trims: most of a topic's history lives only in the tier."""
 PARTITIONS = 3
+REMOTE_RETENTION_MS = 86_400_000
+"""The retention topic's remote (and local) time window: one day. Its records are stamped by the producer,
+so a clock jump moves them across it without waiting."""
+REMOTE_RETENTION_BYTES = 100 * 1024
+"""The retention topic's remote size window per partition: below two segments, so every round deletes."""
+RETENTION_TOPIC_KAFKA_MS = 3 * REMOTE_RETENTION_MS
+"""Kafka's own retention.ms for it: at least local window + copy interval + margin (the local-trim rule,
+docs/reliability.md), and longer than the remote window."""
 RECONCILE_TIMEOUT = 600.0
 S3_ERROR_PLAN = FaultPlan(
     rates={"error_500": 0.08, "slow_down": 0.08, "reset": 0.04}, seed=34, max_in_a_row=2
@@ -54,6 +64,14 @@ class CampaignSystem:
     gateway: GatewayProcess | None = None
     topics: list[str] = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
+    retention_topics: set[str] = field(default_factory=set)
+    """Topics with finite remote retention (REMOTE_RETENTION_MS / _BYTES); the others keep everything."""
+    deleted: dict[str, list[tuple[str, dict[int, int]]]] = field(default_factory=dict)
+    spark: Any = None
+    """A PySpark local session: the checks then read through the Spark source as well (long runs)."""
+    reconcile_started_ms: int = 0
+    """When the last reconcile round began (its cleanup's clock is at least this)."""
+    """Topic -> its deleted incarnations: (topic id, partition -> the tier's last offset at the delete)."""
 
     # ---- setup ---------------------------------------------------------------------------------
     @classmethod
@@ -137,26 +155,76 @@ class CampaignSystem:
                     "topic": topic,
                     "localRetentionMs": -1,
                     "localRetentionBytes": LOCAL_RETENTION_BYTES,
+                    **(
+                        {
+                            "localRetentionMs": REMOTE_RETENTION_MS,
+                            "remoteRetentionMs": REMOTE_RETENTION_MS,
+                            "remoteRetentionBytes": REMOTE_RETENTION_BYTES,
+                        }
+                        if topic in self.retention_topics
+                        else {}
+                    ),
                 },
             }
             for topic in self.topics
         ]
         (manifests / "all.yaml").write_text(yaml.safe_dump_all(docs))
 
-    def create_topics(self, *names: str) -> None:
-        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap_servers})
-        config = {
+    def _topic_config(self, name: str) -> dict[str, str]:
+        retention = RETENTION_TOPIC_KAFKA_MS if name in self.retention_topics else -1
+        return {
             "internal.segment.bytes": str(SEGMENT_BYTES),
-            "retention.ms": "-1",
+            "retention.ms": str(retention),
             "min.insync.replicas": "2",
         }
-        new = [NewTopic(name, PARTITIONS, replication_factor=3, config=config) for name in names]
+
+    def create_topics(self, *names: str, retention: tuple[str, ...] = ()) -> None:
+        """``retention``: those of ``names`` with finite remote retention."""
+        self.retention_topics.update(retention)
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap_servers})
+        new = [
+            NewTopic(name, PARTITIONS, replication_factor=3, config=self._topic_config(name))
+            for name in names
+        ]
         for future in admin.create_topics(new).values():
             future.result(120)
         for name in names:
             self.cluster.wait_topic(name, PARTITIONS)
         self.topics += names
         self._write_manifests()
+
+    def topic_id(self, topic: str) -> str:
+        """Kafka's id of the live incarnation of ``topic`` (22 characters, as the remote layout has it)."""
+        admin = KafkaAdmin(self.cluster.bootstrap_servers)
+        return next(iter(admin.describe([topic]).values())).topic_id
+
+    def recreate_topic(self, topic: str, timeout: float = 180.0) -> str:
+        """Delete ``topic`` and create it again under the same name; the deleted incarnation's records move
+        aside in the ledger. Returns the deleted incarnation's id."""
+        old_id = self.topic_id(topic)
+        tiered = {p: end for (tid, p), end in self.tier_ends(topic).items() if tid == old_id}
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap_servers})
+        for future in admin.delete_topics([topic]).values():
+            future.result(120)
+        self.ledger.delete_incarnation(topic, old_id)
+        self.deleted.setdefault(topic, []).append((old_id, tiered))
+        config = self._topic_config(topic)
+        deadline = time.monotonic() + timeout
+        while True:  # the controller finishes the delete asynchronously: poll until the name is free
+            future = admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor=3, config=config)])[
+                topic
+            ]
+            try:
+                future.result(120)
+                break
+            except KafkaException as error:
+                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self.cluster.wait_topic(topic, PARTITIONS)
+        if self.topic_id(topic) == old_id:
+            raise AssertionError(f"{topic} recreated with its old id {old_id}")
+        return old_id
 
     def retire(self, *names: str) -> None:
         """Stop reconciling a checked round's topics (their tier stays): every round then costs the same,
@@ -186,9 +254,13 @@ class CampaignSystem:
         self.gateway.kill()
 
     # ---- producing -----------------------------------------------------------------------------
-    def produce(self, topic: str, first: int, count: int, *, size: int = 200) -> None:
+    def produce(
+        self, topic: str, first: int, count: int, *, size: int = 200, timestamp: int | None = None
+    ) -> None:
         """``count`` uniquely numbered records, acks=all and idempotent; the acknowledged ones (with the
-        offsets the broker gave) go into the ledger, the others into its unacknowledged set."""
+        offsets the broker gave) go into the ledger, the others into its unacknowledged set.
+        ``timestamp``: the CreateTime of the first record (each next one 1 ms later), kept in the
+        ledger."""
         producer = Producer(
             {
                 "bootstrap.servers": self.cluster.bootstrap_servers,
@@ -202,13 +274,15 @@ class CampaignSystem:
 
         def delivered(err: Any, msg: Any) -> None:
             if err is None:
-                self.ledger.ack(Record(msg.topic(), msg.partition(), msg.offset(), msg.value()))
+                stamped = msg.timestamp()[1] if timestamp is not None else None
+                self.ledger.ack(Record(msg.topic(), msg.partition(), msg.offset(), msg.value(), stamped))
             else:
                 self.ledger.unacknowledged.add(msg.value())
 
         for i in range(first, first + count):
             value = f"{topic}:{i:09d}:".encode().ljust(size, b".")
-            producer.produce(topic, key=str(i).encode(), value=value, on_delivery=delivered)
+            stamp = {} if timestamp is None else {"timestamp": timestamp + i - first}
+            producer.produce(topic, key=str(i).encode(), value=value, on_delivery=delivered, **stamp)
             if i % 256 == 0:
                 producer.poll(0)
         left = producer.flush(180)
@@ -261,6 +335,7 @@ class CampaignSystem:
     def reconcile(self, *, fault: str | None = None) -> ReconcileResult:
         """One ``tierkeeper standalone --once`` round; ``fault`` (``point:n``) kills it there."""
         env = self._env()
+        self.reconcile_started_ms = int(time.time() * 1000)
         if fault:
             env["TIERKEEPER_FAULT"] = f"{fault}:kill"
         proc = subprocess.run(
@@ -291,6 +366,209 @@ class CampaignSystem:
     def set_s3_plan(self, plan: FaultPlan) -> None:
         self.proxy.set_plan(plan)
 
+    def rebuild_broker(self, node_id: int) -> dict[str, Any]:
+        """What the rebuild init container does before a broker pod starts: ``tierkeeper rebuild
+        --if-empty`` into its (wiped) log dir, through the same S3 endpoint as the reconciler."""
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "storage_core.cli",
+                "rebuild",
+                "--if-empty",
+                "--log-dir",
+                str(self.cluster.log_dir(node_id)),
+                "--broker-id",
+                str(node_id),
+                "--bootstrap-servers",
+                self.cluster.bootstrap_servers,
+                "--local-retention-bytes",
+                str(LOCAL_RETENTION_BYTES),
+                "--json",
+                *self._remote_args(self.proxy.endpoint_url),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            env=self._env(),
+            timeout=RECONCILE_TIMEOUT,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"tierkeeper rebuild of broker {node_id} failed: {proc.stderr[-2000:]}")
+        summary: dict[str, Any] = json.loads(proc.stdout)
+        return summary
+
+    def wait_in_isr(self, node_id: int, topics: list[str], timeout: float = 240.0) -> str | None:
+        """None once ``node_id`` is in the ISR of every partition of ``topics``, else why not (at the
+        deadline: a broker that never catches up is a finding, not a hang)."""
+        admin = KafkaAdmin(self.cluster.bootstrap_servers)
+        deadline = time.monotonic() + timeout
+        while True:
+            described = admin.describe(topics)
+            missing = sorted(f"{t}-{p}" for (t, p), info in described.items() if node_id not in info.isr)
+            if not missing:
+                return None
+            if time.monotonic() > deadline:
+                return f"broker {node_id} not in the ISR of {missing} after {timeout:.0f} s"
+            time.sleep(0.5)
+
+    def elect_preferred_leaders(self, topics: list[str]) -> None:
+        """Move leadership back to the preferred replicas (a rebuilt broker leads its share again, so the
+        checks read what it restored)."""
+        from confluent_kafka import ElectionType
+
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap_servers})
+        tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+        try:
+            admin.elect_leaders(ElectionType.PREFERRED, tps).result(60)
+        except KafkaException:
+            pass  # ELECTION_NOT_NEEDED for partitions already led by their preferred replica
+
+    def tier_ends(self, topic: str) -> dict[tuple[str, int], int]:
+        """(topic id, partition) -> the last offset the tier serves (``tierkeeper ls``)."""
+        ends: dict[tuple[str, int], int] = {}
+        for row in self.tier_listing(topic):
+            if row["serves_to"] is not None:
+                key = (row["topic_id"], row["partition"])
+                ends[key] = max(ends.get(key, -1), row["serves_to"])
+        return ends
+
+    def tier_listing(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """``tierkeeper ls --json``: every remote segment (of ``topic``) with its state."""
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "storage_core.cli",
+                "ls",
+                *(["--topic", topic] if topic else []),
+                "--json",
+                *self._remote_args(self.moto.endpoint_url),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            env=self._env(),
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"tierkeeper ls failed: {proc.stderr[-2000:]}")
+        rows: list[dict[str, Any]] = json.loads(proc.stdout)["segments"]
+        return rows
+
+    def sweep(self, topic: str) -> None:
+        """The orphan sweep with no grace (``tierkeeper cleanup --orphan-grace-ms 0``): safe here because
+        no copy runs between reconcile rounds, so every unfinished attempt is a dead one."""
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "storage_core.cli",
+                "cleanup",
+                "--topic",
+                topic,
+                "--orphan-grace-ms",
+                "0",
+                "--json",
+                *self._remote_args(self.proxy.endpoint_url),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            env=self._env(),
+            timeout=RECONCILE_TIMEOUT,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"the orphan sweep of {topic} failed: {proc.stderr[-2000:]}")
+
+    def cleanup_retention(self, topic: str) -> None:
+        """One remote-retention pass over ``topic`` as the reconciler's cleanup runs it (its TieredTopic's
+        windows), without Kafka: so the pass deletes by retention only, never below a log start."""
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "storage_core.cli",
+                "cleanup",
+                "--topic",
+                topic,
+                "--remote-retention-ms",
+                str(REMOTE_RETENTION_MS),
+                "--remote-retention-bytes",
+                str(REMOTE_RETENTION_BYTES),
+                "--json",
+                *self._remote_args(self.proxy.endpoint_url),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            env=self._env(),
+            timeout=RECONCILE_TIMEOUT,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"the retention pass over {topic} failed: {proc.stderr[-2000:]}")
+
+    def served_segments(self, topic: str) -> dict[int, list[tuple[int, int, int]]]:
+        """Partition -> (first offset, last offset, .log object bytes as the bucket lists them) of each
+        segment the live incarnation of ``topic`` serves, in offset order (the storage core's catalog
+        and cover)."""
+        from storage_core.remote.catalog import PartitionCatalog, list_partitions
+        from storage_core.remote.layout import RemoteLayout
+
+        store = RemoteStore(self.remote, self.moto.storage_options())
+        layout = RemoteLayout(store.root)
+        out: dict[int, list[tuple[int, int, int]]] = {p: [] for p in range(PARTITIONS)}
+        for tp in list_partitions(store, layout, topic, self.topic_id(topic)):
+            catalog = PartitionCatalog(store, layout, tp)
+            listing = catalog.listing()
+            cover = catalog.rebuild_manifest(listing, write=False).cover()
+            out[tp.partition] = [
+                (r.first_offset, r.last_offset, listing.segments[r.segment.segment_id].objects.get("log", 0))
+                for r in cover.ranges
+            ]
+        return out
+
+    def unreferenced_objects(self, topic: str) -> list[str]:
+        """Objects of every incarnation of ``topic`` that no metadata references: not part of a segment
+        the manifest serves (the storage core's own catalog and cover), nor a manifest or partition
+        state."""
+        from storage_core.adapters.store import RemoteStore
+        from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
+        from storage_core.remote.layout import RemoteLayout
+
+        store = RemoteStore(self.remote, self.moto.storage_options())
+        layout = RemoteLayout(store.root)
+        found: list[str] = []
+        for name, topic_id in list_topics(store, layout):
+            if name != topic:
+                continue
+            for tp in list_partitions(store, layout, name, topic_id):
+                catalog = PartitionCatalog(store, layout, tp)
+                listing = catalog.listing()
+                serving = {
+                    r.segment.segment_id
+                    for r in catalog.rebuild_manifest(listing, write=False).cover().ranges
+                }
+                found += listing.strays
+                for entry in listing.segments.values():
+                    if entry.objects and entry.segment_id not in serving:
+                        data, _ = catalog.segment_keys(entry)
+                        state = entry.state.value if entry.state else "no marker"
+                        found += [f"{key} ({state})" for key in data]
+        return found
+
+    def put_stray(self, topic: str, partition: int, name: str) -> None:
+        """An object no metadata references in the live incarnation's partition dir (for tests of the
+        check)."""
+        from storage_core.remote.layout import RemoteLayout, TopicPartitionId
+
+        store = RemoteStore(self.remote, self.moto.storage_options())
+        tp = TopicPartitionId(topic, self.topic_id(topic), partition)
+        store.put_atomic(f"{RemoteLayout(store.root).partition_dir(tp)}/{name}", b"stray")
+
+    def _remote_args(self, endpoint: str) -> list[str]:
+        return ["--remote", self.remote, "--endpoint-url", endpoint, "--path-style"]
+
     # ---- reading -------------------------------------------------------------------------------
     def log_start_offsets(self, topic: str) -> dict[int, int]:
         consumer = Consumer(
@@ -305,10 +583,11 @@ class CampaignSystem:
             consumer.close()
 
     def read_through_gateway(
-        self, topic: str, *, read_committed: bool, timeout: float = 300.0
+        self, topic: str, *, read_committed: bool, timeout: float = 300.0, from_earliest: bool = False
     ) -> list[Record]:
-        """Every record of ``topic`` from offset 0 to the end, as an unchanged Kafka client sees it
-        through the gateway."""
+        """Every record of ``topic`` from offset 0 (``from_earliest``: from the earliest offset the
+        gateway lists, for a topic whose retention deletes) to the end, as an unchanged Kafka client sees
+        it through the gateway."""
         assert self.gateway is not None
         consumer = Consumer(
             {
@@ -321,12 +600,13 @@ class CampaignSystem:
         )
         records: list[Record] = []
         try:
-            ends = {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=60)[1]
+            marks = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=60)
                 for p in range(PARTITIONS)
             }
-            consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-            positions = dict.fromkeys(range(PARTITIONS), 0)
+            ends = {p: high for p, (_, high) in marks.items()}
+            positions = {p: low if from_earliest else 0 for p, (low, _) in marks.items()}
+            consumer.assign([TopicPartition(topic, p, positions[p]) for p in range(PARTITIONS)])
             deadline = time.monotonic() + timeout
             while any(positions[p] < ends[p] for p in positions):
                 if time.monotonic() > deadline:
@@ -355,8 +635,37 @@ class CampaignSystem:
             consumer.close()
         return records
 
-    def read_tier(self, topic: str, partition: int) -> list[Record]:
-        """What ``tierkeeper read`` returns from the tier (read_committed, its default)."""
+    def read_spark(self, topic: str, topic_id: str | None, *, read_committed: bool) -> list[Record]:
+        """Every record of the tier through ``spark.read.format("tierkeeper")`` from its earliest offset."""
+        options = {
+            "remote": self.remote,
+            "topic": topic,
+            "endpointUrl": self.moto.endpoint_url,
+            "pathStyle": "true",
+            "storage.key": DUMMY_KEY,
+            "storage.secret": DUMMY_SECRET,
+            "startingOffsets": "earliest",
+            "kafka.isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            **({"topicId": topic_id} if topic_id else {}),
+        }
+        rows = (
+            self.spark.read.format("tierkeeper")
+            .options(**options)
+            .load()
+            .select("partition", "offset", "value")
+            .collect()
+        )
+        return sorted(
+            (Record(topic, r["partition"], r["offset"], bytes(r["value"])) for r in rows),
+            key=lambda r: (r.partition, r.offset),
+        )
+
+    def read_tier(
+        self, topic: str, partition: int, topic_id: str | None = None, *, from_offset: int = 0
+    ) -> list[Record]:
+        """What ``tierkeeper read`` returns from the tier (read_committed, its default) from offset
+        ``from_offset`` (where the tier begins, for a topic whose retention deletes); ``topic_id`` names
+        the incarnation once the topic was deleted and recreated."""
         proc = subprocess.run(
             [
                 sys.executable,
@@ -368,11 +677,9 @@ class CampaignSystem:
                 "--partition",
                 str(partition),
                 "--from-offset",
-                "0",
-                "--remote",
-                self.remote,
-                "--endpoint-url",
-                self.moto.endpoint_url,
+                str(from_offset),
+                *(["--topic-id", topic_id] if topic_id else []),
+                *self._remote_args(self.moto.endpoint_url),
             ],
             capture_output=True,
             text=True,

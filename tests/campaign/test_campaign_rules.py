@@ -5,9 +5,34 @@ from __future__ import annotations
 
 import pytest
 
-from campaign.checker import ABORTED_VISIBLE, CHANGED, DUPLICATED, LOST, OUT_OF_ORDER, check, summary
+from campaign.checker import (
+    ABORTED_VISIBLE,
+    CHANGED,
+    DUPLICATED,
+    LOST,
+    OLD_INCARNATION,
+    OUT_OF_ORDER,
+    OVER_DELETED,
+    RETAINED,
+    check,
+    check_retention,
+    retention_prefix,
+    summary,
+)
 from campaign.ledger import Ledger, Record
-from campaign.plan import BROKER_KILL, KINDS, LEADER_CHANGE, RECONCILER_KILL, S3_ERRORS, S3_OUTAGE, plan_round
+from campaign.plan import (
+    BROKER_KILL,
+    BROKER_WIPE,
+    CLOCK_JUMP,
+    EXTRA_KINDS,
+    KINDS,
+    LEADER_CHANGE,
+    RECONCILER_KILL,
+    S3_ERRORS,
+    S3_OUTAGE,
+    TOPIC_RECREATE,
+    plan_round,
+)
 from campaign.shrink import shrink
 
 
@@ -91,18 +116,35 @@ def test_one_seed_one_plan_and_seeds_differ() -> None:
     drawn = {
         f.kind for seed in range(50) for f in plan_round(seed, 1, steps=5, brokers=(1, 2, 3), faults=6).faults
     }
-    assert drawn == set(KINDS)
+    assert drawn == set(KINDS + EXTRA_KINDS)
 
 
 def test_at_most_one_broker_fault_and_one_s3_fault_per_step() -> None:
     for seed in range(100):
         plan = plan_round(seed, 0, steps=3, brokers=(1, 2, 3), faults=8)
         for step in range(3):
-            broker_faults = [f for f in plan.at(step) if f.kind in (BROKER_KILL, LEADER_CHANGE)]
+            broker_faults = [
+                f
+                for f in plan.at(step)
+                if f.kind in (BROKER_KILL, LEADER_CHANGE, BROKER_WIPE, TOPIC_RECREATE)
+            ]
             assert len(broker_faults) <= 1, plan.history()
             assert len([f for f in plan.at(step) if f.kind in (S3_ERRORS, S3_OUTAGE)]) <= 1, plan.history()
         for fault in plan.faults:
             assert (fault.point is not None) == (fault.kind == RECONCILER_KILL)
+
+
+def test_the_extra_kinds_leave_the_earlier_draws_as_they_were() -> None:
+    drawn: set[str] = set()
+    for seed in range(30):
+        plain = plan_round(seed, 1, steps=3, brokers=(1, 2, 3), faults=4, extras=())
+        full = plan_round(seed, 1, steps=3, brokers=(1, 2, 3), faults=4, extra_rate=1.0)
+        assert [f for f in full.faults if f.kind in KINDS] == list(plain.faults)
+        drawn |= {f.kind for f in full.faults} - set(KINDS)
+        for fault in full.faults:
+            if fault.kind in (TOPIC_RECREATE, CLOCK_JUMP):
+                assert fault.step >= 1  # something before it: a tier to keep, records to expire
+    assert drawn == set(EXTRA_KINDS)  # a step free of broker faults is there often enough
 
 
 def test_an_unknown_fault_kind_is_refused() -> None:
@@ -135,3 +177,47 @@ def test_the_budget_bounds_the_replays() -> None:
 
     result = shrink(tuple(range(10)), fails, budget=3)
     assert calls <= 4 and {0, 9} <= set(result)
+
+
+def test_a_deleted_incarnation_never_shows_under_the_name() -> None:
+    ledger, records = ledger_of(3)
+    ledger.delete_incarnation("t", "A" * 22)
+    assert ledger.acked[("t", 0)] == {}
+    new = [Record("t", 0, i, f"w{i}".encode()) for i in range(2)]
+    for r in new:
+        ledger.ack(r)
+    assert check(ledger, new, read_committed=True) == []
+    # The old record at offset 2 (beyond the new incarnation's end) is found as well.
+    assert kinds(check(ledger, [*new, records[2]], read_committed=True)) == [OLD_INCARNATION]
+
+
+DAY = 86_400_000
+NOW = 10 * DAY
+
+
+def segments(*sizes: int, records: int = 10) -> list[tuple[int, int, int]]:
+    return [(i * records, i * records + records - 1, size) for i, size in enumerate(sizes)]
+
+
+def test_retention_deletes_the_expired_prefix_by_time_and_the_oldest_beyond_the_size() -> None:
+    segs = segments(100, 100, 100, 100)
+    stamps = {o: NOW - 3 * DAY if o < 15 else NOW for o in range(40)}
+    rule = {"retention_ms": DAY, "retention_bytes": -1, "now_ms": NOW, "unknown_expired": False}
+    assert retention_prefix(segs, stamps, **rule) == 1  # the second segment holds a fresh record
+    rule = {"retention_ms": -1, "retention_bytes": 250, "now_ms": NOW, "unknown_expired": False}
+    assert retention_prefix(segs, stamps, **rule) == 2
+    both = {"retention_ms": DAY, "retention_bytes": 150, "now_ms": NOW, "unknown_expired": False}
+    assert retention_prefix(segs, stamps, **both) == 3
+
+
+def test_a_retention_pass_is_held_to_its_window() -> None:
+    segs = segments(100, 100, 100)
+    stamps = {o: NOW - 3 * DAY if o < 10 else NOW for o in range(30)}
+    window = {"retention_ms": DAY, "retention_bytes": 250, "started_ms": NOW, "finished_ms": NOW + 1}
+    assert check_retention("t", 0, segs, segs[1:], stamps, **window) == ([], 10)
+    kept, _ = check_retention("t", 0, segs, segs, stamps, **window)
+    assert kinds(kept) == [RETAINED]
+    over, _ = check_retention("t", 0, segs, segs[2:], stamps, **window)
+    assert kinds(over) == [OVER_DELETED]
+    hole, _ = check_retention("t", 0, segs, [segs[0], segs[2]], stamps, **window)
+    assert kinds(hole) == [OVER_DELETED]

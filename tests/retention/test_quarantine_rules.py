@@ -76,3 +76,20 @@ def test_offsets_below_the_first_readable_segment_are_no_hole_unless_quarantined
     assert plan_local_trim([s0, s2, s3], 0, EVERYTHING_OLD, NOW, quarantined=[s1]) == 100
     # One wholly below the log start holds nothing any more.
     assert plan_local_trim([s2, s3], 250, EVERYTHING_OLD, NOW, quarantined=[s1]) == 400
+
+
+def test_offsets_remote_retention_expired_leave_the_broker_even_when_the_window_keeps_the_rest() -> None:
+    # Remote retention (by size) deleted 0..199 while the broker still held it, and what the tier holds
+    # fits the local window: the broker's copy of 0..199 is past the total retention all the same, so the
+    # trim moves the log start up to the remote start (KIP-405's rule). Found by the fault campaign: the
+    # brokers kept, and the gateway served, a retention topic's expired history for ever.
+    s2, s3 = _seg(200, 300), _seg(300, 400)
+    window_keeps_all = RetentionPolicy(retention_ms=-1, retention_bytes=10_000)
+    assert plan_local_trim([s2, s3], 0, window_keeps_all, NOW, untiered_local_bytes=50) == 200
+    # No local window at all: Tierkeeper does not trim the topic (Kafka's retention does), as before.
+    assert plan_local_trim([s2, s3], 0, RetentionPolicy(retention_ms=-1, retention_bytes=-1), NOW) is None
+    # Held by a quarantined segment: only up to its base.
+    assert plan_local_trim([s2, s3], 0, window_keeps_all, NOW, quarantined=[_seg(100, 200)]) == 100
+    # Nothing below the remote start any more: nothing to do.
+    assert plan_local_trim([s2, s3], 200, window_keeps_all, NOW) is None
+    assert plan_local_trim([s2, s3], 250, window_keeps_all, NOW) is None
