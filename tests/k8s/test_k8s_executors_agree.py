@@ -4,7 +4,8 @@ requests standalone mode runs in process for the same resources, on the same rea
 those requests gave in process, left by the operator's Jobs as their termination messages, fold into the
 same TieredTopic and TieredBroker statuses through the API server as in standalone mode's memory. The
 topic's copy interval is not the default (standalone mode used to judge its local trim with the default
-1 h), and the cluster has a rate limit (standalone mode used to ignore it).
+1 h), and the cluster has a rate limit (standalone mode used to ignore it). The topic keeps an Iceberg
+table: standalone mode exports to it on Spark, the operator's export Job folds the same result.
 
 Standalone mode does the work (a second copy of the same log would find nothing left to copy): the Jobs'
 image, run by the process kubelet, replays the result standalone mode's run of the same request gave,
@@ -34,16 +35,22 @@ from storage_core.cli.main import build_parser
 from storage_core.jobs.in_process import InProcessExecutor
 from storage_core.jobs.resource_files import load_manifests
 from storage_core.jobs.standalone import Standalone
-from storage_core.reconcile.requests import CleanupRequest, CopyRequest, Request, request_from_args
-from storage_core.reconcile.results import encode_cleanup, encode_copy
-from storage_core.reconcile.round import CleanupOutcome, CopyOutcome
+from storage_core.reconcile.requests import (
+    CleanupRequest,
+    CopyRequest,
+    ExportRequest,
+    Request,
+    request_from_args,
+)
+from storage_core.reconcile.results import encode_cleanup, encode_copy, encode_table
+from storage_core.reconcile.round import CleanupOutcome, CopyOutcome, TableOutcome
 from tierkeeper_operator import GROUP, VERSION
 from tierkeeper_operator.jobs import LABEL_KIND, job_state
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.loop import Reconciler
 
 
-def _resources(ns: str, topic: str, kafka: KafkaCluster) -> list[dict[str, Any]]:
+def _resources(ns: str, topic: str, kafka: KafkaCluster, table: str) -> list[dict[str, Any]]:
     (broker_id,) = kafka.node_ids
     log_dir = str(kafka.log_dir(broker_id))
     meta = {"namespace": ns}
@@ -67,6 +74,7 @@ def _resources(ns: str, topic: str, kafka: KafkaCluster) -> list[dict[str, Any]]
                 "topic": topic,
                 "localRetentionMs": 0,
                 "copy": {"intervalSeconds": 600},
+                "table": {"location": table},
             },
         },
     ]
@@ -103,7 +111,11 @@ def _record_outcomes(monkeypatch: pytest.MonkeyPatch, results: Path) -> None:
         (results / f".{verb}").write_text(text)
         (results / f".{verb}").rename(results / verb)
 
-    run_copy, run_cleanup = InProcessExecutor.copy, InProcessExecutor.cleanup
+    run_copy, run_cleanup, run_table = (
+        InProcessExecutor.copy,
+        InProcessExecutor.cleanup,
+        InProcessExecutor.table,
+    )
 
     def copy(self: InProcessExecutor, action: Any) -> CopyOutcome:
         outcome = run_copy(self, action)
@@ -116,8 +128,15 @@ def _record_outcomes(monkeypatch: pytest.MonkeyPatch, results: Path) -> None:
         leave("cleanup", encode_cleanup(outcome.report))
         return outcome
 
+    def table(self: InProcessExecutor, action: Any) -> TableOutcome:
+        outcome = run_table(self, action)
+        assert action.kind == "export" and outcome.report is not None, outcome.failure
+        leave("export", encode_table("export", outcome.report))
+        return outcome
+
     monkeypatch.setattr(InProcessExecutor, "copy", copy)
     monkeypatch.setattr(InProcessExecutor, "cleanup", cleanup)
+    monkeypatch.setattr(InProcessExecutor, "table", table)
 
 
 def _finished(plane: ControlPlane, ns: str, kind: str) -> None:
@@ -132,10 +151,14 @@ def _finished(plane: ControlPlane, ns: str, kind: str) -> None:
 
 def _folded(status: Any) -> dict[str, Any]:
     """What a Job's result folds into: the run outcomes (but when and by which Job), the tier, the lag."""
-    out = status.model_dump(include={"topic_id", "remote", "copy_lag", "last_copy", "last_cleanup"})
+    out = status.model_dump(include={"topic_id", "remote", "copy_lag", "last_copy", "last_cleanup", "table"})
     for run in ("last_copy", "last_cleanup"):
         if out.get(run):
             out[run] = {k: v for k, v in out[run].items() if k not in ("time", "job")}
+    if out.get("table") and out["table"].get("last_export"):
+        out["table"]["last_export"] = {
+            k: v for k, v in out["table"]["last_export"].items() if k not in ("time", "job")
+        }
     return out
 
 
@@ -149,7 +172,8 @@ def _job_requests(plane: ControlPlane, ns: str) -> list[Request]:
 
 def _by_kind(requests: list[Request]) -> dict[str, list[Request]]:
     return {
-        kind.__name__: [r for r in requests if isinstance(r, kind)] for kind in (CopyRequest, CleanupRequest)
+        kind.__name__: [r for r in requests if isinstance(r, kind)]
+        for kind in (CopyRequest, CleanupRequest, ExportRequest)
     }
 
 
@@ -159,6 +183,7 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
     kafka_broker: KafkaCluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    spark: Any,  # the session's: standalone mode's export runs on the active session (not stopped after)
 ) -> None:
     plane, ns = k8s_control_plane, k8s_namespace
     plane.apply_crds(load_crds())
@@ -189,7 +214,8 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
             },
         }
     )
-    resources = _resources(ns, topic, kafka_broker)
+    table = f"file://{tmp_path / 'table'}"
+    resources = _resources(ns, topic, kafka_broker, table)
 
     for obj in resources:
         plural = obj["kind"].lower() + "s"
@@ -201,13 +227,15 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "all.yaml").write_text(yaml.safe_dump_all(resources))
     standalone = Standalone({"local": cluster}, load_manifests(tmp_path / "manifests"))
-    report = standalone.run_round()  # the copy, its result folded in, then the cleanup
+    report = standalone.run_round()  # the copy, its result folded in, then the cleanup and the export
     in_process = _by_kind(report.requests)
 
     _finished(plane, ns, "copy")
     operator.run_round()  # the copy Job's result folded; the cleanup Job, planned from that status
     _finished(plane, ns, "cleanup")
     operator.run_round()  # the cleanup Job's result folded
+    _finished(plane, ns, "export")
+    operator.run_round()  # the export Job's result folded
     through_jobs = _by_kind(_job_requests(plane, ns))
 
     (copy,) = in_process["CopyRequest"]
@@ -219,6 +247,12 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
     status = report.plan.topic_status[f"{ns}/{topic}"]
     assert status.last_cleanup is not None and status.last_cleanup.result == "Succeeded", status
     assert status.remote is not None and status.remote.segments > 0, status
+    # The export ran on Spark in this process: the table holds every tiered offset.
+    (export,) = in_process["ExportRequest"]
+    assert (export.topic, export.table.location) == (topic, table)
+    assert status.table is not None and status.table.last_export is not None, status.table
+    assert status.table.last_export.result == "Succeeded" and status.table.lag_offsets == 0, status.table
+    assert not spark.sparkContext._jsc.sc().isStopped()  # a session it did not start is left running
 
     # The same results, folded by the operator from its Jobs, through the API server.
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}"
