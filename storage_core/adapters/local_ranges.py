@@ -13,6 +13,7 @@ and a file removed by remote retention between two reads is then reported as mis
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable
@@ -51,7 +52,8 @@ class LocalRanges:
         try:
             data = self._read(fd, key, start, end, nowait)
             if self.read_ahead_bytes and end < size:
-                os.posix_fadvise(fd, end, min(self.read_ahead_bytes, size - end), os.POSIX_FADV_WILLNEED)
+                with contextlib.suppress(OSError):  # advice only: a filesystem may not take it
+                    os.posix_fadvise(fd, end, min(self.read_ahead_bytes, size - end), os.POSIX_FADV_WILLNEED)
         finally:
             os.close(fd)
         return data
