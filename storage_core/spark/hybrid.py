@@ -17,11 +17,12 @@ watermark).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.kafka_tail import KafkaSpec
+from storage_core.errors import ConfigError
 from storage_core.remote.catalog import list_partitions, list_topics
 from storage_core.remote.layout import TopicPartitionId
 from storage_core.remote.metadata import Manifest
@@ -117,6 +118,13 @@ class Brokers:
             return {(t, p) for t, ps in opts.assign.items() for p in ps if p in listed.get(t, ())}
         return {(t, p) for t in (opts.topics or (opts.topic,)) for p in listed.get(t, ())}
 
+    def topic_ids(self, opts: ScanOptions) -> dict[str, str]:
+        """The live incarnation (Kafka's 22-character topic id) of each subscribed topic on the brokers."""
+        names = sorted({t for t, _ in self.partitions(opts)})
+        if not names:
+            return {}
+        return {info.topic: info.topic_id for info in self._client().describe(names).values()}
+
     def starts(self, keys: Iterable[Key]) -> dict[Key, int]:
         return self._client().log_start_offsets(keys)
 
@@ -125,21 +133,40 @@ class Brokers:
         return client.last_stable_offsets(keys) if self._committed else client.high_watermarks(keys)
 
 
-def tiered_partitions(reader: RemoteReader, opts: ScanOptions) -> dict[Key, TopicPartitionId]:
-    """The subscription's tiered partitions; a topic not tiered (yet) has none here (the brokers may)."""
+def tiered_partitions(
+    reader: RemoteReader, opts: ScanOptions, live_ids: Mapping[str, str] | None = None
+) -> dict[Key, TopicPartitionId]:
+    """The subscription's tiered partitions; a topic not tiered (yet) has none here (the brokers may).
+    ``live_ids``: the brokers' incarnation of each topic (a hybrid read). Only that incarnation's history
+    is the topic's: a tier holding only an older one (the topic deleted and created again under its name)
+    holds none of it, and reading it before the brokers' tail would join two topics' offsets."""
+    listed = list_topics(reader.store, reader.layout)
     if opts.pattern is not None:
         pattern = re.compile(opts.pattern)
-        names = sorted({n for n, _ in list_topics(reader.store, reader.layout) if pattern.fullmatch(n)})
+        names = sorted({n for n, _ in listed if pattern.fullmatch(n)})
     elif opts.assign is not None:
         names = sorted(opts.assign)
     else:
         names = list(opts.topics or (opts.topic,))
-    tiered = {n for n, _ in list_topics(reader.store, reader.layout)}
+    incarnations: dict[str, set[str]] = {}
+    for name, tid in listed:
+        incarnations.setdefault(name, set()).add(tid)
     out: dict[Key, TopicPartitionId] = {}
     for name in names:
-        if name not in tiered:
+        if name not in incarnations:
             continue
-        tp0 = reader.resolve(name, 0, opts.topic_id, choose_with="option topicId")
+        topic_id = opts.topic_id
+        live = None if live_ids is None else live_ids.get(name)
+        if live is not None:
+            if topic_id is not None and topic_id != live:
+                raise ConfigError(
+                    f"option topicId {topic_id} is not the brokers' incarnation of topic {name} ({live}): "
+                    "continueFromKafka reads one incarnation from the tier and the brokers"
+                )
+            if live not in incarnations[name]:
+                continue  # only older incarnations are tiered: none of this topic's history
+            topic_id = live
+        tp0 = reader.resolve(name, 0, topic_id, choose_with="option topicId")
         wanted = opts.assign.get(name) if opts.assign is not None else None
         for tp in list_partitions(reader.store, reader.layout, tp0.topic, tp0.topic_id):
             if wanted is None or tp.partition in wanted:

@@ -166,7 +166,7 @@ def _plan_hybrid_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning
     it and from the brokers elsewhere (hybrid.py); ``latest`` is the brokers' end."""
     assert opts.kafka is not None
     brokers = Brokers(opts.kafka, opts.isolation)
-    tiered = tiered_partitions(reader, opts)
+    tiered = tiered_partitions(reader, opts, brokers.topic_ids(opts))
     on_brokers = brokers.partitions(opts)
     keys = sorted(set(tiered) | on_brokers)
     if pruning.partitions is not None:
@@ -383,7 +383,7 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
             tps = (
                 topic_partitions(reader, self.opts)
                 if self._brokers is None
-                else list(tiered_partitions(reader, self.opts).values())
+                else list(tiered_partitions(reader, self.opts, self._brokers.topic_ids(self.opts)).values())
             )
             self._manifests = {
                 (tp.topic, tp.partition): (tp, reader.manifest(tp, refresh=True)) for tp in tps

@@ -7,12 +7,13 @@ direct consumer of the broker is what every read must equal, offset for offset."
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from storage.dataset import Dataset, consume
 
@@ -195,3 +196,53 @@ def test_one_stream_reads_the_tier_then_the_brokers_every_offset_once_and_restar
         .option("kafka.isolation.level", "read_uncommitted")
     )
     assert _rows(batch.load()) == _direct(bootstrap, topic, "read_uncommitted")
+
+
+def test_a_topic_created_again_is_read_from_the_brokers_never_joined_to_its_predecessors_tier(
+    spark_dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """The tier holds the deleted incarnation's history under the topic's name; a hybrid read is of the
+    brokers' incarnation, whose offsets start again at 0: planned from the brokers alone, never the old
+    tier data in front of the new tail. Naming the old incarnation with ``topicId`` is refused."""
+    bootstrap = spark_dataset.bootstrap
+    topic = f"reborn-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
+    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
+    _produce_transactions(bootstrap, topic, 0, 1500)
+    tier = Tier(f"file://{tmp_path / 'tier'}", {}, {}, ["--remote", f"file://{tmp_path / 'tier'}"], {})
+    (tmp_path / "tier").mkdir()
+    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    old_id = KafkaAdmin(bootstrap).describe([topic])[(topic, 0)].topic_id
+    assert tier.remote_end(topic, 0) > 0, "the old incarnation is tiered"
+
+    admin.delete_topics([topic])[topic].result(60)
+    deadline = time.monotonic() + 120
+    while True:  # the name is free once the controller has finished the deletion
+        try:
+            admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
+            break
+        except KafkaException as exc:
+            assert time.monotonic() < deadline, f"{topic} could not be created again: {exc}"
+            time.sleep(0.5)
+    _produce_transactions(bootstrap, topic, 0, 300)
+    assert KafkaAdmin(bootstrap).describe([topic])[(topic, 0)].topic_id != old_id
+
+    options = {
+        "remote": tier.url,
+        "topic": topic,
+        "continueFromKafka": "true",
+        "kafka.bootstrap.servers": bootstrap,
+        "kafka.isolation.level": "read_committed",
+        "manifestRefreshIntervalMs": "0",
+        "startingOffsets": "earliest",
+    }
+    reader = _StreamReader(parse_options(options, streaming=True))
+    start, end = reader.initialOffset(), reader.latestOffset()
+    planned = list(reader.partitions(start, end))
+    assert planned and all(isinstance(p, KafkaRangePartition) for p in planned), planned
+    assert sorted((p.partition, p.start) for p in planned) == [(0, 0), (1, 0)]
+
+    with pytest.raises(ConfigError, match="not the brokers' incarnation"):
+        old = _StreamReader(parse_options({**options, "topicId": old_id}, streaming=True))
+        old.partitions(old.initialOffset(), old.latestOffset())
