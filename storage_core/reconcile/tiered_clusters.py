@@ -232,7 +232,10 @@ def health(
         job = f" (Job {bucket.job})" if bucket is not None and bucket.job else ""
         return Health(False, "CheckingBucket", f"checking the remote tier{job}", reconciling=True)
     if not bucket.reachable:
-        return Health(False, "BucketUnreachable", f"remote tier: {bucket.message}", stalled=True)
+        # The check Job's own line usually names the remote tier already ("remote tier s3://b: ...").
+        said = bucket.message or "unreachable"
+        message = said if said.startswith("remote tier") else f"remote tier: {said}"
+        return Health(False, "BucketUnreachable", message, stalled=True)
     if kafka is None:
         return Health(False, "CheckingKafka", "waiting for the first Kafka check", reconciling=True)
     wanted = obj.spec.value.gateway.replicas if obj.spec.value and obj.spec.value.gateway.enabled else 0

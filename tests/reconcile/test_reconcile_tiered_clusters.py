@@ -115,7 +115,10 @@ def test_the_verdict_names_the_first_problem() -> None:
     assert "kafka:9092" in first.message
     stalled = decide.health(cluster, where, up, bad, members, key)
     assert (stalled.reason, stalled.stalled) == ("BucketUnreachable", True)
-    assert "does not exist" in stalled.message
+    assert stalled.message == "remote tier: bucket 'b' does not exist"
+    named = bad.model_copy(update={"message": "remote tier s3://b/t: bucket 'b' does not exist"})
+    said_once = decide.health(cluster, where, up, named, members, key)
+    assert said_once.message == "remote tier s3://b/t: bucket 'b' does not exist", "the tier named once"
     checking = decide.health(cluster, where, up, good, members, "other-settings")
     assert checking.reason == "CheckingBucket" and checking.reconciling
     ready = decide.health(cluster, where, up, good, members, key)
