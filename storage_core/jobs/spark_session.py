@@ -40,12 +40,15 @@ def spark_session(app: str, master: str | None, conf: dict[str, str]) -> Any:
 def job_spark_session(app: str, master: str | None, conf: dict[str, str]) -> Iterator[Any]:
     """A session for one run in a longer-lived process (standalone mode): stopped afterwards unless it
     was already running when the run began (then it belongs to whoever started it)."""
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
-    existing = SparkSession.getActiveSession()
+    # The process's context, not SparkSession.getActiveSession(): that one is per thread, and standalone
+    # mode runs its actions on worker threads, where it said "none" and the run stopped the session of
+    # whoever had started it (a test's, or an embedding application's).
+    existing = SparkContext._active_spark_context is not None
     spark = spark_session(app, master, conf)
     try:
         yield spark
     finally:
-        if existing is None:
+        if not existing:
             spark.stop()
