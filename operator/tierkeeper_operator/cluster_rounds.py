@@ -50,6 +50,7 @@ from tierkeeper_operator.jobs import (
     termination_message,
 )
 from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.status_patch import status_patch
 from tierkeeper_operator.strimzi_brokers import bootstrap_servers
 
 log = logging.getLogger("tierkeeper.operator")
@@ -389,13 +390,11 @@ class ClusterRounds:
     def _write(self, obj: decide.ClusterObject, status: TieredClusterStatus, verdict: Health) -> None:
         raw = self._raw[obj.key]
         new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        before = raw.get("status") or {}
-        if new == before:
+        patch = status_patch(raw.get("status") or {}, new)  # a field gone (the gateway turned off): null
+        if not patch:
             return
-        # A merge patch keeps what it does not name: a field gone (the gateway turned off) is sent as null.
-        gone = {key: None for key in before if key not in new}
         try:
-            self.kube.patch_status(PLURAL, obj.namespace, obj.name, {**new, **gone})
+            self.kube.patch_status(PLURAL, obj.namespace, obj.name, patch)
         except KubeError as exc:
             if exc.status != 404:  # deleted during the round
                 raise

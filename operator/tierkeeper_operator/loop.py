@@ -72,6 +72,7 @@ from tierkeeper_operator.jobs import (
 from tierkeeper_operator.kube import Kube, KubeError
 from tierkeeper_operator.metrics import Metrics
 from tierkeeper_operator.rebuild_rounds import RebuildRounds
+from tierkeeper_operator.status_patch import status_patch
 
 log = logging.getLogger("tierkeeper.operator")
 COMPONENT = "tierkeeper-operator"
@@ -463,9 +464,10 @@ class Reconciler:
         ):
             for key, status in statuses.items():
                 new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-                if new != (objs[key].get("status") or {}):  # only what changed is written
+                patch = status_patch(objs[key].get("status") or {}, new)  # only what changed is written
+                if patch:
                     meta = objs[key]["metadata"]
-                    changed.append((plural, meta["namespace"], meta["name"], new))
+                    changed.append((plural, meta["namespace"], meta["name"], patch))
         self._parallel(self._patch_status, changed)
 
 
