@@ -162,8 +162,8 @@ class FetcherRounds:
             )
 
     def _drop_status(self, obj: Mapping[str, Any]) -> None:
-        """spec.replicaFetchers was removed: status.fetchers is this round's to clear (the main round carries it
-        over as it finds it)."""
+        """spec.replicaFetchers was removed: status.fetchers is this round's to clear (the main round
+        carries it over as it finds it)."""
         meta = obj["metadata"]
         try:
             self.kube.patch_status("tieredbrokers", meta["namespace"], meta["name"], {"fetchers": None})
