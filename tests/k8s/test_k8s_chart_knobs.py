@@ -250,7 +250,12 @@ def test_one_job_image_name_everywhere() -> None:
     assert f"{values['pipelineImage']['repository']}:{chart['appVersion']}" == DEFAULT_IMAGE
     makefile = (REPO_ROOT / "Makefile").read_text()
     make_vars = dict(re.findall(r"^(IMAGE_REPO|IMAGE_TAG) \?= (\S+)$", makefile, re.M))
-    assert "-t $(IMAGE_REPO)/pipeline:$(IMAGE_TAG)" in makefile
+    # `make images` tags <IMAGE_REPO>/<target>:<IMAGE_TAG> through docker/build_images.py.
+    assert "build_images.py --repo $(IMAGE_REPO) --version $(IMAGE_TAG)" in makefile
+    builder = (REPO_ROOT / "docker" / "build_images.py").read_text()
+    assert (
+        '"pipeline": "tierkeeper/pipeline"' in builder and 'f"{prefix}{repo}/{target}:{version}"' in builder
+    )
     assert f"{make_vars['IMAGE_REPO']}/pipeline:{make_vars['IMAGE_TAG']}" == DEFAULT_IMAGE
     examples = [
         REPO_ROOT / "examples" / "cluster.yaml",
