@@ -52,6 +52,25 @@ def _direct(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, int, 
     )
 
 
+def _tiered(data: Dataset, broker: KafkaCluster, topic: str, tmp_path: Path) -> Tier:
+    """``topic`` tiered by the real CLI to a file:// tier of the test's own (the active segment stays)."""
+    tier = Tier(f"file://{tmp_path / 'tier'}", {}, {}, ["--remote", f"file://{tmp_path / 'tier'}"], {})
+    (tmp_path / "tier").mkdir()
+    copy_to(tier, data, broker, [topic])
+    return tier
+
+
+def _hybrid_options(tier: Tier, topic: str, bootstrap: str) -> dict[str, str]:
+    return {
+        "remote": tier.url,
+        "topic": topic,
+        "continueFromKafka": "true",
+        "kafka.bootstrap.servers": bootstrap,
+        "kafka.isolation.level": "read_committed",
+        "manifestRefreshIntervalMs": "0",
+    }
+
+
 def _rows(df: Any) -> list[tuple[int, int, bytes, bytes]]:
     return sorted(
         (r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"]))
@@ -124,17 +143,8 @@ def test_one_stream_reads_the_tier_then_the_brokers_every_offset_once_and_restar
     tk_spark: Any, spark_dataset: Dataset, kafka_broker: KafkaCluster, hybrid_topic: str, tmp_path: Path
 ) -> None:
     topic, bootstrap = hybrid_topic, spark_dataset.bootstrap
-    tier = Tier(f"file://{tmp_path / 'tier'}", {}, {}, ["--remote", f"file://{tmp_path / 'tier'}"], {})
-    (tmp_path / "tier").mkdir()
-    copy_to(tier, spark_dataset, kafka_broker, [topic])
-    options = {
-        "remote": tier.url,
-        "topic": topic,
-        "continueFromKafka": "true",
-        "kafka.bootstrap.servers": bootstrap,
-        "kafka.isolation.level": "read_committed",
-        "manifestRefreshIntervalMs": "0",
-    }
+    tier = _tiered(spark_dataset, kafka_broker, topic, tmp_path)
+    options = _hybrid_options(tier, topic, bootstrap)
     broker_ends = KafkaAdmin(bootstrap).high_watermarks([(topic, 0), (topic, 1)])
     assert all(tier.remote_end(topic, p) + 1 < broker_ends[(topic, p)] for p in (0, 1)), "no tail to read"
 
@@ -210,9 +220,7 @@ def test_a_topic_created_again_is_read_from_the_brokers_never_joined_to_its_pred
     config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
     admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
     _produce_transactions(bootstrap, topic, 0, 1500)
-    tier = Tier(f"file://{tmp_path / 'tier'}", {}, {}, ["--remote", f"file://{tmp_path / 'tier'}"], {})
-    (tmp_path / "tier").mkdir()
-    copy_to(tier, spark_dataset, kafka_broker, [topic])
+    tier = _tiered(spark_dataset, kafka_broker, topic, tmp_path)
     old_id = KafkaAdmin(bootstrap).describe([topic])[(topic, 0)].topic_id
     assert tier.remote_end(topic, 0) > 0, "the old incarnation is tiered"
 
@@ -228,15 +236,7 @@ def test_a_topic_created_again_is_read_from_the_brokers_never_joined_to_its_pred
     _produce_transactions(bootstrap, topic, 0, 300)
     assert KafkaAdmin(bootstrap).describe([topic])[(topic, 0)].topic_id != old_id
 
-    options = {
-        "remote": tier.url,
-        "topic": topic,
-        "continueFromKafka": "true",
-        "kafka.bootstrap.servers": bootstrap,
-        "kafka.isolation.level": "read_committed",
-        "manifestRefreshIntervalMs": "0",
-        "startingOffsets": "earliest",
-    }
+    options = {**_hybrid_options(tier, topic, bootstrap), "startingOffsets": "earliest"}
     reader = _StreamReader(parse_options(options, streaming=True))
     start, end = reader.initialOffset(), reader.latestOffset()
     planned = list(reader.partitions(start, end))
