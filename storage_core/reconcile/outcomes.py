@@ -165,6 +165,15 @@ def _table_of(status: TieredTopicStatus) -> TableStatus:
     return status.table if status.table is not None else TableStatus()
 
 
+def _table_run_failed(
+    status: TieredTopicStatus, run: str, now: datetime.datetime, message: str, job: str | None
+) -> TieredTopicStatus:
+    """``status`` with the table's ``run`` (last_export, last_maintenance) failed once more."""
+    table = _table_of(status)
+    outcome = _failed(getattr(table, run), now, message, job)
+    return status.model_copy(update={"table": table.model_copy(update={run: outcome})})
+
+
 def topic_after_export(
     status: TieredTopicStatus,
     report: Mapping[str, Any] | None,
@@ -175,8 +184,7 @@ def topic_after_export(
     """``report``: ``tierkeeper export --format iceberg --json``'s summary (or a Job's result decoded)."""
     table = _table_of(status)
     if failure is not None or report is None:
-        outcome = _failed(table.last_export, now, failure or "the export left no result", job)
-        return status.model_copy(update={"table": table.model_copy(update={"last_export": outcome})})
+        return _table_run_failed(status, "last_export", now, failure or "the export left no result", job)
     update: dict[str, Any] = {
         "name": report.get("table", table.name),
         "location": report.get("location", table.location),
@@ -209,8 +217,8 @@ def topic_after_maintenance(
     """``report``: ``tierkeeper table-maintenance --json``'s summary (or a Job's result decoded)."""
     table = _table_of(status)
     if failure is not None or report is None:
-        outcome = _failed(table.last_maintenance, now, failure or "table maintenance left no result", job)
-        return status.model_copy(update={"table": table.model_copy(update={"last_maintenance": outcome})})
+        message = failure or "table maintenance left no result"
+        return _table_run_failed(status, "last_maintenance", now, message, job)
     message = (
         f"expired {int(report.get('expired_snapshots', 0))} snapshots, deleted "
         f"{int(report.get('orphans_deleted', 0))} orphan files, compacted "
