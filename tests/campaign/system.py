@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from campaign.ledger import Ledger, Record
@@ -24,6 +24,7 @@ from harness.kafka import KafkaCluster
 from harness.moto_s3 import DUMMY_KEY, DUMMY_SECRET, MotoServer
 from harness.paths import REPO_ROOT
 from harness.s3_faults import FaultPlan, FaultProxy
+from harness.topics import create_again
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.store import RemoteStore
 
@@ -209,18 +210,7 @@ class CampaignSystem:
         self.ledger.delete_incarnation(topic, old_id)
         self.deleted.setdefault(topic, []).append((old_id, tiered))
         config = self._topic_config(topic)
-        deadline = time.monotonic() + timeout
-        while True:  # the controller finishes the delete asynchronously: poll until the name is free
-            future = admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor=3, config=config)])[
-                topic
-            ]
-            try:
-                future.result(120)
-                break
-            except KafkaException as error:
-                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        create_again(admin, NewTopic(topic, PARTITIONS, replication_factor=3, config=config), timeout)
         self.cluster.wait_topic(topic, PARTITIONS)
         if self.topic_id(topic) == old_id:
             raise AssertionError(f"{topic} recreated with its old id {old_id}")

@@ -7,17 +7,17 @@ direct consumer of the broker is what every read must equal, offset for offset."
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from storage.dataset import Dataset, consume
 
 from harness.kafka import KafkaCluster
+from harness.topics import create_again
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.errors import ConfigError
 from storage_core.spark.hybrid import KAFKA, LOST, TIER, Piece, pieces
@@ -225,14 +225,7 @@ def test_a_topic_created_again_is_read_from_the_brokers_never_joined_to_its_pred
     assert tier.remote_end(topic, 0) > 0, "the old incarnation is tiered"
 
     admin.delete_topics([topic])[topic].result(60)
-    deadline = time.monotonic() + 120
-    while True:  # the name is free once the controller has finished the deletion
-        try:
-            admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
-            break
-        except KafkaException as exc:
-            assert time.monotonic() < deadline, f"{topic} could not be created again: {exc}"
-            time.sleep(0.5)
+    create_again(admin, NewTopic(topic, 2, 1, config=config))
     _produce_transactions(bootstrap, topic, 0, 300)
     assert KafkaAdmin(bootstrap).describe([topic])[(topic, 0)].topic_id != old_id
 
