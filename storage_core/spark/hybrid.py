@@ -118,9 +118,10 @@ class Brokers:
             return {(t, p) for t, ps in opts.assign.items() for p in ps if p in listed.get(t, ())}
         return {(t, p) for t in (opts.topics or (opts.topic,)) for p in listed.get(t, ())}
 
-    def topic_ids(self, opts: ScanOptions) -> dict[str, str]:
-        """The live incarnation (Kafka's 22-character topic id) of each subscribed topic on the brokers."""
-        names = sorted({t for t, _ in self.partitions(opts)})
+    def topic_ids(self, keys: Iterable[Key]) -> dict[str, str]:
+        """The live incarnation (Kafka's 22-character topic id) of the topics of ``keys`` (partitions the
+        brokers listed)."""
+        names = sorted({t for t, _ in keys})
         if not names:
             return {}
         return {info.topic: info.topic_id for info in self._client().describe(names).values()}

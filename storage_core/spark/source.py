@@ -166,8 +166,8 @@ def _plan_hybrid_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning
     it and from the brokers elsewhere (hybrid.py); ``latest`` is the brokers' end."""
     assert opts.kafka is not None
     brokers = Brokers(opts.kafka, opts.isolation)
-    tiered = tiered_partitions(reader, opts, brokers.topic_ids(opts))
     on_brokers = brokers.partitions(opts)
+    tiered = tiered_partitions(reader, opts, brokers.topic_ids(on_brokers))
     keys = sorted(set(tiered) | on_brokers)
     if pruning.partitions is not None:
         keys = [k for k in keys if k[1] in pruning.partitions]
@@ -380,16 +380,15 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         now = self._clock()
         due = self._refreshed_at is None or (now - self._refreshed_at) * 1000 >= self.opts.refresh_interval_ms
         if force or due:
-            tps = (
-                topic_partitions(reader, self.opts)
-                if self._brokers is None
-                else list(tiered_partitions(reader, self.opts, self._brokers.topic_ids(self.opts)).values())
-            )
+            if self._brokers is None:
+                tps = topic_partitions(reader, self.opts)
+            else:
+                self._broker_keys = self._brokers.partitions(self.opts)
+                live = self._brokers.topic_ids(self._broker_keys)
+                tps = list(tiered_partitions(reader, self.opts, live).values())
             self._manifests = {
                 (tp.topic, tp.partition): (tp, reader.manifest(tp, refresh=True)) for tp in tps
             }
-            if self._brokers is not None:
-                self._broker_keys = self._brokers.partitions(self.opts)
             self._refreshed_at = now
         return self._manifests
 
