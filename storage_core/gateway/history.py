@@ -387,7 +387,7 @@ class _Window:
                 more = self._ranges.read(
                     self._key, have_end, max(end, start + self._span), self._size, nowait=self._nowait
                 )
-                self._data = bytes(self._data) + bytes(more)  # rare: a batch larger than the limit
+                self._data = b"".join((self._data, more))  # rare: a batch larger than the limit
             else:
                 self._start = start
                 self._data = self._ranges.read(
