@@ -155,6 +155,8 @@ class ClientSession:
             if chunks:
                 write_chunks(self.writer, chunks)
                 await self.writer.drain()
+            # The client now reads this answer and asks again: its next tier answer is computed meanwhile.
+            self.tier.speculate()
 
     async def _handle(
         self, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]

@@ -45,6 +45,8 @@ FETCH, LIST_OFFSETS, METADATA = 1, 2, 3
 READ_COMMITTED = 1
 MAX_PREPARED = 4
 """Answers read ahead per client connection (each at most the partition's fetch limit, 1 MiB by default)."""
+PREPARED_FOR_S = 5.0
+"""A prepared answer not asked for within this long is read again (a client that paused; its memory)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +58,15 @@ class Marks:
     last_stable_offset: int
     local_start: int
     """The broker's own log start (below it the tier answers)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Prepared:
+    read: _Read
+    answer: asyncio.Future[TierSlice | None]
+    at: float
+    on_loop: bool
+    """Computed on the event loop (then followed by another when used)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,7 +87,9 @@ class TierAnswers:
         self.ctx = ctx
         self.grants = Grants(ctx.limits.grant_s)
         self._marks: dict[tuple[str, int], Marks] = {}
-        self._prepared: dict[fetch_rules.PartitionKey, tuple[_Read, asyncio.Future[TierSlice | None]]] = {}
+        self._prepared: dict[fetch_rules.PartitionKey, _Prepared] = {}
+        self._following: dict[fetch_rules.PartitionKey, _Read] = {}
+        """The reads :meth:`speculate` computes next."""
 
     # ---- Fetch ----------------------------------------------------------------------------------
     async def fetch_under_grants(self, upstream: Upstream, version: int, request: Any) -> Any | None:
@@ -178,26 +191,68 @@ class TierAnswers:
         return answers
 
     async def _read(self, key: fetch_rules.PartitionKey, read: _Read) -> TierSlice | None:
-        """The tier's answer to ``read``: on the event loop itself when memory holds it (the usual case of a
-        consumer reading history: the source reads ahead), else on a thread. After such a miss the
-        partition's next answer is prepared on a thread too: a consumer reading history asks next for the
-        offset after the batches it was just served, with the same limits, so that answer is read while
-        the client handles this one (one per partition of this connection). A prepared answer is not
-        followed by another, or the partition would stay on threads after the source has caught up."""
+        """The tier's answer to ``read``, computed ahead when it could be (a consumer reading history asks
+        next for the offset after the batches it was just served, with the same limits), else on the event
+        loop when memory holds it, else on a thread.
+
+        Ahead of the ask: after an answer computed on the event loop, the next one is computed there too,
+        once this one has been written to the client (:meth:`speculate`), while the client reads it and
+        asks again; after a miss, the next one is read on a thread meanwhile. A thread's answer is not
+        followed by another thread's, or the partition would stay on threads (each hand-off waits for the
+        GIL) after the source has caught up. At most ``MAX_PREPARED`` partitions of a connection have one."""
         prepared = self._prepared.pop(key, None)
-        if prepared is not None and prepared[0] == read:
-            return await prepared[1]
+        if prepared is not None and prepared.read == read and time.monotonic() - prepared.at < PREPARED_FOR_S:
+            found = await prepared.answer
+            if prepared.on_loop:
+                self._follow(key, read, found)
+            return found
         try:
-            return self._read_now(read)
+            found = self._read_now(read)
         except NotReady:
             pass
+        else:
+            self._follow(key, read, found)
+            return found
         found = await self._submit(read)
         if found is not None and found.records:
             after = dataclasses.replace(read, offset=found.upper_offset)
-            self._prepared[key] = (after, self._submit(after))
-            while len(self._prepared) > MAX_PREPARED:  # memory: a few partitions' answers per connection
-                del self._prepared[next(iter(self._prepared))]
+            self._keep(key, after, self._submit(after), on_loop=False)
         return found
+
+    def speculate(self) -> None:
+        """Compute on the event loop the answers :meth:`_read` expects to be asked next. Called once an
+        answer has been written (its client is busy reading it): what memory holds is ready when the
+        client asks; what it does not is read on a thread meanwhile. A failure is left for the real ask
+        to meet (and report) again."""
+        following, self._following = self._following, {}
+        for key, read in following.items():
+            if key in self._prepared:
+                continue
+            future: asyncio.Future[TierSlice | None] = asyncio.get_running_loop().create_future()
+            try:
+                future.set_result(self._read_now(read))
+            except NotReady:
+                self._keep(key, read, self._submit(read), on_loop=False)
+                continue
+            except Exception:  # noqa: BLE001 - the real ask reads again and reports what it meets
+                continue
+            self._keep(key, read, future, on_loop=True)
+
+    def _follow(self, key: fetch_rules.PartitionKey, read: _Read, found: TierSlice | None) -> None:
+        if found is not None and found.records:
+            self._following[key] = dataclasses.replace(read, offset=found.upper_offset)
+
+    def _keep(
+        self,
+        key: fetch_rules.PartitionKey,
+        read: _Read,
+        answer: asyncio.Future[TierSlice | None],
+        *,
+        on_loop: bool,
+    ) -> None:
+        self._prepared[key] = _Prepared(read, answer, time.monotonic(), on_loop)
+        while len(self._prepared) > MAX_PREPARED:  # memory: a few partitions' answers per connection
+            del self._prepared[next(iter(self._prepared))]
 
     def _read_now(self, read: _Read) -> TierSlice | None:
         return self.ctx.history.read(

@@ -64,3 +64,28 @@ def test_a_range_not_in_memory_is_not_ready_instead_of_a_wait(
 def test_a_file_removed_by_retention_is_a_missing_object(tmp_path: Path) -> None:
     with pytest.raises(RemoteObjectNotFound):
         LocalRanges().read(str(tmp_path / "gone.log"), 0, 10, 10)
+
+
+def test_read_ahead_is_advised_again_only_once_half_of_it_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(64 * 1024)
+    path = tmp_path / "00000000000000000000-segment.log"
+    path.write_bytes(data)
+    advised: list[tuple[int, int]] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        advised.append((offset, length))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(local_ranges.os, "posix_fadvise", record)
+    ranges = LocalRanges(read_ahead_bytes=16 * 1024)
+    for start in range(0, 40 * 1024, 4096):  # a consumer reading 4 KiB after 4 KiB
+        assert bytes(ranges.read(str(path), start, start + 4096, len(data))) == data[start : start + 4096]
+    # Advised at 4 KiB (up to 20 KiB), again once a read ends past 12 KiB, and so on: every third read.
+    assert advised == [(4096, 16384), (16384, 16384), (28672, 16384), (40960, 16384)]
+    ranges.read(str(path), 0, 4096, len(data))  # a seek back: advised anew from there
+    assert advised[-1] == (4096, 16384)
+    ranges.read(str(path), 60 * 1024, 64 * 1024, len(data))  # the object's end: nothing ahead to advise
+    assert advised[-1] == (4096, 16384)
