@@ -949,7 +949,7 @@ def main() -> int:
     kinds = [k for k in ns.targets.split(",") if k]
     work = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     results = Results(machine_notes())
-    cluster = KafkaCluster(work / "kafka", brokers=ns.brokers, heap="1g")
+    cluster = KafkaCluster(work / "kafka", brokers=ns.brokers, heap="1g", quick_start=False)
     moto: MotoServer | None = None
     probe: Probe | None = None
     try:

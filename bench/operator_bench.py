@@ -228,7 +228,7 @@ def copy_lag(args: argparse.Namespace) -> int:
         "load_before": uptime(),
     }
     plane = ControlPlane(work / "k8s")
-    kafka = KafkaCluster(work / "kafka", brokers=1)
+    kafka = KafkaCluster(work / "kafka", brokers=1, quick_start=False)
     operator: subprocess.Popen[bytes] | None = None
     stop = threading.Event()
     moto: MotoServer | None = None
@@ -461,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="tk-operator-bench-"))
     load_before = uptime()
     plane = ControlPlane(work / "k8s")
-    kafka = KafkaCluster(work / "kafka", brokers=1, heap=args.heap, broker_config={"log.retention.ms": "-1"})
+    kafka = KafkaCluster(
+        work / "kafka", brokers=1, heap=args.heap, broker_config={"log.retention.ms": "-1"}, quick_start=False
+    )
     operator: subprocess.Popen[bytes] | None = None
     result: dict[str, Any] = {"topics": args.topics, "load_before": load_before}
     try:

@@ -558,6 +558,7 @@ def main() -> int:
         heap="1g",
         broker_config=broker_config,
         cpus={1: "0", 2: "0", REBUILT: "1"} if args.rebuilt_own_cpu else {},
+        quick_start=False,
     )
     remote = f"file://{workdir / 'remote'}"
     try:

@@ -410,7 +410,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
         work = Path(tmp)
         remote = f"file://{work / 'remote'}"
-        cluster = KafkaCluster(work / "kafka", brokers=1)
+        cluster = KafkaCluster(work / "kafka", brokers=1, quick_start=False)
         cluster.start()
         try:
             topics = {"kb": ("bench-1kb", ns.size_mib, 1000), "small": ("bench-100b", ns.small_size_mib, 100)}

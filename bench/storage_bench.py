@@ -101,7 +101,7 @@ def machine_notes() -> dict[str, Any]:
 # ---- data ----------------------------------------------------------------------------------------
 def prepare(workdir: Path, ns: argparse.Namespace) -> tuple[Path, int, dict[str, Any]]:
     """Produce the partition on a real broker; return its log dir, last stable offset and a summary."""
-    cluster = KafkaCluster(workdir / "kafka", brokers=1)
+    cluster = KafkaCluster(workdir / "kafka", brokers=1, quick_start=False)
     log("starting a Kafka broker")
     try:
         cluster.start()

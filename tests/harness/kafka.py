@@ -15,11 +15,19 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import process
-from harness.kafka_dist import HarnessError, classpath, java_binary
+from harness.kafka_dist import (
+    QUICK_START_FLAGS,
+    HarnessError,
+    class_archive,
+    class_archive_flags,
+    classpath,
+    java_binary,
+)
 from harness.ports import free_ports, wait_port
 
 LOG4J2 = """\
@@ -111,6 +119,11 @@ class KafkaCluster:
     tls: Path | None = None
     """A directory for a CA and a certificate for 127.0.0.1 (harness.tls): the client listener (and the
     brokers' own connections) then use TLS with them; ``client_config`` names the CA."""
+    jvm_flags: Sequence[str] = ()
+    """More JVM flags of every broker (:func:`ensure_class_archive` records the archive with one)."""
+    quick_start: bool = True
+    """Start the broker JVMs with :data:`QUICK_START_FLAGS` and the class-data archive (a third of the CPU
+    of a plain start); benchmarks turn it off to run brokers as production does."""
     _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
     _cluster_id: str = field(default_factory=_cluster_id, init=False)
 
@@ -228,11 +241,14 @@ class KafkaCluster:
         text = "".join(f"{k}={v}\n" for k, v in self._properties(node).items())
         node.config_file.write_text(text)
 
-    def _java(self, main_class: str, *args: str, heap: str | None = None) -> list[str]:
+    def _java(
+        self, main_class: str, *args: str, heap: str | None = None, flags: Sequence[str] = ()
+    ) -> list[str]:
         return [
             java_binary(),
             f"-Xmx{heap or self.heap}",
             "-XX:+UseG1GC",
+            *flags,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",
@@ -262,32 +278,28 @@ class KafkaCluster:
             *args,
         ]
 
-    def _format(self, node: _Node) -> None:
-        node.data_dir.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            self._java(
-                "kafka.tools.StorageTool",
-                "format",
-                f"--cluster-id={self._cluster_id}",
-                "-c",
-                str(node.config_file),
-                "--ignore-formatted",
-                heap="256m",
-            ),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise HarnessError(
-                f"kafka-storage format failed for node {node.node_id}:\n{proc.stdout}{proc.stderr}"
-            )
+    def _format(self, nodes: Iterable[_Node]) -> None:
+        """``kafka-storage format`` of every node's log dir, the tools' JVMs run side by side."""
+        running = []
+        for node in nodes:
+            node.data_dir.mkdir(parents=True, exist_ok=True)
+            args = ["format", f"--cluster-id={self._cluster_id}", "-c", str(node.config_file)]
+            command = self.tool_command("kafka.tools.StorageTool", *args, "--ignore-formatted")
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            running.append((node, proc))
+        failed = []
+        for node, proc in running:
+            output, _ = proc.communicate()
+            if proc.returncode != 0:
+                failed.append(f"kafka-storage format failed for node {node.node_id}:\n{output}")
+        if failed:
+            raise HarnessError("\n".join(failed))
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> KafkaCluster:
         for node in self._nodes.values():
             self._write_config(node)
-            self._format(node)
+        self._format(self._nodes.values())
         for node_id in self.node_ids:
             self._spawn(self._nodes[node_id])
         self.wait_ready(self.node_ids)
@@ -298,7 +310,8 @@ class KafkaCluster:
         env.pop("KAFKA_OPTS", None)
         with open(node.log_file, "ab") as f:
             f.write(f"\n===== harness: starting node {node.node_id} at {time.time():.3f} =====\n".encode())
-        command = self._java("kafka.Kafka", str(node.config_file))
+        flags = [*QUICK_START_FLAGS, *class_archive_flags()] if self.quick_start else []
+        command = self._java("kafka.Kafka", str(node.config_file), flags=[*flags, *self.jvm_flags])
         if nice:
             # Every JVM thread inherits the niceness only if the process starts with it.
             command = ["nice", "-n", str(nice), *command]
@@ -450,3 +463,32 @@ class KafkaCluster:
         if proc.returncode != 0:
             raise HarnessError(f"DumpLogSegments failed ({proc.returncode}): {proc.stderr[-3000:]}")
         return proc.stdout
+
+
+def ensure_class_archive(workdir: Path) -> Path:
+    """The class-data archive of a broker JVM (:func:`harness.kafka_dist.class_archive`), recorded once per
+    machine by a one-node cluster that starts, serves one topic and stops gracefully (the JVM writes the
+    archive as it exits). ``workdir`` is scratch space for that cluster."""
+    archive = class_archive()
+    if archive.is_file():
+        return archive
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    cluster = KafkaCluster(workdir, brokers=1, jvm_flags=(f"-XX:ArchiveClassesAtExit={partial}",))
+    try:
+        _create_topic(cluster.start(), "warm-up")
+    finally:
+        cluster.stop(graceful=True)
+    if not partial.is_file():
+        raise HarnessError(
+            f"the broker JVM wrote no class-data archive; its log:\n{cluster.server_log(1)[-3000:]}"
+        )
+    partial.replace(archive)  # atomic: another session never maps a half-written archive
+    return archive
+
+
+def _create_topic(cluster: KafkaCluster, name: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(60)
+    cluster.wait_topic(name, 1)

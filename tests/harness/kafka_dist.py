@@ -7,7 +7,9 @@ it complete, so later runs start brokers without touching Maven at all.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -80,17 +82,48 @@ def classpath() -> str:
 
 def java_binary() -> str:
     """The Java 17+ used to run Kafka; ``$JAVA_HOME/bin/java`` wins over PATH."""
-    import os
-
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not java or not Path(java).exists():
         raise HarnessError("no java found (set JAVA_HOME or put Java 17+ on PATH)")
+    _java_version(java)
+    return java
+
+
+@functools.cache
+def _java_version(java: str) -> str:
+    """``java -version`` of ``java``, checked to be 17+: asked once per process (every JVM the harness
+    starts went through here, and each ask is a JVM start of its own)."""
     out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
     match = re.search(r'version "(\d+)', out)
     if not match or int(match.group(1)) < 17:
         raise HarnessError(f"Kafka 4.x needs Java 17+, {java} says: {out.strip().splitlines()[:1]}")
-    return java
+    return out
+
+
+QUICK_START_FLAGS = ("-XX:TieredStopAtLevel=1",)
+"""JVM flags of a broker started for a test: the C1 compiler only. A test's broker handles little traffic,
+and C2 compiling Kafka's startup paths took nearly half the CPU of a start (5.7-7.6 CPU-seconds, 3.2-4.4
+with C1 only, measured here) on a shared 2-core machine where every test waits for its brokers.
+Benchmarks run brokers without them (``quick_start``)."""
+
+
+def class_archive() -> Path:
+    """Where the class-data archive of a broker JVM for this Java and these Kafka jars lives (made by
+    ``make harness``, :func:`harness.kafka.ensure_class_archive`). A broker started with it maps Kafka's
+    classes, already parsed and verified, instead of loading them from the jars: about half the CPU of a
+    start. A stale or foreign archive is ignored by the JVM (-Xshare:auto), so the key is only to keep
+    one per Java and classpath."""
+    java = java_binary()
+    key = "\0".join([os.path.realpath(java), _java_version(java), classpath(), *QUICK_START_FLAGS])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_dir() / f"kafka-{kafka_version()}" / f"broker-classes-{digest}.jsa"
+
+
+def class_archive_flags() -> list[str]:
+    """``-XX:SharedArchiveFile=...`` when :func:`class_archive` exists, else nothing (a slower start)."""
+    archive = class_archive()
+    return [f"-XX:SharedArchiveFile={archive}"] if archive.is_file() else []
 
 
 if __name__ == "__main__":
