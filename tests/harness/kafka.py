@@ -111,6 +111,9 @@ class KafkaCluster:
     tls: Path | None = None
     """A directory for a CA and a certificate for 127.0.0.1 (harness.tls): the client listener (and the
     brokers' own connections) then use TLS with them; ``client_config`` names the CA."""
+    log_dirs_per_broker: int = 1
+    """Entries of each node's ``log.dirs`` (JBOD): ``data``, then ``data-1``, ``data-2``... (the first one
+    also holds the metadata log)."""
     _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
     _cluster_id: str = field(default_factory=_cluster_id, init=False)
 
@@ -205,7 +208,7 @@ class KafkaCluster:
                 f"{v}@127.0.0.1:{self._nodes[v].controller_port}" for v in self.voters
             ),
             **self._listener_properties(node, is_voter),
-            "log.dirs": str(node.data_dir),
+            "log.dirs": ",".join(str(d) for d in self.log_dirs(node.node_id)),
             "num.partitions": "1",
             "offsets.topic.replication.factor": rf,
             "offsets.topic.num.partitions": "4",
@@ -263,7 +266,8 @@ class KafkaCluster:
         ]
 
     def _format(self, node: _Node) -> None:
-        node.data_dir.mkdir(parents=True, exist_ok=True)
+        for data in self.log_dirs(node.node_id):
+            data.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
             self._java(
                 "kafka.tools.StorageTool",
@@ -407,14 +411,15 @@ class KafkaCluster:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def wipe_log_dir(self, node_id: int, keep_meta: bool = True) -> None:
-        """Delete the node's data (it must be stopped); keep meta.properties to simulate a replaced disk."""
+        """Delete the node's data in every log dir (it must be stopped); keep meta.properties to simulate
+        replaced disks."""
         if self.is_running(node_id):
             raise HarnessError(f"stop node {node_id} before wiping its log dir")
-        data = self._nodes[node_id].data_dir
-        for entry in data.iterdir():
-            if keep_meta and entry.name == "meta.properties":
-                continue
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        for data in self.log_dirs(node_id):
+            for entry in data.iterdir():
+                if keep_meta and entry.name == "meta.properties":
+                    continue
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
     def stop(self, graceful: bool = False) -> None:
         """Stop every node. Teardown kills by default: the data is scratch and a graceful stop of the
@@ -428,7 +433,12 @@ class KafkaCluster:
 
     # ---- inspection ----------------------------------------------------------------------------
     def log_dir(self, node_id: int) -> Path:
+        """The node's first log dir (its only one unless ``log_dirs_per_broker`` says more)."""
         return self._nodes[node_id].data_dir
+
+    def log_dirs(self, node_id: int) -> list[Path]:
+        first = self._nodes[node_id].data_dir
+        return [first, *(first.with_name(f"data-{i}") for i in range(1, self.log_dirs_per_broker))]
 
     def server_log(self, node_id: int) -> str:
         path = self._nodes[node_id].log_file
