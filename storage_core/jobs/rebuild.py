@@ -212,10 +212,11 @@ _ACTION_RANK = (
 
 
 def dir_index(topic: str, partition: int, dirs: int) -> int:
-    """Which of a JBOD broker's ``dirs`` log dirs a rebuild puts a partition into: a hash of the
-    partition alone, so a run resumed after a crash (or with partitions added meanwhile) puts every
-    partition where the first run did."""
-    return zlib.crc32(f"{topic}-{partition}".encode()) % dirs
+    """Which of a JBOD broker's ``dirs`` log dirs a rebuild puts a partition into: from the partition
+    alone, so a run resumed after a crash (or with partitions added meanwhile) puts every partition where
+    the first run did. A topic's partitions go round the dirs from a place its name's hash picks, so each
+    topic is spread evenly and the topics do not all start in the first dir."""
+    return (zlib.crc32(topic.encode()) + partition) % dirs
 
 
 def rebuild_log_dirs(

@@ -24,7 +24,7 @@ from .real import REBUILT, create_topic, log_end, produce, run_cli, server_log_s
 pytestmark = pytest.mark.kafka
 
 TOPIC = "spread"
-PARTITIONS = 6
+PARTITIONS = 4
 WINDOW = 200_000
 
 
@@ -55,7 +55,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def remote(cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> str:
     create_topic(cluster, TOPIC, PARTITIONS, {"local.retention.bytes": str(WINDOW)})
-    produce(cluster, TOPIC, PARTITIONS, 600_000, seed=7)
+    produce(cluster, TOPIC, PARTITIONS, 400_000, seed=7)
     return f"file://{tmp_path_factory.mktemp('jbod-remote')}"
 
 

@@ -66,3 +66,23 @@ def test_a_dir_named_twice_is_refused(tmp_path: Path) -> None:
         rebuild_log_dirs(
             [tmp_path / "data", tmp_path / "data"], tier.store, tier.cluster, RebuildOptions(broker_id=BROKER)
         )
+
+
+def test_the_init_containers_settings_carry_every_log_dir() -> None:
+    """The settings the operator renders for the init container: every log dir of a JBOD broker, and for a
+    broker with one dir exactly what a release before JBOD wrote (its model rejects unknown fields)."""
+    from storage_core.api.cluster import KafkaClusterConfig
+    from storage_core.api.rebuild_settings import dump_settings, load_settings, render_settings
+    from storage_core.api.resources import TieredBrokerSpec
+
+    cluster = KafkaClusterConfig.model_validate(
+        {"name": "c", "bootstrapServers": "k:9092", "remote": {"url": "s3://b"}}
+    )
+    one = {"clusterRef": {"name": "c"}, "brokerId": 1, "logDir": {"path": "/k/d0/kafka-log1"}}
+    jbod = {**one, "brokerId": 2, "extraLogDirs": [{"path": "/k/d1/kafka-log2"}]}
+    specs = [("one", TieredBrokerSpec.model_validate(one)), ("jbod", TieredBrokerSpec.model_validate(jbod))]
+    text = dump_settings(render_settings(cluster, specs))
+    settings = load_settings(text, "settings.json")
+    assert settings.for_broker(2).log_dirs() == ["/k/d0/kafka-log1", "/k/d1/kafka-log2"]  # type: ignore[union-attr]
+    assert settings.for_broker(1).log_dirs() == ["/k/d0/kafka-log1"]  # type: ignore[union-attr]
+    assert text.count("extraLogDirs") == 1
