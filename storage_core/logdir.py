@@ -1,4 +1,4 @@
-"""Reading a broker's log dir from outside the broker: partitions, segments, checkpoints.
+"""Reading a broker's log dirs from outside the broker: partitions, segments, checkpoints.
 
 Only live partition directories count: ``-delete``, ``-future`` and ``-stray`` directories and the
 ``__cluster_metadata`` log are skipped. Nothing here writes to the log dir.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,9 @@ from storage_core.formats.segment_files import (
     parse_segment_file_name,
     segment_file_name,
 )
+
+FUTURE_DIR_SUFFIX = "-future"
+"""A partition being moved into this dir from another of the broker's dirs: ``<tp>.<id>-future``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,3 +150,67 @@ class LogDir:
             log_start_offsets=read(LOG_START_OFFSET_CHECKPOINT),
             cleaner_offsets=read(CLEANER_OFFSET_CHECKPOINT),
         )
+
+
+class LogDirs:
+    """All of a broker's log dirs (``log.dirs``; several with JBOD). Kafka keeps each partition in exactly
+    one of them, so a partition is read from whichever dir holds it, with that dir's checkpoints."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]]) -> None:
+        if not paths:
+            raise ConfigError("no log dir given")
+        self.dirs = [LogDir(p) for p in paths]
+        if len({d.path.resolve() for d in self.dirs}) != len(self.dirs):
+            raise ConfigError(f"a log dir is named twice: {', '.join(str(d.path) for d in self.dirs)}")
+
+    def describe(self) -> str:
+        return ", ".join(str(d.path) for d in self.dirs)
+
+    def partitions(self, topics: set[str] | None = None) -> list[PartitionDir]:
+        """Every live partition of every dir; a partition live in two dirs is refused (Kafka itself
+        refuses to start with one)."""
+        seen: dict[TopicPartition, PartitionDir] = {}
+        for log_dir in self.dirs:
+            for pdir in log_dir.partitions(topics):
+                if pdir.tp in seen:
+                    raise ConfigError(
+                        f"{pdir.tp}: live in two log dirs ({seen[pdir.tp].path.parent} and {log_dir.path})"
+                    )
+                seen[pdir.tp] = pdir
+        return sorted(seen.values(), key=lambda p: (p.topic, p.partition))
+
+    def dir_of(self, tp: TopicPartition) -> LogDir | None:
+        """The dir holding ``tp``'s live partition directory, if any."""
+        for log_dir in self.dirs:
+            if (log_dir.path / f"{tp.topic}-{tp.partition}").is_dir():
+                return log_dir
+        return None
+
+    def moving(self, topics: set[str] | None = None) -> set[TopicPartition]:
+        """Partitions being moved between this broker's dirs (a ``-future`` directory: Kafka's
+        AlterReplicaLogDirs, as kafka-reassign-partitions with log dirs issues it)."""
+        out: set[TopicPartition] = set()
+        for log_dir in self.dirs:
+            for entry in os.listdir(log_dir.path):
+                if not entry.endswith(FUTURE_DIR_SUFFIX):
+                    continue
+                # <topic>-<partition>.<unique id>-future
+                base = entry[: -len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[0]
+                tp = parse_partition_dir_name(base)
+                if tp is not None and (topics is None or tp.topic in topics):
+                    out.add(tp)
+        return out
+
+    def checkpoints(self) -> LogDirCheckpoints:
+        """Each partition's entries from the dir that holds it (a dir's checkpoint can keep a stale entry
+        for a partition moved away from it until the broker writes it again)."""
+        holder = {p.tp: p.path.parent for p in self.partitions()}
+        merged = LogDirCheckpoints({}, {}, {}, {})
+        for log_dir in self.dirs:
+            own = log_dir.checkpoints()
+            for name in ("high_watermarks", "recovery_points", "log_start_offsets", "cleaner_offsets"):
+                target: dict[TopicPartition, int] = getattr(merged, name)
+                for tp, value in getattr(own, name).items():
+                    if holder.get(tp, log_dir.path) == log_dir.path:
+                        target[tp] = value
+        return merged

@@ -207,6 +207,33 @@ def _job(
     }
 
 
+def log_dir_volumes(
+    broker: TieredBrokerSpec, *, read_only: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) of every log dir of ``broker``: a volume per claim (``log-dir``, then
+    ``log-dir-1``...), a mount per log dir (JBOD: several claims, or several sub-paths of one)."""
+    names: dict[str, str] = {}
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for location in broker.log_dirs():
+        claim = location.claim_name
+        if claim is None:
+            raise ValueError(f"broker {broker.broker_id}: log dir {location.path} has no claimName")
+        if claim not in names:
+            names[claim] = "log-dir" if not names else f"log-dir-{len(names)}"
+            source: dict[str, Any] = {"claimName": claim}
+            if read_only:
+                source["readOnly"] = True
+            volumes.append({"name": names[claim], "persistentVolumeClaim": source})
+        mount: dict[str, Any] = {"name": names[claim], "mountPath": location.mount_path}
+        if read_only:
+            mount["readOnly"] = True
+        if location.sub_path:
+            mount["subPath"] = location.sub_path
+        mounts.append(mount)
+    return volumes, mounts
+
+
 def copy_job(
     action: CopyAction,
     cluster: KafkaClusterConfig,
@@ -215,24 +242,16 @@ def copy_job(
     node_name: str | None,
     round_key: str,
 ) -> dict[str, Any]:
-    """The Job copying ``action``'s partitions from the broker's log dir (claim mounted read-only)."""
+    """The Job copying ``action``'s partitions from the broker's log dirs (claims mounted read-only)."""
     if broker.log_dir.claim_name is None:
         raise ValueError(f"TieredBroker {owner.namespace}/{owner.name} has no logDir.claimName")
     args = job_args(copy_request(action, cluster, broker, config_dir=KAFKA_CONFIG_DIR))
     container = _container(cluster, args)
     volumes: list[dict[str, Any]] = []
     _with_kafka_client(cluster, container, volumes)
-    mount: dict[str, Any] = {"name": "log-dir", "mountPath": broker.log_dir.mount_path, "readOnly": True}
-    if broker.log_dir.sub_path:
-        mount["subPath"] = broker.log_dir.sub_path
-    container["volumeMounts"].append(mount)
-    volumes.insert(
-        0,
-        {
-            "name": "log-dir",
-            "persistentVolumeClaim": {"claimName": broker.log_dir.claim_name, "readOnly": True},
-        },
-    )
+    claims, mounts = log_dir_volumes(broker, read_only=True)
+    container["volumeMounts"].extend(mounts)
+    volumes[:0] = claims
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: "copy",

@@ -54,6 +54,7 @@ from tierkeeper_operator.jobs import (
     job_args,
     job_name,
     job_state,
+    log_dir_volumes,
     termination_message,
 )
 from tierkeeper_operator.kube import Kube
@@ -65,18 +66,13 @@ EventSink = Callable[[Mapping[str, Any], str, str, str, str], None]
 def rebuild_job(
     spec: TieredBrokerSpec, cluster: KafkaClusterConfig, owner: Owner, node: str | None, round_key: str
 ) -> dict[str, Any]:
-    """The Job restoring the broker's log dir on its claim, mounted read-write (the broker is held)."""
+    """The Job restoring the broker's log dirs on their claims, mounted read-write (the broker is held)."""
     assert spec.log_dir.claim_name is not None
     args = job_args(rebuild_request(spec, cluster, config_dir=KAFKA_CONFIG_DIR))
     container = _container(cluster, args)
-    volumes: list[dict[str, Any]] = [
-        {"name": "log-dir", "persistentVolumeClaim": {"claimName": spec.log_dir.claim_name}}
-    ]
+    volumes, mounts = log_dir_volumes(spec, read_only=False)
     _with_kafka_client(cluster, container, volumes)
-    mount: dict[str, Any] = {"name": "log-dir", "mountPath": spec.log_dir.mount_path}
-    if spec.log_dir.sub_path:
-        mount["subPath"] = spec.log_dir.sub_path
-    container["volumeMounts"].append(mount)
+    container["volumeMounts"].extend(mounts)
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: KIND,
@@ -178,7 +174,10 @@ class RebuildRounds:
             users: tuple[str, ...] = ()
             if requested and spec is not None and spec.log_dir.claim_name is not None:
                 ignore = frozenset({job.pod} if job is not None and job.pod else set())
-                users = pods_using_claim(pods, spec.log_dir.claim_name, ignore=ignore)
+                # Every claim of a JBOD broker is written, so a pod using any of them holds the rebuild.
+                users = tuple(
+                    dict.fromkeys(u for c in spec.claims() for u in pods_using_claim(pods, c, ignore=ignore))
+                )
             step = decide(RebuildInput(key, spec, status.rebuild, requested, job, view, users, unusable), now)
             if step.record_job is not None:
                 self.kube.annotate_job(ns, step.record_job, {ANNOTATION_RECORDED: "true"})

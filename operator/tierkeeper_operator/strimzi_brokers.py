@@ -14,9 +14,10 @@ Strimzi's conventions, as its cluster operator applies them (``kafka.strimzi.io/
 A TieredBroker is named after the broker's pod and owned by the TieredCluster (controller reference), so
 it goes with it. A TieredBroker someone wrote for the same cluster and broker id wins: none is kept for
 that broker, and one the operator kept before is deleted. Only TieredBrokers the TieredCluster owns are
-ever updated or deleted. Tierkeeper reads one log dir per broker: a broker with several persistent JBOD
-volumes, or with ephemeral storage (no claim a copy Job could mount), gets no TieredBroker and a problem
-line instead.
+ever updated or deleted. A broker with several persistent JBOD volumes gets one TieredBroker with a log
+dir per volume (``logDir`` the lowest volume id, ``extraLogDirs`` the others); a broker with ephemeral
+storage, or a JBOD list with an ephemeral volume (partitions Kafka keeps there could be neither copied
+nor rebuilt: no claim a Job could mount), gets none and a problem line instead.
 """
 
 from __future__ import annotations
@@ -106,7 +107,15 @@ def _claim_volumes(pool: Mapping[str, Any]) -> tuple[list[str], str | None]:
     if kind == "persistent-claim":
         return ["data"], None
     if kind == "jbod":
-        volumes = [v for v in storage.get("volumes") or [] if v.get("type") == "persistent-claim"]
+        volumes = storage.get("volumes") or []
+        other = sorted(str(v.get("id")) for v in volumes if v.get("type") != "persistent-claim")
+        if other or not volumes:
+            return [], (
+                f"JBOD volume(s) {', '.join(other)} are not persistent-claim: the partitions Kafka keeps "
+                "there have no claim a copy Job could mount"
+                if other
+                else "JBOD storage without volumes"
+            )
         return [f"data-{v['id']}" for v in sorted(volumes, key=lambda v: int(v["id"]))], None
     return [], f"storage type {kind or 'unset'!r} has no claim a copy Job could mount"
 
@@ -165,25 +174,26 @@ def strimzi_view(
             if why_not:
                 problems.append(f"broker {node} (pool {pool_name}): {why_not}")
                 continue
-            if len(volumes) != 1:
-                problems.append(
-                    f"broker {node} (pool {pool_name}): {len(volumes)} persistent JBOD volumes; Tierkeeper "
-                    "reads one log dir per broker, so it keeps no TieredBroker for it"
+            claims = _pod_claims(by_name.get(pod_name))
+            locations = []
+            for volume in volumes:
+                claim, mount = claims.get(volume, (None, None))
+                mount = mount or f"{DATA_ROOT}/{volume}"
+                locations.append(
+                    {
+                        "claimName": claim or f"{volume}-{pod_name}",
+                        "mountPath": mount,
+                        "path": f"{mount}/kafka-log{node}",
+                    }
                 )
-                continue
-            volume = volumes[0]
-            claim, mount = _pod_claims(by_name.get(pod_name)).get(volume, (None, None))
-            mount = mount or f"{DATA_ROOT}/{volume}"
-            spec = {
+            spec: dict[str, Any] = {
                 "clusterRef": {"name": cluster_name},
                 "brokerId": node,
-                "logDir": {
-                    "claimName": claim or f"{volume}-{pod_name}",
-                    "mountPath": mount,
-                    "path": f"{mount}/kafka-log{node}",
-                },
+                "logDir": locations[0],
                 "placement": {"podName": pod_name},
             }
+            if locations[1:]:
+                spec["extraLogDirs"] = locations[1:]
             brokers[node] = TieredBrokerSpec.model_validate(spec)
             names[node] = pod_name
             pool_of[node] = pool_name
@@ -204,13 +214,17 @@ def _spec_of(obj: Mapping[str, Any]) -> TieredBrokerSpec | None:
 
 # The fields the operator sets on the TieredBrokers it keeps; the rest (rebuild, replicaFetchers, paused)
 # is the user's to set on them and survives (server-side apply leaves other managers' fields alone).
-_KEPT = {"cluster_ref", "broker_id", "log_dir", "placement"}
+_KEPT = {"cluster_ref", "broker_id", "log_dir", "extra_log_dirs", "placement"}
 
 
 def broker_manifest(
     name: str, namespace: str, spec: TieredBrokerSpec, owner: Owner, pool: str
 ) -> dict[str, Any]:
     body = spec.model_dump(mode="json", by_alias=True, include=_KEPT, exclude_none=True)
+    if not body["extraLogDirs"]:
+        # Left out rather than applied empty: a volume removed later drops the field the same way
+        # (server-side apply removes what this manager applied before and no longer sends).
+        del body["extraLogDirs"]
     return {
         "apiVersion": API_VERSION,
         "kind": "TieredBroker",

@@ -35,8 +35,18 @@ class BrokerRebuild(ApiModel):
 
     tiered_broker: str = Field(description="The TieredBroker this entry comes from.")
     log_dir: str = Field(description="The broker's log directory as the broker's pod sees it.")
+    extra_log_dirs: list[str] = Field(
+        default_factory=list,
+        # Left out when empty, so an init container of the release before JBOD (whose model rejects
+        # unknown fields) still reads the settings of a broker with one log dir during an upgrade.
+        exclude_if=lambda dirs: not dirs,
+        description="The broker's other log directories (JBOD), the same way.",
+    )
     policy: Literal["Never", "WhenLogDirEmpty"] = Field(description="spec.rebuild.policy.")
     parallelism: int = Field(ge=1, le=64, description="Downloads at once.")
+
+    def log_dirs(self) -> list[str]:
+        return [self.log_dir, *self.extra_log_dirs]
 
 
 class RemoteSettings(ApiModel):
@@ -72,6 +82,7 @@ def render_settings(
             BrokerRebuild(
                 tiered_broker=name,
                 log_dir=spec.log_dir.path,
+                extra_log_dirs=[d.path for d in spec.extra_log_dirs],
                 policy=spec.rebuild.policy,
                 parallelism=spec.rebuild.parallelism,
             ),

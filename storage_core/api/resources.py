@@ -8,6 +8,8 @@ for the person editing the YAML. Cross-field rules are declared once in ``RULES`
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
@@ -34,6 +36,8 @@ DEFAULT_FETCHERS_MAX = 8
 DEFAULT_FETCHERS_REPLAN_S = 300
 DEFAULT_FETCHERS_STEP_TIMEOUT_S = 120
 DEFAULT_MOUNT_PATH = "/var/lib/kafka/data"
+MAX_EXTRA_LOG_DIRS = 15
+"""Bounds the CEL rules' cost; more volumes than Strimzi lets a broker have in practice."""
 DEFAULT_EXPORT_INTERVAL_S = 3600
 DEFAULT_MAINTENANCE_INTERVAL_S = 86_400
 DEFAULT_KEEP_SNAPSHOTS = 10
@@ -427,11 +431,54 @@ class ReplicaFetchers(ApiModel):
     )
 
 
+def _mount_cel(location: str) -> str:
+    return f"(has({location}.mountPath) ? {location}.mountPath : {json.dumps(DEFAULT_MOUNT_PATH)})"
+
+
+def _distinct(values: Sequence[str]) -> bool:
+    return len(set(values)) == len(values)
+
+
 class TieredBrokerSpec(ClusterMemberSpec):
-    """One Kafka broker whose log directory Tierkeeper reads (copies) and looks after."""
+    """One Kafka broker whose log directories Tierkeeper reads (copies) and looks after."""
+
+    # The rules compare each extra dir with logDir only: pairwise CEL over the list costs more than the API
+    # server allows. Extra dirs among themselves: their paths are the list's map keys (the API server
+    # keeps them unique); the model checks all pairs, so clashing mount paths among extra dirs the API
+    # server let through are the operator's InvalidSpec line.
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!has(self.extraLogDirs) || self.extraLogDirs.all(d, d.path != self.logDir.path)",
+            message="logDir.path and every extraLogDirs[].path must differ",
+            check=lambda b: _distinct([d.path for d in b.log_dirs()]),
+        ),
+        Rule(
+            cel="!has(self.extraLogDirs) || self.extraLogDirs.all(d, has(d.claimName) == "
+            "has(self.logDir.claimName))",
+            message="extraLogDirs[].claimName must be set exactly when logDir.claimName is",
+            check=lambda b: all(
+                (d.claim_name is None) == (b.log_dir.claim_name is None) for d in b.log_dirs()
+            ),
+        ),
+        Rule(
+            cel="!has(self.extraLogDirs) || !has(self.logDir.claimName) || self.extraLogDirs.all(d, "
+            f"{_mount_cel('d')} != {_mount_cel('self.logDir')})",
+            message="every log dir's claim needs a mountPath of its own (logDir.mountPath and "
+            "extraLogDirs[].mountPath must differ)",
+            check=lambda b: b.log_dir.claim_name is None or _distinct([d.mount_path for d in b.log_dirs()]),
+        ),
+    )
 
     broker_id: int = Field(ge=0, le=2_147_483_647, description="The broker's node.id.")
-    log_dir: LogDirLocation = Field(description="Where the broker's log directory is.")
+    log_dir: LogDirLocation = Field(description="Where the broker's (first) log directory is.")
+    extra_log_dirs: list[LogDirLocation] = Field(
+        default_factory=list,
+        max_length=MAX_EXTRA_LOG_DIRS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"]},
+        description="The broker's other log directories (JBOD: one per further entry of log.dirs, each "
+        "usually on a claim of its own). Copies read each partition from the directory holding it; "
+        "rebuilds spread partitions over all of them.",
+    )
     placement: BrokerPlacement = Field(
         default_factory=BrokerPlacement, description="Which pod/node runs the broker (Kubernetes)."
     )
@@ -440,3 +487,11 @@ class TieredBrokerSpec(ClusterMemberSpec):
         default=None,
         description="Management of num.replica.fetchers; omit to leave the broker's setting alone.",
     )
+
+    def log_dirs(self) -> list[LogDirLocation]:
+        """Every log dir of the broker, ``logDir`` first."""
+        return [self.log_dir, *self.extra_log_dirs]
+
+    def claims(self) -> list[str]:
+        """The claims of the broker's log dirs (none in standalone mode), each once."""
+        return list(dict.fromkeys(d.claim_name for d in self.log_dirs() if d.claim_name is not None))

@@ -33,7 +33,10 @@ def register(subparsers: Any) -> None:
         "--bootstrap-servers", metavar="HOST:PORT", help="enables the local trim and log-start rule"
     )
     p.add_argument(
-        "--log-dir", help="a broker log dir, to count untiered local bytes toward local retention.bytes"
+        "--log-dir",
+        action="append",
+        help="a broker log dir, to count untiered local bytes toward local retention.bytes (repeat it for "
+        "every log dir of a JBOD broker)",
     )
     p.add_argument("--remote-retention-ms", type=int, help="default: the topic's retention.ms (or unlimited)")
     p.add_argument(
@@ -109,9 +112,10 @@ def cleanup_options_from_args(args: argparse.Namespace) -> Any:
 
     require_positive(args, "copy_interval_ms")
     # The flags are spelled as the options' fields.
-    same = ("bootstrap_servers", "log_dir", "orphan_grace_ms", "dry_run", *RETENTION_FLAGS)
+    same = ("bootstrap_servers", "orphan_grace_ms", "dry_run", *RETENTION_FLAGS)
     return CleanupOptions(
         topics=set(args.topic) if args.topic else None,
+        log_dirs=tuple(args.log_dir or ()),
         kafka_config=kafka_client_config(args),
         use_log_start=not args.ignore_log_start,
         now_ms=int(time.time() * 1000),

@@ -29,7 +29,13 @@ def register(subparsers: Any) -> None:
         description="Copy every eligible segment (rolled, below the last stable offset, "
         "not yet tiered) of a broker log dir, oldest first, per partition.",
     )
-    p.add_argument("--log-dir", required=True, help="the broker's log dir (one entry of log.dirs)")
+    p.add_argument(
+        "--log-dir",
+        required=True,
+        action="append",
+        help="a log dir of the broker (an entry of log.dirs); repeat it for every entry of a JBOD broker, "
+        "each partition is read from the dir holding it",
+    )
     p.add_argument(
         "--bootstrap-servers",
         metavar="HOST:PORT",
@@ -107,8 +113,9 @@ def copy_options_from_args(args: argparse.Namespace) -> Any:
             "checked; pass --bootstrap-servers, or --assume-tierable to assert they are tierable"
         )
     # The flags are spelled as the options' fields.
-    same = ("log_dir", "broker_id", "parallelism", "segments_in_flight", "max_bytes_per_second", "engine")
+    same = ("broker_id", "parallelism", "segments_in_flight", "max_bytes_per_second", "engine")
     return CopyOptions(
+        log_dirs=tuple(args.log_dir),
         remote_url=args.remote,
         storage_options=storage_options(args),
         bootstrap_servers=args.bootstrap_servers or None,

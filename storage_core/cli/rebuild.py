@@ -34,7 +34,12 @@ def register(subparsers: Any) -> None:
         "Kafka refuses to start on a half-restored dir. As a broker pod's init container: --if-empty "
         "--settings FILE --broker-id-from-pod-name $(POD_NAME).",
     )
-    p.add_argument("--log-dir", help="the new broker's log dir (meta.properties only)")
+    p.add_argument(
+        "--log-dir",
+        action="append",
+        help="the new broker's log dir (meta.properties only); repeat it for every entry of log.dirs of a "
+        "JBOD broker (each partition is restored into one of them; all must be empty)",
+    )
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="the cluster the broker joins")
     p.add_argument("--broker-id", type=int, help="node.id of the broker being rebuilt")
     p.add_argument(
@@ -108,7 +113,7 @@ class _Target:
         self.broker_id: int = broker_id
         self.entry = settings.for_broker(broker_id) if settings is not None else None
         self.settings = settings
-        self.log_dir: str | None = args.log_dir or (self.entry.log_dir if self.entry else None)
+        self.log_dirs: list[str] = args.log_dir or (self.entry.log_dirs() if self.entry else [])
         self.bootstrap: str | None = args.bootstrap_servers or (
             settings.bootstrap_servers if settings else None
         )
@@ -131,7 +136,7 @@ class _Target:
 
     def require(self) -> None:
         for value, flag in (
-            (self.log_dir, "--log-dir"),
+            (self.log_dirs, "--log-dir"),
             (self.bootstrap, "--bootstrap-servers"),
             (self.remote, "--remote"),
         ):
@@ -159,7 +164,7 @@ def _write_result(args: argparse.Namespace, outcome: Any = None, failure: str | 
 
 
 def _run(args: argparse.Namespace, started: float) -> int:
-    from storage_core.jobs.rebuild import RebuildOptions, RebuildOutcome, rebuild_log_dir
+    from storage_core.jobs.rebuild import RebuildOptions, RebuildOutcome, rebuild_log_dirs
 
     for name in ("local_retention_ms", "local_retention_bytes"):
         value = getattr(args, name)
@@ -170,10 +175,13 @@ def _run(args: argparse.Namespace, started: float) -> int:
     skip = target.skip_reason() if args.if_empty else None
     if skip is not None:
         return _report(
-            args, RebuildOutcome("skipped", target.log_dir or "-", [], reason=skip), started, target.broker_id
+            args,
+            RebuildOutcome("skipped", ", ".join(target.log_dirs) or "-", [], reason=skip),
+            started,
+            target.broker_id,
         )
     target.require()
-    assert target.log_dir is not None and target.bootstrap is not None and target.remote is not None
+    assert target.bootstrap is not None and target.remote is not None
     from storage_core.adapters.store import RemoteStore
     from storage_core.throttle import limited
 
@@ -190,9 +198,9 @@ def _run(args: argparse.Namespace, started: float) -> int:
         # The quick no-op first: a broker pod restarting on its own data needs neither Kafka nor the tier.
         from storage_core.jobs.rebuild import if_empty_skip
 
-        reason = if_empty_skip(Path(target.log_dir), options)
-        if reason is not None:
-            skipped = RebuildOutcome("skipped", target.log_dir, [], reason=reason)
+        reasons = [r for d in target.log_dirs if (r := if_empty_skip(Path(d), options)) is not None]
+        if reasons:
+            skipped = RebuildOutcome("skipped", ", ".join(target.log_dirs), [], reason=reasons[0])
             return _report(args, skipped, started, target.broker_id)
     store = RemoteStore(
         target.remote, {**target.base_options, **storage_options(args)}, retry=retry_policy(args)
@@ -205,8 +213,8 @@ def _run(args: argparse.Namespace, started: float) -> int:
             bar.reset(total=total)
 
         try:
-            outcome = rebuild_log_dir(
-                target.log_dir,
+            outcome = rebuild_log_dirs(
+                target.log_dirs,
                 store,
                 _cluster_view(target, set(args.exclude_topic)),
                 options,
@@ -215,7 +223,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
             )
         except OSError as exc:
             # The log dir is left as it was or resumable; say which file failed, in one line.
-            raise TierkeeperError(f"{exc.filename or target.log_dir}: {exc.strerror or exc}") from exc
+            raise TierkeeperError(f"{exc.filename or target.log_dirs[0]}: {exc.strerror or exc}") from exc
     return _report(args, outcome, started, target.broker_id)
 
 

@@ -31,7 +31,9 @@ class CleanupOptions:
     bootstrap_servers: str | None = None
     kafka_config: dict[str, str] = field(default_factory=dict, repr=False)
     """Kafka client properties (may hold SASL credentials: never printed)."""
-    log_dir: str | None = None
+    log_dirs: tuple[str, ...] = ()
+    """A broker's log dirs (all of a JBOD broker's), to count untiered local bytes toward local
+    retention.bytes; none: not counted."""
     remote_retention_ms: int | None = None
     remote_retention_bytes: int | None = None
     local_retention_ms: int | None = None
@@ -281,7 +283,7 @@ def _trim(
     manifest = catalog.rebuild_manifest(listing, write=not options.dry_run)
     if manifest.next_offset is None or manifest.end_offset is None:
         return None
-    untiered = _untiered_local_bytes(options.log_dir, tp, manifest.next_offset)
+    untiered = _untiered_local_bytes(options.log_dirs, tp, manifest.next_offset)
     quarantined = [
         catalog.read_marker(e.base_offset, e.segment_id, SegmentState.QUARANTINED)
         for e in listing.segments.values()
@@ -310,13 +312,13 @@ def _trim(
     return trim
 
 
-def _untiered_local_bytes(log_dir: str | None, tp: TopicPartitionId, tiered_next: int) -> int:
-    if not log_dir:
+def _untiered_local_bytes(log_dirs: tuple[str, ...], tp: TopicPartitionId, tiered_next: int) -> int:
+    if not log_dirs:
         return 0
     from storage_core.formats.segment_files import TopicPartition
-    from storage_core.logdir import LogDir
+    from storage_core.logdir import LogDirs
 
-    for pdir in LogDir(log_dir).partitions({tp.topic}):
+    for pdir in LogDirs(log_dirs).partitions({tp.topic}):
         if pdir.tp == TopicPartition(tp.topic, tp.partition):
             return sum(s.log_size for s in pdir.segments() if s.base_offset >= tiered_next)
     return 0

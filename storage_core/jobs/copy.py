@@ -23,7 +23,7 @@ from typing import Any
 from storage_core.adapters.kafka_client_config import kafka_admin
 from storage_core.errors import ConfigError
 from storage_core.formats.segment_files import KAFKA_INTERNAL_TOPICS, TopicPartition
-from storage_core.logdir import LogDir
+from storage_core.logdir import LogDirs
 from storage_core.reconcile.requests import CopyRequest
 from storage_core.remote.store_api import ObjectStore
 from storage_core.throttle import RateLimiter, limited
@@ -34,7 +34,9 @@ from storage_core.tiering.plan import CopyTask
 
 @dataclass(frozen=True)
 class CopyOptions:
-    log_dir: str
+    log_dirs: tuple[str, ...]
+    """Every entry of the broker's ``log.dirs`` (JBOD: several); each partition is read from the one
+    holding it."""
     remote_url: str
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """May hold credentials: left out of the repr."""
@@ -43,8 +45,8 @@ class CopyOptions:
     every topic is tierable (``--assume-tierable``)."""
     kafka_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     assignment: tuple[tuple[str, int], ...] | None = None
-    """Exactly these partitions (a listed one missing from the log dir fails); None: every partition of
-    the log dir (of ``topics`` when given), Kafka's internal topics left out."""
+    """Exactly these partitions (a listed one missing from every log dir fails); None: every partition
+    of the log dirs (of ``topics`` when given), Kafka's internal topics left out."""
     topics: frozenset[str] | None = None
     broker_id: int | None = None
     parallelism: int = 4
@@ -91,7 +93,7 @@ def copy_options(request: CopyRequest, kafka_config: Mapping[str, str]) -> CopyO
     """What the copy Job's command makes of ``request``'s arguments, for an in-process run.
     ``kafka_config``: the client properties (the request's plus the mounted Secret's)."""
     return CopyOptions(
-        log_dir=request.log_dir,
+        log_dirs=request.log_dirs,
         remote_url=request.remote.url,
         storage_options=dict(request.remote.storage_options),
         bootstrap_servers=request.kafka.bootstrap_servers,
@@ -115,13 +117,13 @@ def run_copy(
 ) -> CopyReport:
     """Copy what ``options`` names; a partition's failure is in its result, never raised. Raises
     ``TierkeeperError`` only for what stops the whole run (an unreadable log dir, Kafka unreachable)."""
-    log_dir = LogDir(options.log_dir)
+    log_dirs = LogDirs(options.log_dirs)
     if options.assignment is not None:
         wanted = list(options.assignment)
     else:
         wanted = [
             (p.topic, p.partition)
-            for p in log_dir.partitions(set(options.topics) if options.topics else None)
+            for p in log_dirs.partitions(set(options.topics) if options.topics else None)
             if p.topic not in KAFKA_INTERNAL_TOPICS or (options.topics and p.topic in options.topics)
         ]
     report = CopyReport()
@@ -140,10 +142,30 @@ def run_copy(
         report.refused_topics = list(refused.values())
         wanted = [(topic, partition) for topic, partition in wanted if topic not in refused]
         lso = admin.last_stable_offsets(wanted)
-    checkpoints = log_dir.checkpoints()
+    checkpoints = log_dirs.checkpoints()
+    # A partition Kafka is moving between this broker's dirs is left for a later run: its segments are
+    # copied into the other dir and the old directory deleted under the copy's feet.
+    moving = log_dirs.moving({topic for topic, _ in wanted})
+    report.partitions = [
+        PartitionCopyResult(
+            topic,
+            partition,
+            error=f"{topic}-{partition}: being moved between log dirs (a -future directory); copied "
+            "once the move is done",
+        )
+        for topic, partition in wanted
+        if TopicPartition(topic, partition) in moving
+    ]
+    wanted = [(t, p) for t, p in wanted if TopicPartition(t, p) not in moving]
+    holders = {(t, p): log_dirs.dir_of(TopicPartition(t, p)) for t, p in wanted}
+    report.partitions += [
+        PartitionCopyResult(t, p, error=f"{t}-{p}: no partition directory in {log_dirs.describe()}")
+        for (t, p), holder in holders.items()
+        if holder is None
+    ]
     tasks = [
         CopyTask(
-            log_dir=str(log_dir.path),
+            log_dir=str(holder.path),
             topic=topic,
             partition=partition,
             remote_url=options.remote_url,
@@ -154,10 +176,11 @@ def run_copy(
             segments_in_flight=options.segments_in_flight,
             topic_configs=configs.get(topic) if options.bootstrap_servers else None,
         )
-        for topic, partition in wanted
+        for (topic, partition), holder in holders.items()
+        if holder is not None
     ]
     if options.engine == "spark":
-        report.partitions = _run_on_spark(options, tasks)
+        report.partitions += _run_on_spark(options, tasks)
     elif options.engine == "threads":
         limiter = RateLimiter(options.max_bytes_per_second) if options.max_bytes_per_second else None
         lock = threading.Lock()
@@ -169,7 +192,7 @@ def run_copy(
 
         report_bytes = limited(advance, limiter)
         with ThreadPoolExecutor(max_workers=options.parallelism) as pool:
-            report.partitions = list(pool.map(lambda t: copy_partition(t, store, report_bytes), tasks))
+            report.partitions += pool.map(lambda t: copy_partition(t, store, report_bytes), tasks)
     else:
         raise ConfigError(f"unknown copy engine {options.engine!r}")
     return report

@@ -6,6 +6,7 @@ this module never talks to Kafka itself; the remote tier is read through the Obj
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -197,6 +198,79 @@ def rebuild_log_dir(
         done = rdir.install(installing)
         action = "rebuilt" if situation is Situation.FRESH else "resumed"
         return RebuildOutcome(action, str(rdir.path), done.partitions, result)
+
+
+_ACTION_RANK = (
+    "rebuilt",
+    "resumed",
+    "installed",
+    "dry-run",
+    "already-rebuilt",
+    "nothing-to-restore",
+    "skipped",
+)
+
+
+def dir_index(topic: str, partition: int, dirs: int) -> int:
+    """Which of a JBOD broker's ``dirs`` log dirs a rebuild puts a partition into: from the partition
+    alone, so a run resumed after a crash (or with partitions added meanwhile) puts every partition where
+    the first run did. A topic's partitions go round the dirs from a place its name's hash picks, so each
+    topic is spread evenly and the topics do not all start in the first dir."""
+    return (zlib.crc32(topic.encode()) + partition) % dirs
+
+
+def rebuild_log_dirs(
+    log_dirs: Sequence[str | Path],
+    store: ObjectStore,
+    cluster: ClusterView,
+    options: RebuildOptions,
+    progress: Progress | None = None,
+    on_start: Progress | None = None,
+) -> RebuildOutcome:
+    """Rebuild every log dir of a broker (JBOD: several). Each partition goes into one dir
+    (:func:`dir_index`) and each dir is rebuilt on its own, with its own lock, marker and resume.
+
+    Only a broker whose dirs are all empty is rebuilt: with one replaced disk among others holding data,
+    a restored partition could land beside its live copy in another dir (Kafka refuses to start then),
+    so ``if_empty`` skips and otherwise the non-empty dir is refused, before any dir is touched."""
+    if len(log_dirs) == 1:
+        return rebuild_log_dir(log_dirs[0], store, cluster, options, progress, on_start)
+    paths = [Path(d) for d in log_dirs]
+    if len(set(paths)) != len(paths):
+        raise RebuildRefused(f"a log dir is named twice: {', '.join(map(str, paths))}")
+    if options.if_empty:
+        for path in paths:
+            skip = if_empty_skip(path, options)
+            if skip is not None:
+                return RebuildOutcome(
+                    "skipped",
+                    ", ".join(map(str, paths)),
+                    [],
+                    reason=f"{skip} (a broker with several log dirs is rebuilt only when all are empty)",
+                )
+    for path in paths:
+        rdir = RebuildDir(path)
+        if classify(rdir.observe(), rdir.path, unformatted_ok=options.if_empty) is Situation.FRESH:
+            rdir.check_fresh(set())
+    outcomes = []
+    for i, path in enumerate(paths):
+
+        def share(i: int = i) -> list[AssignedPartition]:
+            return [a for a in cluster() if dir_index(a.topic, a.partition, len(paths)) == i]
+
+        outcomes.append(rebuild_log_dir(path, store, share, options, progress, on_start))
+    actions = {o.action for o in outcomes}
+    action = next(a for a in _ACTION_RANK if a in actions) if len(actions) > 1 else actions.pop()
+    total = RestoreResult()
+    for o in outcomes:
+        for f in fields(RestoreResult):
+            setattr(total, f.name, getattr(total, f.name) + getattr(o.restore, f.name))
+    return RebuildOutcome(
+        action,
+        ", ".join(o.log_dir for o in outcomes),
+        sorted((p for o in outcomes for p in o.partitions), key=lambda p: (p.topic, p.partition)),
+        total,
+    )
 
 
 def assigned_partitions(admin: Any, broker_id: int, excluded: set[str]) -> list[AssignedPartition]:

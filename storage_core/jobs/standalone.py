@@ -188,7 +188,7 @@ class Standalone:
                 )
 
     def _run_rebuilds(self) -> None:
-        from storage_core.jobs.rebuild import RebuildOptions, assigned_partitions, rebuild_log_dir
+        from storage_core.jobs.rebuild import RebuildOptions, assigned_partitions, rebuild_log_dirs
 
         for obj in self.brokers:
             spec = self.broker_specs[obj.key].value
@@ -205,8 +205,8 @@ class Standalone:
             )
             start = rfc3339(self.clock())
             try:
-                outcome = rebuild_log_dir(
-                    spec.log_dir.path,
+                outcome = rebuild_log_dirs(
+                    [d.path for d in spec.log_dirs()],
                     self._store_factory(cluster),
                     lambda spec=spec: assigned_partitions(  # type: ignore[misc]
                         self._admins(spec.cluster_ref.name), spec.broker_id, set()
@@ -223,6 +223,7 @@ class Standalone:
 
 
 def _platform_problem(spec: TieredBrokerSpec) -> str | None:
-    if not Path(spec.log_dir.path).is_dir():
-        return f"log dir {spec.log_dir.path} is not a directory on this machine"
+    for location in spec.log_dirs():
+        if not Path(location.path).is_dir():
+            return f"log dir {location.path} is not a directory on this machine"
     return None

@@ -127,7 +127,10 @@ def _broker_health(broker: BrokerInput, clusters: Mapping[str, KafkaClusterConfi
     last = broker.status.last_copy
     if last is not None and last.result == "Failed":
         return run_failure("CopyFailed", "copy", last)
-    return Health(True, "Ready", f"log dir {broker.spec.log_dir.path} is used for copies")
+    paths = [d.path for d in broker.spec.log_dirs()]
+    if len(paths) == 1:
+        return Health(True, "Ready", f"log dir {paths[0]} is used for copies")
+    return Health(True, "Ready", f"log dirs {', '.join(paths)} are used for copies")
 
 
 def _no_cluster(name: str) -> str:

@@ -271,8 +271,8 @@ def decide(item: RebuildInput, now: datetime.datetime) -> RebuildStep:
         return step  # the request waits until the broker is unpaused
     if item.users:
         message = (
-            f"waiting: pod(s) {', '.join(item.users)} use the volume {spec.log_dir.claim_name} read-write; "
-            "stop the broker (scale it down or pause its operator and delete the pod) to rebuild"
+            f"waiting: pod(s) {', '.join(item.users)} use the volume(s) {', '.join(spec.claims())} "
+            "read-write; stop the broker (scale it down or pause its operator and delete the pod) to rebuild"
         )
         if step.status is None or step.status.phase != "Blocked" or step.status.message != message:
             step.events.append(Event(item.key, "Warning", "RebuildBlocked", message))
@@ -286,7 +286,7 @@ def decide(item: RebuildInput, now: datetime.datetime) -> RebuildStep:
         phase="Running",
         source="Job",
         start_time=rfc3339(now),
-        message=f"a rebuild Job restores {spec.log_dir.path} on {spec.log_dir.claim_name}",
+        message="a rebuild Job restores " + ", ".join(f"{d.path} on {d.claim_name}" for d in spec.log_dirs()),
     )
     return step
 

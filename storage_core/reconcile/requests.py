@@ -77,13 +77,12 @@ def _pairs(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
 
 
 def _broker_dir_args(
-    verb: str, log_dir: str, kafka: KafkaClient, broker_id: int, parallelism: int
+    verb: str, log_dirs: Sequence[str], kafka: KafkaClient, broker_id: int, parallelism: int
 ) -> list[str]:
-    """The head the commands working on one broker's log dir share."""
+    """The head the commands working on one broker's log dirs share (one ``--log-dir`` per dir)."""
     return [
         verb,
-        "--log-dir",
-        log_dir,
+        *(arg for path in log_dirs for arg in ("--log-dir", path)),
         "--bootstrap-servers",
         kafka.bootstrap_servers,
         "--broker-id",
@@ -95,9 +94,9 @@ def _broker_dir_args(
 
 @dataclass(frozen=True)
 class CopyRequest:
-    """Copy exactly these partitions from one broker's log dir (``tierkeeper copy --assignment``)."""
+    """Copy exactly these partitions from one broker's log dirs (``tierkeeper copy --assignment``)."""
 
-    log_dir: str
+    log_dirs: tuple[str, ...]
     broker_id: int
     assignment: tuple[tuple[str, tuple[int, ...]], ...]
     """(topic, partitions) in the order the planner listed them."""
@@ -107,7 +106,7 @@ class CopyRequest:
     max_bytes_per_second: int | None = None
 
     def args(self) -> list[str]:
-        out = _broker_dir_args("copy", self.log_dir, self.kafka, self.broker_id, self.parallelism)
+        out = _broker_dir_args("copy", self.log_dirs, self.kafka, self.broker_id, self.parallelism)
         if self.max_bytes_per_second:
             out += ["--max-bytes-per-second", str(self.max_bytes_per_second)]
         for topic, partitions in self.assignment:
@@ -121,7 +120,7 @@ class CopyRequest:
             topic, _, numbers = item.rpartition("=")
             assignment.append((topic, tuple(int(n) for n in numbers.split(","))))
         return cls(
-            log_dir=args.log_dir,
+            log_dirs=tuple(args.log_dir),
             broker_id=args.broker_id,
             assignment=tuple(assignment),
             kafka=KafkaClient.from_args(args),
@@ -213,22 +212,22 @@ class DeleteRequest:
 
 @dataclass(frozen=True)
 class RebuildRequest:
-    """Restore a replaced broker's empty log dir from the remote tier (``tierkeeper rebuild``)."""
+    """Restore a replaced broker's empty log dirs from the remote tier (``tierkeeper rebuild``)."""
 
-    log_dir: str
+    log_dirs: tuple[str, ...]
     broker_id: int
     kafka: KafkaClient
     remote: RemoteTier
     parallelism: int = 4
 
     def args(self) -> list[str]:
-        head = _broker_dir_args("rebuild", self.log_dir, self.kafka, self.broker_id, self.parallelism)
+        head = _broker_dir_args("rebuild", self.log_dirs, self.kafka, self.broker_id, self.parallelism)
         return [*head, *self.remote.args(), *self.kafka.args()]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RebuildRequest:
         return cls(
-            log_dir=args.log_dir,
+            log_dirs=tuple(args.log_dir),
             broker_id=args.broker_id,
             kafka=KafkaClient.from_args(args),
             remote=RemoteTier.from_args(args),
@@ -434,7 +433,7 @@ def copy_request(
     config_dir: str | None = None,
 ) -> CopyRequest:
     return CopyRequest(
-        log_dir=broker.log_dir.path,
+        log_dirs=tuple(d.path for d in broker.log_dirs()),
         broker_id=action.broker_id,
         assignment=tuple((w.topic, tuple(w.partitions)) for w in action.work),
         kafka=kafka_client(cluster, config_dir),
@@ -476,7 +475,7 @@ def rebuild_request(
     broker: TieredBrokerSpec, cluster: KafkaClusterConfig, *, config_dir: str | None = None
 ) -> RebuildRequest:
     return RebuildRequest(
-        log_dir=broker.log_dir.path,
+        log_dirs=tuple(d.path for d in broker.log_dirs()),
         broker_id=broker.broker_id,
         kafka=kafka_client(cluster, config_dir),
         remote=remote_tier(cluster),

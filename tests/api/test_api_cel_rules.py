@@ -10,12 +10,25 @@ import pytest
 from pydantic import BaseModel
 
 from storage_core.api.parse import parse_spec
-from storage_core.api.resources import CopyPolicy, LogDirLocation, ReplicaFetchers, TableSpec, TieredTopicSpec
+from storage_core.api.resources import (
+    CopyPolicy,
+    LogDirLocation,
+    ReplicaFetchers,
+    TableSpec,
+    TieredBrokerSpec,
+    TieredTopicSpec,
+)
 from storage_core.api.rules import ApiModel, Rule
 from storage_core.api.tiered_cluster import TieredClusterSpec
 
 TOPIC = {"clusterRef": {"name": "c"}, "topic": "t"}
 REMOTE = {"remote": {"url": "s3://bucket/tier"}}
+BROKER = {
+    "clusterRef": {"name": "c"},
+    "brokerId": 4,
+    "logDir": {"claimName": "d0", "mountPath": "/k/d0", "path": "/k/d0/kafka-log4"},
+}
+DIR1 = {"claimName": "d1", "mountPath": "/k/d1", "path": "/k/d1/kafka-log4"}
 
 # (model, the object the rule sits on, valid?) - each rule has cases on both sides of it.
 CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
@@ -56,6 +69,20 @@ CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
     (LogDirLocation, {"path": "/var/lib/kafka/data/kafka-log0", "claimName": "data-0"}, True),
     (LogDirLocation, {"path": "/srv/kafka", "claimName": "data-0"}, False),
     (LogDirLocation, {"path": "/mnt/logs/kafka", "claimName": "data-0", "mountPath": "/mnt/logs"}, True),
+    (TieredBrokerSpec, {**BROKER}, True),
+    (TieredBrokerSpec, {**BROKER, "extraLogDirs": [DIR1]}, True),
+    (
+        TieredBrokerSpec,
+        {**BROKER, "extraLogDirs": [{**DIR1, "path": "/k/d0/kafka-log4", "mountPath": "/k"}]},
+        False,
+    ),
+    (TieredBrokerSpec, {**BROKER, "extraLogDirs": [{"path": "/elsewhere"}]}, False),
+    (
+        TieredBrokerSpec,
+        {**BROKER, "extraLogDirs": [{**DIR1, "mountPath": "/k/d0", "path": "/k/d0/x"}]},
+        False,
+    ),
+    (TieredBrokerSpec, {**BROKER, "logDir": {"path": "/a"}, "extraLogDirs": [{"path": "/b"}]}, True),
     (TieredClusterSpec, {**REMOTE, "bootstrapServers": "kafka:9092"}, True),
     (TieredClusterSpec, {**REMOTE, "strimzi": {"kafka": "my-cluster"}}, True),
     (TieredClusterSpec, {**REMOTE, "bootstrapServers": "kafka:9092", "strimzi": {"kafka": "k"}}, True),
@@ -67,7 +94,6 @@ def all_rules() -> list[tuple[type[ApiModel], Rule]]:
     seen: list[tuple[type[ApiModel], Rule]] = []
     pending: list[type[BaseModel]] = [TieredTopicSpec, ReplicaFetchers, LogDirLocation, CopyPolicy]
     from storage_core.api.cluster import KafkaClusterConfig
-    from storage_core.api.resources import TieredBrokerSpec
 
     pending += [TieredBrokerSpec, KafkaClusterConfig, TieredClusterSpec]
     visited: set[type[BaseModel]] = set()

@@ -124,6 +124,9 @@ class KafkaCluster:
     quick_start: bool = True
     """Start the broker JVMs with :data:`QUICK_START_FLAGS` and the class-data archive (a third of the CPU
     of a plain start); benchmarks turn it off to run brokers as production does."""
+    log_dirs_per_broker: int = 1
+    """Entries of each node's ``log.dirs`` (JBOD): ``data``, then ``data-1``, ``data-2``... (the first one
+    also holds the metadata log)."""
     _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
     _cluster_id: str = field(default_factory=_cluster_id, init=False)
 
@@ -218,7 +221,7 @@ class KafkaCluster:
                 f"{v}@127.0.0.1:{self._nodes[v].controller_port}" for v in self.voters
             ),
             **self._listener_properties(node, is_voter),
-            "log.dirs": str(node.data_dir),
+            "log.dirs": ",".join(str(d) for d in self.log_dirs(node.node_id)),
             "num.partitions": "1",
             "offsets.topic.replication.factor": rf,
             "offsets.topic.num.partitions": "4",
@@ -282,7 +285,8 @@ class KafkaCluster:
         """``kafka-storage format`` of every node's log dir, the tools' JVMs run side by side."""
         running = []
         for node in nodes:
-            node.data_dir.mkdir(parents=True, exist_ok=True)
+            for data in self.log_dirs(node.node_id):
+                data.mkdir(parents=True, exist_ok=True)
             args = ["format", f"--cluster-id={self._cluster_id}", "-c", str(node.config_file)]
             command = self.tool_command("kafka.tools.StorageTool", *args, "--ignore-formatted")
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -420,14 +424,15 @@ class KafkaCluster:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def wipe_log_dir(self, node_id: int, keep_meta: bool = True) -> None:
-        """Delete the node's data (it must be stopped); keep meta.properties to simulate a replaced disk."""
+        """Delete the node's data in every log dir (it must be stopped); keep meta.properties to simulate
+        replaced disks."""
         if self.is_running(node_id):
             raise HarnessError(f"stop node {node_id} before wiping its log dir")
-        data = self._nodes[node_id].data_dir
-        for entry in data.iterdir():
-            if keep_meta and entry.name == "meta.properties":
-                continue
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        for data in self.log_dirs(node_id):
+            for entry in data.iterdir():
+                if keep_meta and entry.name == "meta.properties":
+                    continue
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
     def stop(self, graceful: bool = False) -> None:
         """Stop every node. Teardown kills by default: the data is scratch and a graceful stop of the
@@ -441,7 +446,12 @@ class KafkaCluster:
 
     # ---- inspection ----------------------------------------------------------------------------
     def log_dir(self, node_id: int) -> Path:
+        """The node's first log dir (its only one unless ``log_dirs_per_broker`` says more)."""
         return self._nodes[node_id].data_dir
+
+    def log_dirs(self, node_id: int) -> list[Path]:
+        first = self._nodes[node_id].data_dir
+        return [first, *(first.with_name(f"data-{i}") for i in range(1, self.log_dirs_per_broker))]
 
     def server_log(self, node_id: int) -> str:
         path = self._nodes[node_id].log_file

@@ -152,6 +152,43 @@ def test_the_projects_cel_rules_reject_objects_at_the_api(k8s_crds: ControlPlane
     assert "copy.schedule and copy.intervalSeconds are mutually exclusive" in refused.value.message
 
 
+def test_a_jbod_brokers_log_dirs_are_checked_at_the_api(k8s_crds: ControlPlane, k8s_namespace: str) -> None:
+    """extraLogDirs: accepted with a claim and mount of its own each, refused by the CEL rules otherwise."""
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{k8s_namespace}/tieredbrokers"
+
+    def broker(name: str, extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TieredBroker",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterRef": {"name": "c"},
+                "brokerId": 4,
+                "logDir": {"claimName": "d0", "mountPath": "/k/d0", "path": "/k/d0/kafka-log4"},
+                "extraLogDirs": [extra],
+            },
+        }
+
+    good = broker("jbod", {"claimName": "d1", "mountPath": "/k/d1", "path": "/k/d1/kafka-log4"})
+    assert create(k8s_crds, path, good)["spec"]["extraLogDirs"][0]["claimName"] == "d1"
+    refusals = {
+        "same-mount": (
+            {"claimName": "d1", "mountPath": "/k/d0", "path": "/k/d0/other"},
+            "every log dir's claim needs a mountPath of its own",
+        ),
+        "no-claim": ({"path": "/k/d1/kafka-log4"}, "extraLogDirs[].claimName must be set exactly when"),
+        "same-path": (
+            {"claimName": "d1", "mountPath": "/k", "path": "/k/d0/kafka-log4"},
+            "logDir.path and every extraLogDirs[].path must differ",
+        ),
+    }
+    for name, (extra, message) in refusals.items():
+        with pytest.raises(ApiError) as refused:
+            create(k8s_crds, path, broker(name, extra))
+        assert refused.value.code == 422
+        assert message in refused.value.message
+
+
 def test_a_service_account_is_refused_what_its_role_does_not_grant(
     k8s_control_plane: ControlPlane, k8s_namespace: str
 ) -> None:

@@ -44,10 +44,13 @@ from harness.moto_s3 import MotoServer
 from storage_core.adapters.kafka_features import read_features
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import GatewaySpec, StrimziRef
+from storage_core.api.resources import TieredBrokerSpec
+from storage_core.reconcile.planner import CopyAction, TopicPartitions
 from tierkeeper_operator.cluster_objects import sync_gateway, sync_strimzi_brokers
 from tierkeeper_operator.gateway_objects import GatewaySettings, gateway_name
-from tierkeeper_operator.jobs import Owner
+from tierkeeper_operator.jobs import Owner, copy_job
 from tierkeeper_operator.kube import Kube
+from tierkeeper_operator.rebuild_rounds import rebuild_job
 
 STRIMZI = Path("/work/shared/strimzi")
 KAFKA = "my-cluster"
@@ -89,8 +92,10 @@ def owner_cluster(plane: ControlPlane, ns: str, name: str = "tiered") -> Owner:
     return Owner("TieredTopic", name, ns, made["metadata"]["uid"])
 
 
-def strimzi_kafka(plane: ControlPlane, ns: str, broker_ids: tuple[int, ...] = (1, 2, 3)) -> None:
-    with open(STRIMZI / "example-kafka-persistent.yaml") as f:
+def strimzi_kafka(
+    plane: ControlPlane, ns: str, broker_ids: tuple[int, ...] = (1, 2, 3), example: str = "kafka-persistent"
+) -> None:
+    with open(STRIMZI / f"example-{example}.yaml") as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
     kafka = next(d for d in docs if d["kind"] == "Kafka")
     base = f"/apis/kafka.strimzi.io/v1/namespaces/{ns}"
@@ -110,50 +115,59 @@ def strimzi_kafka(plane: ControlPlane, ns: str, broker_ids: tuple[int, ...] = (1
         plane.request("PUT", f"{base}/kafkanodepools/{pool['metadata']['name']}/status", made)
 
 
-def broker_node(plane: ControlPlane, ns: str, node: int, root: Path, log_dir: Path | None = None) -> None:
-    """What Strimzi leaves for broker ``node`` of the pool: the claim ``data-0-<pod>``, bound to a volume
-    whose directory holds the broker's log dir ``kafka-log<node>`` (``log_dir``: a running broker's, linked
-    there), and the pod mounting it at /var/lib/kafka/data-0 (never run here: its scheduler is none the
-    harness has)."""
-    pod_name = f"{KAFKA}-{POOL}-{node}"
-    claim = f"data-0-{pod_name}"
-    volume = root / claim
-    volume.mkdir(parents=True)
-    if log_dir is None:
-        (volume / f"kafka-log{node}").mkdir()
-    else:
-        (volume / f"kafka-log{node}").symlink_to(log_dir)
-    pv_name = f"{ns}-{claim}"
-    plane.request(
-        "POST",
-        "/api/v1/persistentvolumes",
-        {
-            "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "hostPath": {"path": str(volume)},
-                "claimRef": {"namespace": ns, "name": claim},
-                "storageClassName": "",
+def broker_node(
+    plane: ControlPlane,
+    ns: str,
+    node: int,
+    root: Path,
+    log_dir: Path | None = None,
+    volumes: tuple[int, ...] = (0,),
+    pool: str = POOL,
+) -> None:
+    """What Strimzi leaves for broker ``node`` of ``pool``: a claim ``data-<id>-<pod>`` per JBOD volume,
+    bound to a volume whose directory holds the broker's log dir ``kafka-log<node>`` (``log_dir``: a
+    running broker's, linked into the first), and the pod mounting each at /var/lib/kafka/data-<id> (never
+    run here: its scheduler is none the harness has)."""
+    pod_name = f"{KAFKA}-{pool}-{node}"
+    for i in volumes:
+        claim = f"data-{i}-{pod_name}"
+        volume = root / claim
+        volume.mkdir(parents=True)
+        if log_dir is None or i != volumes[0]:
+            (volume / f"kafka-log{node}").mkdir()
+        else:
+            (volume / f"kafka-log{node}").symlink_to(log_dir)
+        pv_name = f"{ns}-{claim}"
+        plane.request(
+            "POST",
+            "/api/v1/persistentvolumes",
+            {
+                "metadata": {"name": pv_name},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "hostPath": {"path": str(volume)},
+                    "claimRef": {"namespace": ns, "name": claim},
+                    "storageClassName": "",
+                },
             },
-        },
-    )
-    plane.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
-        {
-            "metadata": {"name": claim, "labels": {"strimzi.io/cluster": KAFKA}},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-                "volumeName": pv_name,
-                "storageClassName": "",
+        )
+        plane.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+            {
+                "metadata": {"name": claim, "labels": {"strimzi.io/cluster": KAFKA}},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "volumeName": pv_name,
+                    "storageClassName": "",
+                },
             },
-        },
-    )
+        )
     labels = {
         "strimzi.io/cluster": KAFKA,
-        "strimzi.io/pool-name": POOL,
+        "strimzi.io/pool-name": pool,
         "strimzi.io/broker-role": "true",
         "strimzi.io/kind": "Kafka",
     }
@@ -165,10 +179,15 @@ def broker_node(plane: ControlPlane, ns: str, node: int, root: Path, log_dir: Pa
                 {
                     "name": "kafka",
                     "image": "quay.io/strimzi/kafka:latest",
-                    "volumeMounts": [{"name": "data-0", "mountPath": "/var/lib/kafka/data-0"}],
+                    "volumeMounts": [
+                        {"name": f"data-{i}", "mountPath": f"/var/lib/kafka/data-{i}"} for i in volumes
+                    ],
                 }
             ],
-            "volumes": [{"name": "data-0", "persistentVolumeClaim": {"claimName": claim}}],
+            "volumes": [
+                {"name": f"data-{i}", "persistentVolumeClaim": {"claimName": f"data-{i}-{pod_name}"}}
+                for i in volumes
+            ],
         },
     }
     plane.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
@@ -179,9 +198,10 @@ def tiered_brokers(plane: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
     return {b["metadata"]["name"]: b for b in items}
 
 
-def bound_log_dir(plane: ControlPlane, ns: str, broker: dict[str, Any]) -> Path:
-    """The host directory the TieredBroker's logDir.path is, through its claim's volume."""
-    log_dir = broker["spec"]["logDir"]
+def bound_log_dir(plane: ControlPlane, ns: str, broker: dict[str, Any], extra: int | None = None) -> Path:
+    """The host directory the TieredBroker's logDir.path (or extraLogDirs[extra].path) is, through its
+    claim's volume."""
+    log_dir = broker["spec"]["logDir"] if extra is None else broker["spec"]["extraLogDirs"][extra]
     pvc = plane.request("GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{log_dir['claimName']}")
     pv = plane.request("GET", f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
     relative = Path(log_dir["path"]).relative_to(log_dir["mountPath"])
@@ -260,6 +280,50 @@ def test_strimzi_brokers_become_tiered_brokers_and_follow_the_pool(
     plane.request("PUT", f"{path}/status", pool)
     sync_strimzi_brokers(kube, ref, ns, owner)
     assert sorted(tiered_brokers(plane, ns)) == ["mine-2", f"{KAFKA}-{POOL}-1"]
+
+
+def test_a_jbod_pools_brokers_get_every_volume_and_their_jobs_are_accepted(
+    strimzi_crds: ControlPlane, ns: str, tmp_path: Path
+) -> None:
+    """Strimzi's JBOD example (two persistent volumes per broker): each broker's TieredBroker names both
+    claims and log dirs, bound to the volumes Strimzi's claims are; the copy and rebuild Jobs built from
+    the stored TieredBroker pass the API server's validation (dry run) with both claims mounted."""
+    plane = strimzi_crds
+    strimzi_kafka(plane, ns, example="kafka-jbod")
+    for node in (1, 2, 3):
+        broker_node(plane, ns, node, tmp_path, volumes=(0, 1))
+    owner = owner_cluster(plane, ns)
+    kube = Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,))
+    state = sync_strimzi_brokers(kube, StrimziRef(kafka=KAFKA, listener="plain"), ns, owner)
+    assert state.problems == []
+    made = tiered_brokers(plane, ns)
+    assert sorted(made) == [f"{KAFKA}-{POOL}-{n}" for n in (1, 2, 3)]
+    for name, broker in made.items():
+        node = int(name.rsplit("-", 1)[1])
+        assert bound_log_dir(plane, ns, broker) == tmp_path / f"data-0-{name}" / f"kafka-log{node}"
+        assert bound_log_dir(plane, ns, broker, extra=0) == tmp_path / f"data-1-{name}" / f"kafka-log{node}"
+        assert bound_log_dir(plane, ns, broker, extra=0).is_dir()
+
+    spec = TieredBrokerSpec.model_validate(made[f"{KAFKA}-{POOL}-2"]["spec"])
+    cluster = KafkaClusterConfig.model_validate(
+        {"name": "tiered", "bootstrapServers": "k:9092", "remote": {"url": "s3://b/t"}}
+    )
+    job_owner = Owner("TieredBroker", f"{KAFKA}-{POOL}-2", ns, made[f"{KAFKA}-{POOL}-2"]["metadata"]["uid"])
+    action = CopyAction("tiered", 2, f"{ns}/b2", (TopicPartitions(f"{ns}/t", "t", (0,)),))
+    for job in (
+        copy_job(action, cluster, spec, job_owner, None, "r"),
+        rebuild_job(spec, cluster, job_owner, None, "r"),
+    ):
+        accepted = plane.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs?dryRun=All", job)
+        pod = accepted["spec"]["template"]["spec"]
+        claims = [
+            v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v
+        ]
+        assert claims == [f"data-0-{KAFKA}-{POOL}-2", f"data-1-{KAFKA}-{POOL}-2"]
+        mounts = [
+            m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"].startswith("log-dir")
+        ]
+        assert mounts == ["/var/lib/kafka/data-0", "/var/lib/kafka/data-1"]
 
 
 def test_a_missing_listener_is_one_line(strimzi_crds: ControlPlane, ns: str) -> None:

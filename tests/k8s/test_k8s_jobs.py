@@ -4,6 +4,7 @@ node, restricted security, configured resources; results read back from terminat
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -351,3 +352,112 @@ def test_job_pod_labels_annotations_scratch_space_and_no_api_token() -> None:
     assert {"name": "tmp", "emptyDir": {}} in plain["spec"]["volumes"] and plain["metadata"][
         "annotations"
     ] == {}
+
+
+JBOD = TieredBrokerSpec.model_validate(
+    {
+        "clusterRef": {"name": "c"},
+        "brokerId": 4,
+        "logDir": {
+            "claimName": "data-0-my-cluster-broker-4",
+            "mountPath": "/var/lib/kafka/data-0",
+            "path": "/var/lib/kafka/data-0/kafka-log4",
+        },
+        "extraLogDirs": [
+            {
+                "claimName": "data-1-my-cluster-broker-4",
+                "mountPath": "/var/lib/kafka/data-1",
+                "path": "/var/lib/kafka/data-1/kafka-log4",
+            }
+        ],
+    }
+)
+
+
+def _log_dir_mounts(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    dirs = [args[i + 1] for i, a in enumerate(args) if a == "--log-dir"]
+    claims = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    mounts = [m for m in container["volumeMounts"] if m["name"].startswith("log-dir")]
+    return claims, mounts, dirs
+
+
+def test_a_jbod_brokers_jobs_mount_every_claim_and_name_every_log_dir() -> None:
+    from storage_core.cli.main import build_parser
+    from storage_core.reconcile.requests import CopyRequest, RebuildRequest
+
+    paths = ["/var/lib/kafka/data-0/kafka-log4", "/var/lib/kafka/data-1/kafka-log4"]
+    action = CopyAction("c", 4, "kafka/b4", (TopicPartitions("kafka/orders", "orders", (0, 1)),))
+    claims, mounts, dirs = _log_dir_mounts(copy_job(action, CLUSTER, JBOD, OWNER, None, "r"))
+    assert dirs == paths
+    assert claims == [
+        {
+            "name": "log-dir",
+            "persistentVolumeClaim": {"claimName": "data-0-my-cluster-broker-4", "readOnly": True},
+        },
+        {
+            "name": "log-dir-1",
+            "persistentVolumeClaim": {"claimName": "data-1-my-cluster-broker-4", "readOnly": True},
+        },
+    ]
+    assert mounts == [
+        {"name": "log-dir", "mountPath": "/var/lib/kafka/data-0", "readOnly": True},
+        {"name": "log-dir-1", "mountPath": "/var/lib/kafka/data-1", "readOnly": True},
+    ]
+    job = copy_job(action, CLUSTER, JBOD, OWNER, None, "r")
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert CopyRequest.from_args(build_parser().parse_args(args)).log_dirs == tuple(paths)
+
+    rebuild = rebuild_job(JBOD, CLUSTER, OWNER, None, "r")
+    claims, mounts, dirs = _log_dir_mounts(rebuild)
+    assert dirs == paths
+    # The rebuild writes into every dir: nothing read-only.
+    assert [c["persistentVolumeClaim"] for c in claims] == [
+        {"claimName": "data-0-my-cluster-broker-4"},
+        {"claimName": "data-1-my-cluster-broker-4"},
+    ]
+    assert [m["mountPath"] for m in mounts] == ["/var/lib/kafka/data-0", "/var/lib/kafka/data-1"]
+    assert all("readOnly" not in m for m in mounts)
+    args = rebuild["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert RebuildRequest.from_args(build_parser().parse_args(args)).log_dirs == tuple(paths)
+
+
+def test_two_log_dirs_on_one_claim_are_one_volume_mounted_twice() -> None:
+    shared = JBOD.model_copy(
+        update={
+            "log_dir": JBOD.log_dir.model_copy(update={"claim_name": "disk", "sub_path": "a"}),
+            "extra_log_dirs": [
+                JBOD.extra_log_dirs[0].model_copy(update={"claim_name": "disk", "sub_path": "b"})
+            ],
+        }
+    )
+    claims, mounts, _ = _log_dir_mounts(rebuild_job(shared, CLUSTER, OWNER, None, "r"))
+    assert claims == [{"name": "log-dir", "persistentVolumeClaim": {"claimName": "disk"}}]
+    assert [(m["name"], m["mountPath"], m["subPath"]) for m in mounts] == [
+        ("log-dir", "/var/lib/kafka/data-0", "a"),
+        ("log-dir", "/var/lib/kafka/data-1", "b"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"claimName": "x", "mountPath": "/var/lib/kafka", "path": "/var/lib/kafka/data-0/kafka-log4"},
+            "logDir.path and every extraLogDirs[].path must differ",
+        ),
+        ({"path": "/elsewhere/kafka-log4"}, "extraLogDirs[].claimName must be set exactly when"),
+        (
+            {"claimName": "x", "mountPath": "/var/lib/kafka/data-0", "path": "/var/lib/kafka/data-0/other"},
+            "every log dir's claim needs a mountPath of its own",
+        ),
+    ],
+)
+def test_extra_log_dirs_are_refused_when_they_clash(extra: dict[str, Any], message: str) -> None:
+    body = JBOD.model_dump(mode="json", by_alias=True, exclude_none=True)
+    body["extraLogDirs"] = [extra]
+    with pytest.raises(ValidationError) as err:
+        TieredBrokerSpec.model_validate(body)
+    assert message in describe_errors(err.value)

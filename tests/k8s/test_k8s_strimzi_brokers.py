@@ -4,13 +4,17 @@ TieredBroker winning, pools scaled up and down followed, and what cannot be tier
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from storage_core.api.cluster_parts import StrimziRef
 from tierkeeper_operator.jobs import Owner
 from tierkeeper_operator.strimzi_brokers import broker_changes, strimzi_view
 
 REF = StrimziRef(kafka="my-cluster", listener="plain")
+STRIMZI = Path(__file__).resolve().parents[3] / "shared" / "strimzi"
 OWNER = Owner("TieredCluster", "tiered", "kafka", "uid-tc")
 
 
@@ -101,8 +105,12 @@ def test_the_pods_own_claim_and_mount_win_over_the_naming_rule() -> None:
 
 
 def test_what_cannot_be_tiered_is_named() -> None:
+    mixed = {
+        "type": "jbod",
+        "volumes": [{"id": 0, "type": "persistent-claim"}, {"id": 1, "type": "ephemeral"}],
+    }
     pools = [
-        pool("jbod", [1], ["broker"], JBOD_TWO),
+        pool("mixed", [1], ["broker"], mixed),
         pool("eph", [2], ["broker"], {"type": "ephemeral"}),
         pool("new", None, ["broker"], PERSISTENT),
     ]
@@ -110,10 +118,55 @@ def test_what_cannot_be_tiered_is_named() -> None:
     assert view.brokers == {}
     assert view.problems == [
         "broker 2 (pool eph): storage type 'ephemeral' has no claim a copy Job could mount",
-        "broker 1 (pool jbod): 2 persistent JBOD volumes; Tierkeeper reads one log dir per broker, so it "
-        "keeps no TieredBroker for it",
+        "broker 1 (pool mixed): JBOD volume(s) 1 are not persistent-claim: the partitions Kafka keeps there "
+        "have no claim a copy Job could mount",
         "KafkaNodePool new: no status.nodeIds yet (Strimzi has not reconciled it)",
     ]
+
+
+def strimzi_example(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Strimzi's own example (the Kafka and its node pools) as Strimzi's operator leaves them reconciled:
+    node ids 0-2 for the controllers, 3-5 for the brokers."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    pools = [d for d in docs if d["kind"] == "KafkaNodePool"]
+    first = 0
+    for p in pools:
+        p["status"] = {"nodeIds": list(range(first, first + p["spec"]["replicas"]))}
+        first += p["spec"]["replicas"]
+    (found,) = [d for d in docs if d["kind"] == "Kafka"]
+    return {**found, "status": kafka()["status"]}, pools
+
+
+def test_a_jbod_broker_gets_a_log_dir_per_volume() -> None:
+    """Strimzi's JBOD example: each broker's two volumes are two log dirs, on the claims and at the mount
+    paths Strimzi gives them; the controllers (no broker role) get none."""
+    found, pools = strimzi_example(STRIMZI / "example-kafka-jbod.yaml")
+    view = strimzi_view(REF, "tiered", found, pools, [])
+    assert view.problems == []
+    assert sorted(view.brokers) == [3, 4, 5]
+    four = view.brokers[4]
+    dirs = [(d.claim_name, d.mount_path, d.path) for d in four.log_dirs()]
+    assert dirs == [
+        ("data-0-my-cluster-broker-4", "/var/lib/kafka/data-0", "/var/lib/kafka/data-0/kafka-log4"),
+        ("data-1-my-cluster-broker-4", "/var/lib/kafka/data-1", "/var/lib/kafka/data-1/kafka-log4"),
+    ]
+    changes = broker_changes(view, [], OWNER, "kafka")
+    manifest = next(m for m in changes.create if m["spec"]["brokerId"] == 4)
+    assert manifest["spec"]["extraLogDirs"] == [
+        {
+            "claimName": "data-1-my-cluster-broker-4",
+            "mountPath": "/var/lib/kafka/data-1",
+            "path": "/var/lib/kafka/data-1/kafka-log4",
+        }
+    ]
+    # A volume added to the pool later is a third log dir of the kept TieredBroker.
+    jbod = next(p for p in pools if p["metadata"]["name"] == "broker")
+    jbod["spec"]["storage"]["volumes"].append({"id": 2, "type": "persistent-claim", "size": "1Gi"})
+    grown = broker_changes(
+        strimzi_view(REF, "tiered", found, pools, []), existing(changes.create), OWNER, "kafka"
+    )
+    assert grown.create == [] and grown.delete == []
+    assert [len(m["spec"]["extraLogDirs"]) for m in grown.update] == [2, 2, 2]
 
 
 def test_pools_of_another_cluster_are_ignored() -> None:

@@ -161,7 +161,7 @@ def test_a_rebuild_request_parses_back(secret_dir: Path) -> None:
     args = parsed(job_args(request))
     assert (args.command, args.log_dir, args.broker_id, args.parallelism, args.bootstrap_servers) == (
         "rebuild",
-        BROKER.log_dir.path,
+        [BROKER.log_dir.path],
         2,
         6,
         config.bootstrap_servers,
