@@ -110,6 +110,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"table {summary.location}: compacted {summary.files_compacted} files into "
             f"{summary.files_written}, expired {summary.expired_snapshots} snapshots, deleted "
-            f"{summary.orphans_deleted} orphan files"
+            f"{summary.orphans_deleted} orphan files, {summary.metadata_files_deleted} old metadata files"
         )
     return 0

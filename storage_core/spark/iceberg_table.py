@@ -76,6 +76,11 @@ TABLE_PROPERTIES = {
     # Readers such as Spark ask for files of this size when they compact; the export writes one file per
     # split and day, up to this size.
     "write.target-file-size-bytes": str(512 << 20),
+    # Every commit writes a metadata file. Configured catalogs delete those that fall out of the metadata
+    # log at commit time (pyiceberg, when enabled); table maintenance deletes them for every catalog, the
+    # embedded one included, once old enough. Iceberg's defaults would keep them all.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
 }
 
 
