@@ -111,10 +111,16 @@ class AvroDecoder:
         if isinstance(schema, str):
             raise UndecodableValue(schema)
         parsed, kind = schema
+        body = io.BytesIO(value[_HEADER.size :])
         try:
-            obj = fastavro.schemaless_reader(io.BytesIO(value[_HEADER.size :]), parsed, None)
+            obj = fastavro.schemaless_reader(body, parsed, None)
         except Exception as exc:  # noqa: BLE001 -- fastavro raises many types for a corrupt body
             raise UndecodableValue(f"Avro body does not match schema {schema_id}: {exc!r}") from None
+        left = len(value) - _HEADER.size - body.tell()
+        if left:
+            raise UndecodableValue(f"Avro body does not match schema {schema_id}: {left} bytes after it")
+        if not isinstance(obj, dict):  # _load admits records only
+            raise UndecodableValue(f"schema id {schema_id} is not an Avro record")
         return obj, kind
 
     def _schema(self, schema_id: int) -> tuple[Any, pa.StructType] | str:

@@ -114,6 +114,7 @@ def test_a_new_schema_id_reports_its_new_fields_and_bad_values_keep_a_reason() -
         _wire(7, ORDER, record),
         _wire(3, union, {"x": 1}),
         None,
+        _wire(1, ORDER, record) + b"\x00",
     ]
     table_type = avro_to_arrow(ORDER, {})
     out = decode_values(values, AvroDecoder(lookup), table_type)
@@ -128,6 +129,7 @@ def test_a_new_schema_id_reports_its_new_fields_and_bad_values_keep_a_reason() -
     assert errors[3] == "schema id 7 is not in the schema registry" and decoded[3] is None
     assert "union of 2 non-null types" in errors[4]
     assert errors[0] is None and errors[5] is None and decoded[5] is None
+    assert errors[6] == "Avro body does not match schema 1: 1 bytes after it" and decoded[6] is None
 
     widened = pa.struct([*table_type, pa.field("note", pa.string())])
     again = decode_values(values, AvroDecoder(lookup), widened)
