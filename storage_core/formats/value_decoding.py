@@ -218,18 +218,27 @@ def _named(schema: dict[str, Any], names: dict[str, pa.DataType], kind: pa.DataT
     return kind
 
 
+def _is_list(kind: pa.DataType) -> bool:
+    # Types read from the table (pyiceberg's schema_to_pyarrow) are the large variants.
+    return bool(pa.types.is_list(kind) or pa.types.is_large_list(kind))
+
+
 def missing_fields(have: pa.DataType | None, want: pa.DataType) -> pa.DataType | None:
-    """The part of ``want`` that ``have`` lacks (new struct fields, with their parents), None when nothing.
-    Fields of type null (a JSON null, an empty list) carry no type and are never missing."""
+    """The part of ``want`` that ``have`` lacks (new struct fields, with their parents, also inside lists
+    and map values), None when nothing. Fields of type null (a JSON null, an empty list) carry no type and
+    are never missing."""
     if pa.types.is_null(want):
         return None
     if have is None:
         if pa.types.is_struct(want):
             fields = [pa.field(f.name, m) for f in want if (m := missing_fields(None, f.type)) is not None]
             return pa.struct(fields) if fields else None
-        if pa.types.is_list(want):
+        if _is_list(want):
             item = missing_fields(None, want.value_type)
             return pa.list_(item) if item is not None else None
+        if pa.types.is_map(want):
+            item = missing_fields(None, want.item_type)
+            return pa.map_(want.key_type, item) if item is not None else None
         return want
     if pa.types.is_struct(want) and pa.types.is_struct(have):
         by_name = {f.name: f.type for f in have}
@@ -239,9 +248,12 @@ def missing_fields(have: pa.DataType | None, want: pa.DataType) -> pa.DataType |
             if (m := missing_fields(by_name.get(f.name), f.type)) is not None
         ]
         return pa.struct(fields) if fields else None
-    if pa.types.is_list(want) and pa.types.is_list(have):
+    if _is_list(want) and _is_list(have):
         item = missing_fields(have.value_type, want.value_type)
         return pa.list_(item) if item is not None else None
+    if pa.types.is_map(want) and pa.types.is_map(have):
+        item = missing_fields(have.item_type, want.item_type)
+        return pa.map_(want.key_type, item) if item is not None else None
     return None  # present with another type: conforming the value says whether it fits
 
 
@@ -254,8 +266,10 @@ def merge_types(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | N
         fields = [pa.field(f.name, merge_types(f.type, theirs.get(f.name))) for f in a]
         fields += [f for f in b if f.name not in mine]
         return pa.struct(fields)
-    if pa.types.is_list(a) and pa.types.is_list(b):
+    if _is_list(a) and _is_list(b):
         return pa.list_(merge_types(a.value_type, b.value_type))
+    if pa.types.is_map(a) and pa.types.is_map(b):
+        return pa.map_(a.key_type, merge_types(a.item_type, b.item_type))
     return a
 
 
@@ -321,13 +335,19 @@ def _names(kind: pa.DataType | None, prefix: str = "") -> str:
         return ", ".join(
             _names(f.type, f"{prefix}{f.name}.") if _nested(f.type) else f"{prefix}{f.name}" for f in kind
         )
-    if pa.types.is_list(kind):
+    if _is_list(kind):
         return _names(kind.value_type, prefix)
+    if pa.types.is_map(kind):
+        return _names(kind.item_type, prefix)
     return prefix.rstrip(".")
 
 
 def _nested(kind: pa.DataType) -> bool:
-    return pa.types.is_struct(kind) or (pa.types.is_list(kind) and _nested(kind.value_type))
+    return (
+        pa.types.is_struct(kind)
+        or (_is_list(kind) and _nested(kind.value_type))
+        or (pa.types.is_map(kind) and _nested(kind.item_type))
+    )
 
 
 def _struct_or_none(kind: pa.DataType | None) -> pa.StructType | None:

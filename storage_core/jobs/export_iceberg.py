@@ -92,8 +92,9 @@ def run_export_iceberg(
         _widen(table, None, [])
         if value_decoding.schema_registry is not None:
             registry = SchemaRegistry.from_env(value_decoding.schema_registry)
+    final = value_decoding is None
     for round_ in range(DECODE_ROUNDS if value_decoding is not None else 1):
-        final = round_ == DECODE_ROUNDS - 1 or value_decoding is None
+        final = final or round_ == DECODE_ROUNDS - 1
         jobs = [
             IcebergTask(source, target, opts.isolation, s, table.metadata, value_decoding, registry, final)
             for s in pending
@@ -110,7 +111,8 @@ def run_export_iceberg(
         missing = None
         for m in lacking:
             missing = merge_types(missing, m.missing)
-        _widen(table, missing, results)
+        # Fields the table cannot take (a name Iceberg refuses, say) are named in value_error instead.
+        final = not _widen(table, missing, results)
         pending = [m.split for m in lacking]
     files = [f for r in results for f in r.files]
     next_offsets = dict(committed)
@@ -137,11 +139,18 @@ def run_export_iceberg(
 DECODE_ROUNDS = 3
 
 
-def _widen(table: Any, missing: Any, results: list[SplitFiles]) -> None:
-    from pyiceberg.exceptions import CommitFailedException
+def _widen(table: Any, missing: Any, results: list[SplitFiles]) -> bool:
+    """Add the error column and the ``missing`` decoded fields; False when the table refuses them."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationError
 
     try:
         add_decoded_columns(table, missing)
+        return True
+    except (ValidationError, ValueError, TypeError) as exc:
+        log.warning(
+            "table %s: decoded fields not added (%s); named in value_error", table.metadata.location, exc
+        )
+        return False
     except CommitFailedException as exc:
         _discard(table, [f for r in results for f in r.files])
         raise ExportConflict(

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import socket
 import struct
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -19,11 +21,14 @@ from storage_core.adapters.schema_registry import SchemaRegistry
 from storage_core.errors import ConfigError
 from storage_core.formats.value_decoding import (
     AvroDecoder,
+    JsonDecoder,
     RegisteredSchema,
     SchemaUnavailable,
     ValueDecoding,
+    _names,
     avro_to_arrow,
     decode_values,
+    missing_fields,
 )
 
 ORDER = {
@@ -162,3 +167,29 @@ def test_the_registry_client_against_the_rest_api() -> None:
         port = s.getsockname()[1]
     with pytest.raises(SchemaUnavailable, match="schema registry http://127.0.0.1"):
         SchemaRegistry(f"http://127.0.0.1:{port}", timeout_s=5)(1)
+
+
+def test_new_fields_inside_lists_and_maps_of_a_table_read_back_are_missing(tmp_path: Path) -> None:
+    """The table's type as read back from Iceberg (large lists and strings) still shows a new field in a
+    list's or a map's records as missing: pyarrow would otherwise drop it without a word."""
+    from storage_core.spark.iceberg_catalog import open_table
+    from storage_core.spark.iceberg_table import add_decoded_columns, decoded_type
+    from storage_core.spark.options import StorageSpec
+
+    def shape(line: list[tuple[str, pa.DataType]], by: list[tuple[str, pa.DataType]]) -> pa.StructType:
+        return pa.struct([("lines", pa.list_(pa.struct(line))), ("by", pa.map_(pa.string(), pa.struct(by)))])
+
+    first = shape([("sku", pa.string())], [("n", pa.int64())])
+    table = open_table(StorageSpec(f"file://{tmp_path / 't'}"), "t", "AAAAAAAAAAAAAAAAAAAAAA", "t.t", None)
+    add_decoded_columns(table, missing_fields(None, first))
+    have = decoded_type(table.metadata)
+    assert have is not None and missing_fields(have, first) is None
+    later = shape([("sku", pa.string()), ("qty", pa.int64())], [("n", pa.int64()), ("m", pa.int64())])
+    assert _names(missing_fields(have, later)) == "lines.qty, by.m"
+    value = json.dumps({"lines": [{"sku": "b", "qty": 2}]}).encode()
+    out = decode_values([value], JsonDecoder(), have)
+    assert out.errors.to_pylist() == ["fields not in the table's schema: lines.qty"]
+    add_decoded_columns(table, missing_fields(have, later))
+    again = decode_values([value], JsonDecoder(), decoded_type(table.metadata))
+    assert again.missing is None and again.errors.to_pylist() == [None]
+    assert again.decoded.to_pylist()[0]["lines"] == [{"sku": "b", "qty": 2}]
