@@ -166,8 +166,9 @@ class TableMaintenance(ApiModel):
     orphan_min_age_seconds: int = Field(
         default=DEFAULT_ORPHAN_MIN_AGE_S,
         ge=3600,
-        description="A file no snapshot references is deleted only once older than this: it must exceed "
-        "the longest export run (a running export's files are referenced only when it commits).",
+        description="A file no snapshot references (or a metadata file past the table's "
+        "write.metadata.previous-versions-max) is deleted only once older than this: it must exceed the "
+        "longest export run (a running export's files are referenced only when it commits).",
     )
     compact_min_files: int = Field(
         default=DEFAULT_COMPACT_MIN_FILES,
