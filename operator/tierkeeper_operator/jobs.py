@@ -292,12 +292,17 @@ def table_job(
 ) -> dict[str, Any]:
     """The Job exporting the topic's tier to its Iceberg table (Spark in the Job's pod, or the cluster's
     sparkMaster) or maintaining that table. A configured catalog's Secret becomes environment variables
-    (pyiceberg reads PYICEBERG_CATALOG__<NAME>__<KEY>), never arguments."""
+    (pyiceberg reads PYICEBERG_CATALOG__<NAME>__<KEY>), and so does the schema registry's, never
+    arguments."""
     args = job_args(table_request(action, cluster))
     container = _container(cluster, args)
     catalog = action.table.catalog
     if catalog is not None and catalog.secret_ref is not None:
         container.setdefault("envFrom", []).append({"secretRef": {"name": catalog.secret_ref.name}})
+    decoding = action.table.value_decoding
+    if action.kind == "export" and decoding is not None and decoding.secret_ref is not None:
+        # The schema registry's credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO), never in arguments.
+        container.setdefault("envFrom", []).append({"secretRef": {"name": decoding.secret_ref.name}})
     kind = TABLE_JOB_KINDS[action.kind]
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,

@@ -170,8 +170,9 @@ class TableMaintenance(ApiModel):
     orphan_min_age_seconds: int = Field(
         default=DEFAULT_ORPHAN_MIN_AGE_S,
         ge=3600,
-        description="A file no snapshot references is deleted only once older than this: it must exceed "
-        "the longest export run (a running export's files are referenced only when it commits).",
+        description="A file no snapshot references (or a metadata file past the table's "
+        "write.metadata.previous-versions-max) is deleted only once older than this: it must exceed the "
+        "longest export run (a running export's files are referenced only when it commits).",
     )
     compact_min_files: int = Field(
         default=DEFAULT_COMPACT_MIN_FILES,
@@ -179,6 +180,36 @@ class TableMaintenance(ApiModel):
         le=10_000,
         description="Rewrite a table partition (day and Kafka partition) into one file once it holds this "
         "many data files; 0 turns compaction off.",
+    )
+
+
+class TableValueDecoding(ApiModel):
+    """Decode the topic's values into typed columns of the table (``value_decoded``, widened as new
+    fields appear); a value that cannot be decoded keeps its reason in ``value_error``."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="(self.format == 'avro') == has(self.schemaRegistryUrl)",
+            message="table.valueDecoding.schemaRegistryUrl goes with format avro, and only with it",
+            check=lambda v: (v.format == "avro") == (v.schema_registry_url is not None),
+        ),
+    )
+
+    format: Literal["json", "avro"] = Field(
+        description="json: each value is a JSON object. avro: Confluent's wire format (magic byte 0, schema "
+        "id), schemas from schemaRegistryUrl."
+    )
+    schema_registry_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://[^\s@]+$",
+        description="The schema registry's REST API (Confluent Schema Registry, Karapace, Apicurio's "
+        "/apis/ccompat/v7); no credentials in it.",
+    )
+    secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret whose keys become environment variables of the export Jobs, e.g. "
+        "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO (user:password).",
     )
 
 
@@ -227,6 +258,9 @@ class TableSpec(ApiModel):
     )
     maintenance: TableMaintenance = Field(
         default_factory=TableMaintenance, description="Snapshot expiry, orphan removal, compaction."
+    )
+    value_decoding: TableValueDecoding | None = Field(
+        default=None, description="Decode values into typed columns; omit to keep value binary only."
     )
 
 

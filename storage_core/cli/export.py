@@ -48,6 +48,18 @@ def register(subparsers: Any) -> None:
         help="iceberg: an Apache Iceberg table committed once per run; parquet: files plus a state file",
     )
     add_table_args(p)
+    p.add_argument(
+        "--value-format",
+        choices=["json", "avro"],
+        help="iceberg: decode values into the column value_decoded (avro: Confluent wire format, schemas "
+        "from --schema-registry); undecodable values keep their reason in value_error",
+    )
+    p.add_argument(
+        "--schema-registry",
+        metavar="URL",
+        help="iceberg, --value-format avro: the schema registry (credentials: the environment variable "
+        "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=user:password)",
+    )
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
     p.add_argument("--max-split-bytes", type=int, metavar="B", help="stored bytes per task (default 128 MiB)")
     p.add_argument(
@@ -134,10 +146,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.format == "iceberg":
         return _run_iceberg(args, source, target, opts)
-    if args.table or args.catalog or args.catalog_property or args.result_file:
+    if args.table or args.catalog or args.catalog_property or args.result_file or args.value_format:
         from storage_core.errors import ConfigError
 
-        raise ConfigError("--table, --catalog, --catalog-property and --result-file need --format iceberg")
+        raise ConfigError(
+            "--table, --catalog, --catalog-property, --value-format and --result-file need --format iceberg"
+        )
     splits = args.splits_per_commit or DEFAULT_SPLITS_PER_COMMIT
     summary = _on_spark(args, lambda spark: run_export(spark, source, target, opts, splits_per_commit=splits))
     return _report(
@@ -169,15 +183,19 @@ def _report(args: argparse.Namespace, summary: Any, line: str) -> int:
 
 def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) -> int:
     from storage_core.errors import TierkeeperError
+    from storage_core.formats.value_decoding import ValueDecoding
     from storage_core.jobs.export_iceberg import run_export_iceberg
     from storage_core.reconcile.results import encode_table
 
     try:
         catalog = catalog_config(args)
+        decoding = ValueDecoding(args.value_format, args.schema_registry) if args.value_format else None
+        if args.schema_registry and decoding is None:
+            ValueDecoding("json", args.schema_registry)  # refused with the reason
         summary = _on_spark(
             args,
             lambda spark: run_export_iceberg(
-                spark, source, target, opts, table_name=args.table, catalog=catalog
+                spark, source, target, opts, table_name=args.table, catalog=catalog, value_decoding=decoding
             ),
         )
     except TierkeeperError as exc:

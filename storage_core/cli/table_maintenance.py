@@ -22,7 +22,8 @@ _DAY_MS = 86_400_000
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "table-maintenance",
-        help="compact, expire snapshots of and remove orphan files from an exported Iceberg table",
+        help="compact, expire snapshots of and remove orphan files and old metadata files from an exported "
+        "Iceberg table",
     )
     p.add_argument("--to", required=True, metavar="URL", help="the table's directory (export's --to)")
     p.add_argument(
@@ -52,8 +53,8 @@ def register(subparsers: Any) -> None:
         type=int,
         default=3 * _DAY_MS,
         metavar="MS",
-        help="delete an unreferenced file only once older than this; longer than any export run "
-        "(default 3 days)",
+        help="delete an unreferenced file (or a metadata file past write.metadata.previous-versions-max) "
+        "only once older than this; longer than any export run (default 3 days)",
     )
     p.add_argument(
         "--compact-min-files",
@@ -110,6 +111,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"table {summary.location}: compacted {summary.files_compacted} files into "
             f"{summary.files_written}, expired {summary.expired_snapshots} snapshots, deleted "
-            f"{summary.orphans_deleted} orphan files"
+            f"{summary.orphans_deleted} orphan files, {summary.metadata_files_deleted} old metadata files"
         )
     return 0

@@ -19,13 +19,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from storage_core.adapters.schema_registry import SchemaRegistry
 from storage_core.errors import TierkeeperError
 from storage_core.faults import fault_point
+from storage_core.formats.value_decoding import ValueDecoding, merge_types
 from storage_core.jobs.export import Guarded, plan_splits
 from storage_core.remote.reader import ReadOptions, RemoteReader
 from storage_core.spark.iceberg_catalog import CatalogConfig, open_table
-from storage_core.spark.iceberg_table import committed_offsets, default_table_name, summary_properties
-from storage_core.spark.iceberg_task import IcebergTask, SplitFiles, write_split
+from storage_core.spark.iceberg_table import (
+    add_decoded_columns,
+    committed_offsets,
+    default_table_name,
+    summary_properties,
+)
+from storage_core.spark.iceberg_task import IcebergTask, MissingColumns, SplitFiles, write_split
 from storage_core.spark.options import ScanOptions, StorageSpec
 
 log = logging.getLogger(__name__)
@@ -57,10 +64,16 @@ def run_export_iceberg(
     *,
     table_name: str | None = None,
     catalog: CatalogConfig | None = None,
-    task: Callable[[IcebergTask], SplitFiles] = write_split,
+    value_decoding: ValueDecoding | None = None,
+    task: Callable[[IcebergTask], SplitFiles | MissingColumns] = write_split,
 ) -> IcebergExportSummary:
     """Export what is tiered and not yet in the table, in one commit. ``task`` runs one split on an
-    executor (tests hand in one that fails at a chosen split)."""
+    executor (tests hand in one that fails at a chosen split).
+
+    With ``value_decoding`` a split whose values have fields the table lacks writes nothing and reports
+    them; the driver adds them to the table (a schema commit: no snapshot, no rows) and runs those splits
+    again. The last of ``DECODE_ROUNDS`` rounds writes such values anyway, the fields it still lacks named
+    in their error column (values whose fields keep changing type, say)."""
     with RemoteReader(source.open(), ReadOptions(isolation=opts.isolation)) as reader:
         tp0 = reader.resolve(opts.topic, 0, opts.topic_id)
         name = table_name or default_table_name(tp0.topic)
@@ -72,14 +85,36 @@ def run_export_iceberg(
         return IcebergExportSummary(
             tp0.topic, name, table.metadata.location, 0, 0, 0, base, committed, _rows(table)
         )
-    jobs = [IcebergTask(source, target, opts.isolation, s, table.metadata) for s in splits]
-    outcomes = spark.sparkContext.parallelize(jobs, len(jobs)).map(Guarded(task)).collect()
-    results = [o for o in outcomes if isinstance(o, SplitFiles)]
+    results: list[SplitFiles] = []
+    pending = splits
+    registry = None
+    if value_decoding is not None:
+        _widen(table, None, [])
+        if value_decoding.schema_registry is not None:
+            registry = SchemaRegistry.from_env(value_decoding.schema_registry)
+    final = value_decoding is None
+    for round_ in range(DECODE_ROUNDS if value_decoding is not None else 1):
+        final = final or round_ == DECODE_ROUNDS - 1
+        jobs = [
+            IcebergTask(source, target, opts.isolation, s, table.metadata, value_decoding, registry, final)
+            for s in pending
+        ]
+        outcomes = spark.sparkContext.parallelize(jobs, len(jobs)).map(Guarded(task)).collect()
+        results += [o for o in outcomes if isinstance(o, SplitFiles)]
+        failed = [o for o in outcomes if isinstance(o, TierkeeperError)]
+        if failed:
+            _discard(table, [f for r in results for f in r.files])
+            raise failed[0]
+        lacking = [o for o in outcomes if isinstance(o, MissingColumns)]
+        if not lacking:
+            break
+        missing = None
+        for m in lacking:
+            missing = merge_types(missing, m.missing)
+        # Fields the table cannot take (a name Iceberg refuses, say) are named in value_error instead.
+        final = not _widen(table, missing, results)
+        pending = [m.split for m in lacking]
     files = [f for r in results for f in r.files]
-    failed = [o for o in outcomes if isinstance(o, TierkeeperError)]
-    if failed:
-        _discard(table, files)
-        raise failed[0]
     next_offsets = dict(committed)
     for r in results:
         next_offsets[r.partition] = max(next_offsets.get(r.partition, 0), r.end)
@@ -99,6 +134,29 @@ def run_export_iceberg(
         next_offsets,
         _rows(table),
     )
+
+
+DECODE_ROUNDS = 3
+
+
+def _widen(table: Any, missing: Any, results: list[SplitFiles]) -> bool:
+    """Add the error column and the ``missing`` decoded fields; False when the table refuses them."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationError
+
+    try:
+        add_decoded_columns(table, missing)
+        return True
+    except (ValidationError, ValueError, TypeError) as exc:
+        log.warning(
+            "table %s: decoded fields not added (%s); named in value_error", table.metadata.location, exc
+        )
+        return False
+    except CommitFailedException as exc:
+        _discard(table, [f for r in results for f in r.files])
+        raise ExportConflict(
+            f"table {table.metadata.location}: another writer changed the table's schema first ({exc}); "
+            "nothing of this run is committed, run the export again"
+        ) from None
 
 
 def _rows(table: Any) -> int | None:

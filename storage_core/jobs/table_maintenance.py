@@ -16,7 +16,15 @@ In this order, each step committed (or not) on its own:
    references (data files, manifests, manifest lists, statistics) and that are older than
    ``orphan_min_age_ms``: a running export's files are referenced only once it commits, so the age must
    exceed the longest export run. Table metadata files (``*.metadata.json``, ``version-hint.text``) are
-   never removed: they are the embedded catalog's commit log.
+   left to step 4.
+4. **Old metadata files**: every commit writes a new ``*.metadata.json``; those neither current nor in the
+   current metadata's log (which commits trim to ``write.metadata.previous-versions-max``, 100 unless the
+   table says otherwise) are deleted once older than ``orphan_min_age_ms``, oldest version first, unless
+   the table sets ``write.metadata.delete-after-commit.enabled`` to false. The age matters for the
+   embedded catalog, whose commit is "create version N+1 if absent": a writer that read version N more
+   than that long ago (longer than any export run) cannot still be about to create N+1 after N+1 was
+   deleted. (Configured catalogs also delete them at commit time: pyiceberg does when the property is
+   true, as the export creates tables.)
 
 Expired snapshots' files are deleted by step 3 of the same or a later run (once old enough).
 """
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -64,6 +73,7 @@ class MaintenanceSummary:
     orphans_deleted: int
     snapshot_id: int | None
     rows: int | None
+    metadata_files_deleted: int = 0
 
 
 def run_table_maintenance(
@@ -77,6 +87,7 @@ def run_table_maintenance(
     expired = expire_snapshots(table, options)
     table = load_existing(target, table_name, catalog)
     orphans = remove_orphans(table, target, options.orphan_min_age_ms, options.now_ms)
+    old_metadata = remove_old_metadata(table, target, options.orphan_min_age_ms, options.now_ms)
     snapshot = table.metadata.current_snapshot()
     rows = _rows(snapshot)
     return MaintenanceSummary(
@@ -88,6 +99,7 @@ def run_table_maintenance(
         orphans,
         snapshot.snapshot_id if snapshot is not None else None,
         rows,
+        old_metadata,
     )
 
 
@@ -289,4 +301,45 @@ def remove_orphans(table: Any, target: StorageSpec, min_age_ms: int, now_ms: int
     if doomed:
         log.info("deleting %d orphan files of table %s", len(doomed), table.metadata.location)
         store.delete(doomed)
+    return len(doomed)
+
+
+# ---- old metadata files ------------------------------------------------------------------------------
+
+_VERSIONED = re.compile(r"^v(\d+)\.metadata\.json$")
+_SEQUENCED = re.compile(r"^(\d+)-.*\.metadata\.json$")
+
+
+def _metadata_order(name: str) -> tuple[int, str]:
+    """Oldest first: ``v<N>`` of the embedded catalog, ``<N>-<uuid>`` of the others."""
+    match = _VERSIONED.match(name) or _SEQUENCED.match(name)
+    return (int(match[1]) if match else -1, name)
+
+
+def remove_old_metadata(table: Any, target: StorageSpec, min_age_ms: int, now_ms: int) -> int:
+    """Delete the table's ``*.metadata.json`` files that are neither current nor in the current
+    metadata's log, once older than ``min_age_ms``, oldest first (step 4 of the module docstring)."""
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.properties import property_as_bool
+
+    metadata = table.metadata
+    if not property_as_bool(metadata.properties, TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED, True):
+        return 0
+    store = target.open()
+    if _path(metadata.location).rstrip("/") != _path(target.url).rstrip("/"):
+        raise ConfigError(f"table is at {metadata.location}, not at {target.url}: no metadata cleanup")
+    keep = {_path(table.metadata_location), *(_path(e.metadata_file) for e in metadata.metadata_log)}
+    doomed = []
+    for key, modified in store.list_modified(f"{store.root}/metadata").items():
+        name = key.rsplit("/", 1)[-1]
+        if not name.endswith(".metadata.json") or posixpath.normpath(key) in keep or _path(key) in keep:
+            continue
+        if modified is None or now_ms - modified < min_age_ms:
+            continue
+        doomed.append(key)
+    doomed.sort(key=lambda k: _metadata_order(k.rsplit("/", 1)[-1]))
+    for key in doomed:  # one by one, oldest first: the versions left stay contiguous
+        store.delete([key])
+    if doomed:
+        log.info("deleted %d old metadata files of table %s", len(doomed), metadata.location)
     return len(doomed)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+from storage_core.formats.value_decoding import ValueDecoding, ValueFormat
 from storage_core.reconcile.requests import ExportRequest, TableMaintenanceRequest, TableTarget
 from storage_core.spark.iceberg_catalog import CatalogConfig
 from storage_core.spark.options import StorageSpec
@@ -43,6 +44,12 @@ def export_inputs(request: ExportRequest, remote_options: Mapping[str, Any]) -> 
     return source, target, opts, request.table.name, catalog_of(request.table)
 
 
+def value_decoding_of(request: ExportRequest) -> ValueDecoding | None:
+    if request.value_format is None:
+        return None
+    return ValueDecoding(cast(ValueFormat, request.value_format), request.schema_registry)
+
+
 def maintenance_inputs(
     request: TableMaintenanceRequest, remote_options: Mapping[str, Any], now_ms: int
 ) -> tuple[Any, ...]:
@@ -76,6 +83,9 @@ def run_table_request(
     from storage_core.jobs.spark_session import job_spark_session
 
     source, target, opts, name, catalog = export_inputs(request, remote_options)
+    decoding = value_decoding_of(request)
     with job_spark_session("tierkeeper-export", request.spark_master, dict(request.spark_conf)) as spark:
-        summary = run_export_iceberg(spark, source, target, opts, table_name=name, catalog=catalog)
+        summary = run_export_iceberg(
+            spark, source, target, opts, table_name=name, catalog=catalog, value_decoding=decoding
+        )
     return dataclasses.asdict(summary)

@@ -316,10 +316,16 @@ class ExportRequest:
     isolation: str = "read_committed"
     spark_master: str | None = None
     spark_conf: tuple[tuple[str, str], ...] = ()
+    value_format: str | None = None
+    schema_registry: str | None = None
 
     def args(self) -> list[str]:
         out = ["export", "--format", "iceberg", "--topic", self.topic, *self.table.args()]
         out += ["--isolation", self.isolation, *self.remote.args()]
+        if self.value_format:
+            out += ["--value-format", self.value_format]
+        if self.schema_registry:
+            out += ["--schema-registry", self.schema_registry]
         if self.spark_master:
             out += ["--spark-master", self.spark_master]
         for key, value in self.spark_conf:
@@ -335,6 +341,8 @@ class ExportRequest:
             isolation=args.isolation,
             spark_master=args.spark_master,
             spark_conf=_pairs(args.spark_conf),
+            value_format=args.value_format,
+            schema_registry=args.schema_registry,
         )
 
 
@@ -514,7 +522,7 @@ def table_request(
 ) -> ExportRequest | TableMaintenanceRequest:
     """The export (Spark engine: the cluster's jobs.sparkMaster and sparkConf) or the maintenance run."""
     if action.kind == "export":
-        jobs = cluster.jobs
+        jobs, decoding = cluster.jobs, action.table.value_decoding
         return ExportRequest(
             topic=action.topic,
             remote=remote_tier(cluster),
@@ -522,6 +530,8 @@ def table_request(
             isolation=action.table.isolation,
             spark_master=jobs.spark_master or None,
             spark_conf=tuple(sorted(jobs.spark_conf.items())),
+            value_format=decoding.format if decoding is not None else None,
+            schema_registry=decoding.schema_registry_url if decoding is not None else None,
         )
     maintenance = action.table.maintenance
     return TableMaintenanceRequest(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform, IdentityTransform
@@ -32,6 +33,10 @@ from storage_core.api.resources import default_table_name as default_table_name
 from storage_core.errors import ConfigError
 
 NEXT_OFFSETS = "tierkeeper.next-offsets"
+# Added by the first export that decodes values: the typed fields (a struct the export widens as new
+# fields appear) and why a value is not in them (null when it is). The raw ``value`` always stays.
+DECODED = "value_decoded"
+DECODE_ERROR = "value_error"
 TOPIC = "tierkeeper.topic"
 TOPIC_ID = "tierkeeper.topic-id"
 
@@ -71,7 +76,40 @@ TABLE_PROPERTIES = {
     # Readers such as Spark ask for files of this size when they compact; the export writes one file per
     # split and day, up to this size.
     "write.target-file-size-bytes": str(512 << 20),
+    # Every commit writes a metadata file. Configured catalogs delete those that fall out of the metadata
+    # log at commit time (pyiceberg, when enabled); table maintenance deletes them for every catalog, the
+    # embedded one included, once old enough. Iceberg's defaults would keep them all.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
 }
+
+
+def decoded_type(metadata: Any) -> pa.StructType | None:
+    """The Arrow type of the table's decoded-value column, None before the first decoded field."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    schema = metadata.schema()
+    try:
+        field = schema.find_field(DECODED)
+    except ValueError:
+        return None
+    kind = schema_to_pyarrow(Schema(field)).field(DECODED).type
+    return kind if pa.types.is_struct(kind) else None
+
+
+def add_decoded_columns(table: Any, missing: pa.StructType | None) -> None:
+    """One schema commit: the error column if absent, and the decoded fields ``missing`` names (new
+    fields of the decoded struct, nested ones under their parents), all optional. Raises pyiceberg's
+    CommitFailedException when another writer changed the table meanwhile."""
+    schema = table.metadata.schema()
+    has_error = DECODE_ERROR in {f.name for f in schema.fields}
+    if has_error and missing is None:
+        return
+    with table.update_schema() as update:
+        if not has_error:
+            update.add_column(DECODE_ERROR, StringType(), doc="why value is not decoded into value_decoded")
+        if missing is not None:
+            update.union_by_name(pa.schema([pa.field(DECODED, missing)]))
 
 
 def summary_properties(topic: str, topic_id: str, next_offsets: dict[int, int]) -> dict[str, str]:

@@ -11,11 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from storage_core.adapters.schema_registry import SchemaRegistry
 from storage_core.faults import fault_point
+from storage_core.formats.value_decoding import AvroDecoder, JsonDecoder, ValueDecoding, decode_values
 from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
 from storage_core.remote.scan_plan import ScanSplit, read_split
 from storage_core.spark.iceberg_catalog import StoreFileIO
-from storage_core.spark.iceberg_table import DAY_FIELD, PARTITION_FIELD
+from storage_core.spark.iceberg_table import DAY_FIELD, DECODE_ERROR, DECODED, PARTITION_FIELD, decoded_type
 from storage_core.spark.options import StorageSpec
 
 
@@ -28,6 +30,12 @@ class IcebergTask:
     isolation: Isolation
     split: ScanSplit
     metadata: Any  # pyiceberg TableMetadata of the snapshot the run builds on
+    decoding: ValueDecoding | None = None
+    registry: SchemaRegistry | None = None
+    """The schema registry's client for Avro, credentials resolved on the driver."""
+    final: bool = True
+    """Whether values with fields the table lacks are written (those fields named in the error column)
+    rather than sent back to the driver to widen the table first."""
 
 
 @dataclass(frozen=True)
@@ -41,18 +49,44 @@ class SplitFiles:
     files: list[Any]
 
 
-def write_split(task: IcebergTask) -> SplitFiles:
+@dataclass(frozen=True)
+class MissingColumns:
+    """A split whose decoded values have fields the table lacks (an Arrow struct type of them); it wrote
+    nothing and runs again once the driver has added them."""
+
+    split: ScanSplit
+    missing: pa.StructType
+
+
+def write_split(task: IcebergTask) -> SplitFiles | MissingColumns:
     split = task.split
     with RemoteReader(task.source.open(), ReadOptions(isolation=task.isolation)) as reader:
         batches = list(read_split(reader, split, include_headers=True))
     rows = sum(b.num_rows for b in batches)
-    files = (
-        write_data_files(task.metadata, pa.Table.from_batches(batches), task.target, split.partition)
-        if rows
-        else []
-    )
+    files: list[Any] = []
+    if rows:
+        table = pa.Table.from_batches(batches)
+        if task.decoding is not None:
+            decoded = decode_values(
+                table.column("value").to_pylist(),
+                _decoder(task.decoding, task.registry),
+                decoded_type(task.metadata),
+            )
+            if decoded.missing is not None and not task.final:
+                return MissingColumns(split, decoded.missing)
+            if decoded.decoded is not None:
+                table = table.append_column(DECODED, decoded.decoded)
+            table = table.append_column(DECODE_ERROR, decoded.errors)
+        files = write_data_files(task.metadata, table, task.target, split.partition)
     fault_point("export.iceberg.split.written")
     return SplitFiles(split.partition, split.start_offset, split.end_offset, rows, files)
+
+
+def _decoder(decoding: ValueDecoding, registry: SchemaRegistry | None) -> JsonDecoder | AvroDecoder:
+    if decoding.format == "json":
+        return JsonDecoder()
+    assert registry is not None, "the driver builds it for avro"
+    return AvroDecoder(registry)
 
 
 def write_data_files(metadata: Any, table: pa.Table, target: StorageSpec, partition: int) -> list[Any]:

@@ -104,6 +104,8 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
         "localRetentionBytes": 128 * 1024,
         "copy": {"intervalSeconds": 10},
         "cleanup": {"intervalSeconds": 10},
+        # An Iceberg table kept current: export Jobs (Spark local[*] in the pipeline image) after copies.
+        "table": {"location": f"s3://{bucket}/tables/orders"},
     }
     base = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}"
     try:
@@ -112,13 +114,14 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
         plane.request("POST", f"{base}/tieredbrokers", resource("TieredBroker", "broker", broker_spec))
         plane.request("POST", f"{base}/tieredtopics", resource("TieredTopic", "orders", topic_spec))
 
-        deadline = time.monotonic() + DEADLINE
+        deadline = time.monotonic() + SPARK_DEADLINE  # the export Job starts Spark
         obj: dict[str, Any] = {}
         while time.monotonic() < deadline:
             obj = plane.request("GET", f"{base}/tieredtopics/orders")
             status = obj.get("status") or {}
             ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
-            if status.get("lastCopy") and status.get("lastCleanup") and ready:
+            exported = ((status.get("table") or {}).get("lastExport") or {}).get("result")
+            if status.get("lastCopy") and status.get("lastCleanup") and exported and ready:
                 break
             time.sleep(2)
         status = obj.get("status") or {}
@@ -129,12 +132,15 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
             log[-3000:],
         )
         assert status.get("lastCleanup", {}).get("result") == "Succeeded", (status, job_logs(plane, ns))
+        table = status.get("table") or {}
+        assert table.get("lastExport", {}).get("result") == "Succeeded", (status, job_logs(plane, ns))
+        assert table.get("snapshotId") and table.get("rows"), table
         (verdict,) = kstatus_live(plane.kubeconfig, f"{GROUP}/{VERSION}/tieredtopics", ns, "orders")
         assert verdict.status == "Current", verdict
 
         # The Jobs ran the chart's pipeline image, as the restricted profile the namespace enforces allows.
         jobs = plane.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
-        assert {j["metadata"]["labels"][LABEL_KIND] for j in jobs} >= {"copy", "cleanup"}
+        assert {j["metadata"]["labels"][LABEL_KIND] for j in jobs} >= {"copy", "cleanup", "export"}
         for job in jobs:
             (container,) = job["spec"]["template"]["spec"]["containers"]
             assert container["image"].startswith("tierkeeper/pipeline:"), container["image"]

@@ -119,6 +119,11 @@ def test_table_job_manifest_gets_the_catalog_secret_only_as_environment(kind: st
                     "properties": {"type": "rest"},
                     "secretRef": {"name": "lake-cat"},
                 },
+                "valueDecoding": {
+                    "format": "avro",
+                    "schemaRegistryUrl": "https://registry:8081",
+                    "secretRef": {"name": "registry-auth"},
+                },
             },
         }
     )
@@ -131,6 +136,17 @@ def test_table_job_manifest_gets_the_catalog_secret_only_as_environment(kind: st
     assert {"secretRef": {"name": "lake-cat"}} in container["envFrom"]  # pyiceberg's PYICEBERG_CATALOG__...
     assert {"secretRef": {"name": "s3"}} in container["envFrom"]  # the table is on the tier's store
     assert "lake-cat" not in " ".join(container["args"])
+    # The schema registry's credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO): the export's environment.
+    assert ({"secretRef": {"name": "registry-auth"}} in container["envFrom"]) is (kind == "export")
+    if kind == "export":
+        args = container["args"]
+        assert args[args.index("--value-format") + 1 :][:3] == [
+            "avro",
+            "--schema-registry",
+            "https://registry:8081",
+        ]
+    else:
+        assert "--value-format" not in container["args"]
     assert container["args"][container["args"].index("--table") + 1] == "tierkeeper.orders"
     assert json.loads(job["metadata"]["annotations"][ANNOTATION_WORK]) == [["kafka/orders", "orders", []]]
     # What the Job leaves as its termination message reads back, success or failure.

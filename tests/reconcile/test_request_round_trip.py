@@ -299,6 +299,7 @@ TABLE_TOPIC = TieredTopicSpec.model_validate(
             "catalog": {"name": "lake", "properties": {"type": "rest", "uri": "https://cat"}},
             "isolation": "read_uncommitted",
             "maintenance": {"keepSnapshots": 3, "compactMinFiles": 4},
+            "valueDecoding": {"format": "avro", "schemaRegistryUrl": "http://registry:8081"},
         },
     }
 )
@@ -325,6 +326,15 @@ def test_a_table_request_parses_back_into_the_in_process_inputs(kind: str, with_
         assert (args.format, args.topic, args.isolation) == ("iceberg", "orders.v1", "read_uncommitted")
         assert (target.url, target.options, name) == (args.to, options, "tierkeeper.orders_v1")
         assert (str(opts.isolation.value), args.spark_master) == ("read_uncommitted", "spark://m:7077")
+        from storage_core.formats.value_decoding import ValueDecoding
+        from storage_core.jobs.table_runs import value_decoding_of
+
+        decoding = value_decoding_of(request)  # type: ignore[arg-type]
+        assert (
+            decoding
+            == ValueDecoding("avro", "http://registry:8081")
+            == ValueDecoding(args.value_format, args.schema_registry)
+        )
     else:
         target, name, catalog, maintenance = maintenance_inputs(request, options, 0)  # type: ignore[arg-type]
         assert (maintenance.keep_snapshots, maintenance.compact_min_files) == (3, 4)
