@@ -36,6 +36,13 @@ from harness.spark_kafka import connector_jars
 MiB = 1 << 20
 
 
+def _offsets(value: Any) -> dict[str, Any]:
+    """A progress report's offsets: an object, a JSON string of one (as some versions give), or null."""
+    if not value:
+        return {}
+    return json.loads(value) if isinstance(value, str) else dict(value)
+
+
 def stream_child(ns: argparse.Namespace) -> int:
     """One stream in this process's own Spark session; prints a JSON line of its batches."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -81,15 +88,18 @@ def stream_child(ns: argparse.Namespace) -> int:
     run = StreamRun(start)
     try:
         run.process_all_available()
-        progress = [p for p in run.query.recentProgress if p["sources"][0]["endOffset"]]
+        # Each report's JSON: its sources' offsets are Kafka's JSON objects there (null before the first).
+        progress = [json.loads(p.json) for p in run.query.recentProgress]
     finally:
         run.stop()
         spark.stop()
     batches = []
     for p in progress:
         source = p["sources"][0]
-        start = (json.loads(source["startOffset"]) if source["startOffset"] else {}).get(ns.topic, {})
-        end = json.loads(source["endOffset"])[ns.topic]
+        if not source.get("endOffset"):
+            continue
+        start = _offsets(source.get("startOffset")).get(ns.topic, {})
+        end = _offsets(source["endOffset"])[ns.topic]
         offsets = int(end["0"]) - int(start.get("0", 0))
         if offsets == 0:
             continue
