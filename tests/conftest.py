@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness.control_plane import ControlPlane
-from harness.kafka import KafkaCluster
+from harness.kafka import SASL_USER, KafkaCluster
 from harness.moto_s3 import MotoServer
 from harness.pod_images import built_images as build_images
 from harness.pod_images import container_images
@@ -30,7 +30,15 @@ from harness.spark_kafka import connector_jars
 # (directly or through other fixtures), when its module starts or uses one itself, or when its whole
 # directory is about them.
 HEAVY_FIXTURES = frozenset(
-    {"kafka_broker", "kafka_cluster_factory", "spark", "k8s_control_plane", "built_images", "container_mode"}
+    {
+        "kafka_broker",
+        "sasl_broker",
+        "kafka_cluster_factory",
+        "spark",
+        "k8s_control_plane",
+        "built_images",
+        "container_mode",
+    }
 )
 HEAVY_SOURCE = (
     "KafkaCluster(",
@@ -83,6 +91,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """One real Kafka broker for the whole session (tests create their own topics)."""
     cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-single"), brokers=1)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One real Kafka broker whose client listener requires SASL/PLAIN as ``harness.kafka.SASL_USER``, for
+    the session: the credential tests (tests/reliability) and the Spark source's broker tail share it."""
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-sasl"), brokers=1, sasl=SASL_USER)
     try:
         yield cluster.start()
     finally:

@@ -8,6 +8,10 @@ is an error (``auto.offset.reset=error``), never a silent jump.
 The range is complete when a record at or past its end arrives, or the partition's end is reached at or
 past it (``enable.partition.eof``): with read_committed, aborted records and transaction markers take
 offsets but are never delivered, so the last offsets of a range may be ones no record comes for.
+
+librdkafka tells only its error callback why a connection failed, and retries for ever: a refused login
+(wrong SASL password, mechanism the listener does not offer) fails the task at once with the brokers'
+reason; other connection errors are retried until ``kafkaConsumer.pollTimeoutMs`` and then named.
 """
 
 from __future__ import annotations
@@ -27,6 +31,26 @@ BATCH_RECORDS = 10_000
 """Records per Arrow batch handed to Spark."""
 
 
+_REFUSALS = frozenset({-169, 58, 29, 31})
+"""KafkaError._AUTHENTICATION, SASL_AUTHENTICATION_FAILED, TOPIC_AUTHORIZATION_FAILED,
+CLUSTER_AUTHORIZATION_FAILED: waiting changes nothing, the credentials or ACLs must."""
+
+
+@dataclass
+class _ConnectionErrors:
+    """What librdkafka's error callback said last; ``refused`` once a login or an ACL was refused."""
+
+    last: str = ""
+    refused: str = ""
+
+    def record(self, error: Any) -> None:
+        # librdkafka's reasons name brokers, mechanisms and causes, never a property's value.
+        text = str(error.str())[:300]
+        self.last = text
+        if error.code() in _REFUSALS or error.fatal():
+            self.refused = text
+
+
 @dataclass(frozen=True)
 class KafkaSpec:
     """How to reach the brokers: librdkafka properties (``kafka.*`` options without the prefix); picklable,
@@ -44,7 +68,7 @@ class KafkaSpec:
         return self.config["bootstrap.servers"]
 
 
-def _consumer(spec: KafkaSpec, read_committed: bool) -> Any:
+def _consumer(spec: KafkaSpec, read_committed: bool, errors: _ConnectionErrors) -> Any:
     from confluent_kafka import Consumer, KafkaException
 
     config = {
@@ -55,6 +79,7 @@ def _consumer(spec: KafkaSpec, read_committed: bool) -> Any:
         "auto.offset.reset": "error",
         "enable.partition.eof": "true",
         "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+        "error_cb": errors.record,
     }
     try:
         return Consumer(config)
@@ -83,19 +108,27 @@ def read_range(
     if start >= end:
         return
     schema = kafka_schema(include_headers)
-    consumer = _consumer(spec, read_committed)
+    errors = _ConnectionErrors()
+    consumer = _consumer(spec, read_committed, errors)
     rows: dict[str, list[Any]] = {name: [] for name in schema.names}
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         quiet_since = time.monotonic()
         while True:
             msg = consumer.poll(1.0)
+            if errors.refused:
+                raise KafkaAdminError(
+                    f"{topic}-{partition}: the brokers at {spec.bootstrap_servers} refused the consumer: "
+                    f"{errors.refused} (check the kafka.security.protocol, kafka.sasl.* and kafka.ssl.* "
+                    "options)"
+                )
             if msg is None:
                 if (time.monotonic() - quiet_since) * 1000 > spec.poll_timeout_ms:
+                    said = f"; last connection error: {errors.last}" if errors.last else ""
                     raise KafkaAdminError(
                         f"{topic}-{partition}: no answer from {spec.bootstrap_servers} for "
                         f"{spec.poll_timeout_ms} ms while reading offsets {start}..{end - 1} "
-                        "(kafkaConsumer.pollTimeoutMs)"
+                        f"(kafkaConsumer.pollTimeoutMs){said}"
                     )
                 continue
             quiet_since = time.monotonic()

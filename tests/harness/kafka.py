@@ -77,6 +77,10 @@ class SaslPlain:
         }
 
 
+SASL_USER = SaslPlain("tierkeeper", "sasl-Pa55word-9c1e7b20")
+"""The user of the tests' shared SASL broker (tests/conftest.py's ``sasl_broker``)."""
+
+
 def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 

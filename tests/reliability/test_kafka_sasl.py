@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from harness.kafka import KafkaCluster, SaslPlain
+from harness.kafka import SASL_USER, KafkaCluster
 from harness.tierkeeper_cli import run_cli
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.kafka_client_config import ClusterClients, parse_config_dirs
@@ -32,18 +31,9 @@ from storage_core.errors import ConfigError, KafkaAdminError
 from .secret_scan import leaks, secret_volume
 from .topics import SMALL_SEGMENTS, create_topic
 
-USER = "tierkeeper"
-PASSWORD = "sasl-Pa55word-9c1e7b20"
+USER, PASSWORD = SASL_USER.username, SASL_USER.password
+"""The shared ``sasl_broker``'s user (tests/conftest.py)."""
 MECHANISM = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
-
-
-@pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-sasl"), brokers=1, sasl=SaslPlain(USER, PASSWORD))
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
 
 
 def credentials(root: Path) -> Path:
