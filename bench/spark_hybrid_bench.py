@@ -152,7 +152,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="spark-hybrid-bench-") as tmp:
         work = Path(tmp)
         remote = f"file://{work / 'remote'}"
-        cluster = KafkaCluster(work / "kafka", brokers=1)
+        cluster = KafkaCluster(work / "kafka", brokers=1, quick_start=False)
         cluster.start()
         try:
             bootstrap = cluster.bootstrap_servers
