@@ -190,7 +190,7 @@ class TableValueDecoding(ApiModel):
     RULES: ClassVar[tuple[Rule, ...]] = (
         Rule(
             cel="(self.format == 'avro') == has(self.schemaRegistryUrl)",
-            message="table.valueDecoding.schemaRegistryUrl goes with format avro, and only with it",
+            message="table.valueDecoding.schemaRegistryUrl is set for format avro only",
             check=lambda v: (v.format == "avro") == (v.schema_registry_url is not None),
         ),
     )

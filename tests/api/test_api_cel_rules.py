@@ -15,6 +15,7 @@ from storage_core.api.resources import (
     LogDirLocation,
     ReplicaFetchers,
     TableSpec,
+    TableValueDecoding,
     TieredBrokerSpec,
     TieredTopicSpec,
 )
@@ -51,6 +52,10 @@ CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
     (TableSpec, {"location": "s3://lake/t", "trigger": "Interval", "intervalSeconds": 600}, True),
     (TableSpec, {"location": "s3://lake/t", "trigger": "AfterCopy", "intervalSeconds": 600}, False),
     (TableSpec, {"location": "s3://lake/t", "intervalSeconds": 600}, False),
+    (TableValueDecoding, {"format": "json"}, True),
+    (TableValueDecoding, {"format": "avro", "schemaRegistryUrl": "http://registry:8081"}, True),
+    (TableValueDecoding, {"format": "avro"}, False),
+    (TableValueDecoding, {"format": "json", "schemaRegistryUrl": "http://registry:8081"}, False),
     (ReplicaFetchers, {}, True),
     (ReplicaFetchers, {"mode": "fixed"}, False),
     (ReplicaFetchers, {"mode": "fixed", "value": 4}, True),
