@@ -1,7 +1,7 @@
 """Carry out a remote cleanup plan for one partition, crash-safely and idempotently.
 
-A finished segment is deleted in this order: DELETE_STARTED marker -> dropped from the manifest -> data
-objects deleted -> DELETE_FINISHED marker -> older markers removed. A crash anywhere leaves the segment in
+A finished segment is deleted in this order: the partition state's ``retention_expired_offset`` raised
+past it (once per run) -> DELETE_STARTED marker -> dropped from the manifest -> data objects deleted -> DELETE_FINISHED marker -> older markers removed. A crash anywhere leaves the segment in
 DELETE_STARTED (unreadable), and the next run finishes it. Orphans lose their data first and their marker
 last, so an interrupted sweep is simply swept again.
 """
@@ -108,6 +108,12 @@ def _execute(
     finished: list[SegmentMetadata],
     now_ms: int,
 ) -> int:
+    if plan.expired_offset is not None:
+        # Before any delete: a crash after it leaves the segments in the tier, so trimming the broker
+        # below it or not copying them again loses nothing either way.
+        state = catalog.read_state()
+        if plan.expired_offset > (state.retention_expired_offset or 0):
+            catalog.write_state(state.model_copy(update={"retention_expired_offset": plan.expired_offset}))
     to_delete = [d.segment for d in plan.expire]
     for seg in plan.duplicates:
         to_delete.append(catalog.read_marker(seg.base_offset, seg.segment_id, SegmentState.COPY_FINISHED))
