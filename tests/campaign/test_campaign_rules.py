@@ -221,3 +221,8 @@ def test_a_retention_pass_is_held_to_its_window() -> None:
     assert kinds(over) == [OVER_DELETED]
     hole, _ = check_retention("t", 0, segs, [segs[0], segs[2]], stamps, **window)
     assert kinds(hole) == [OVER_DELETED]
+    # A tier the reconciler's cleanups emptied: only what the stamps keep must be readable (the seed 7
+    # round, after the fix that trims what retention expired from the brokers too).
+    assert check_retention("t", 0, [], [], stamps, **window) == ([], 10)
+    assert check_retention("t", 0, [], [], dict.fromkeys(range(5), NOW - 3 * DAY), **window) == ([], 5)
+    assert check_retention("t", 0, [], [], {}, **window) == ([], 0)
