@@ -67,7 +67,11 @@ class OperatorSystem(CampaignSystem):
         system = cls.start(workdir, moto)
         assert isinstance(system, OperatorSystem)
         system.plane = plane
-        system._install()
+        try:
+            system._install()
+        except BaseException:
+            system.stop()
+            raise
         return system
 
     # ---- the chart, the TieredCluster and the brokers -------------------------------------------
@@ -106,7 +110,17 @@ class OperatorSystem(CampaignSystem):
                 }
             )
         )
-        self._helm("install", RELEASE, str(CHART), "-n", SYSTEM_NAMESPACE, "--values", str(values))
+        # --take-ownership: the CRDs were applied above (as tests/k8s does), so the release adopts them.
+        self._helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "-n",
+            SYSTEM_NAMESPACE,
+            "--values",
+            str(values),
+            "--take-ownership",
+        )
         self._write_manifests()
 
     def _helm(self, *args: str) -> str:
