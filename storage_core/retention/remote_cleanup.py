@@ -1,9 +1,11 @@
 """Carry out a remote cleanup plan for one partition, crash-safely and idempotently.
 
 A finished segment is deleted in this order: the partition state's ``retention_expired_offset`` raised
-past it (once per run) -> DELETE_STARTED marker -> dropped from the manifest -> data objects deleted -> DELETE_FINISHED marker -> older markers removed. A crash anywhere leaves the segment in
-DELETE_STARTED (unreadable), and the next run finishes it. Orphans lose their data first and their marker
-last, so an interrupted sweep is simply swept again.
+past it (once per run, for those retention expires) -> DELETE_STARTED marker -> dropped from the
+manifest -> data objects deleted -> DELETE_FINISHED marker -> older markers removed. A crash anywhere
+leaves the segment in DELETE_STARTED (unreadable), and the next run finishes it (a crash before the
+first marker leaves it finished and readable). Orphans lose their data first and their marker last, so
+an interrupted sweep is simply swept again.
 """
 
 from __future__ import annotations

@@ -42,8 +42,9 @@ class RemoteCleanupPlan:
     """Finished segments to delete, oldest first (retention or the log start offset)."""
     expired_offset: int | None = None
     """Where the expired segments end (the last one's next offset, or the next kept segment's base when
-    it overlaps them; None when none expires): every offset below it has left the tier by retention. Recorded before the deletes (``PartitionState``), so local trim and
-    copy know those offsets expired even when the tier is left empty."""
+    it overlaps them; None when none expires): every offset below it has left the tier by retention.
+    Recorded before the deletes (``PartitionState``), so local trim and copy know those offsets expired
+    even when the tier is left empty."""
     resume: list[ListedSegment] = field(default_factory=list)
     """Deletes a crash interrupted (DELETE_STARTED, or DELETE_FINISHED with leftovers): finish them."""
     orphans: list[ListedSegment] = field(default_factory=list)
