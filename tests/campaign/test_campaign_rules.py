@@ -31,6 +31,8 @@ from campaign.plan import (
     S3_ERRORS,
     S3_OUTAGE,
     TOPIC_RECREATE,
+    Fault,
+    RoundPlan,
     plan_round,
 )
 from campaign.shrink import shrink
@@ -145,6 +147,13 @@ def test_the_extra_kinds_leave_the_earlier_draws_as_they_were() -> None:
             if fault.kind in (TOPIC_RECREATE, CLOCK_JUMP):
                 assert fault.step >= 1  # something before it: a tier to keep, records to expire
     assert drawn == set(EXTRA_KINDS)  # a step free of broker faults is there often enough
+
+
+def test_a_topic_recreated_at_the_last_step_owes_no_trim_before_the_checks() -> None:
+    last = RoundPlan(7, 1, 2, (Fault(1, TOPIC_RECREATE),))
+    assert last.recreated_last()
+    assert not RoundPlan(7, 1, 3, (Fault(1, TOPIC_RECREATE),)).recreated_last()
+    assert not RoundPlan(7, 1, 2, (Fault(1, CLOCK_JUMP),)).recreated_last()
 
 
 def test_an_unknown_fault_kind_is_refused() -> None:
