@@ -204,13 +204,16 @@ class OperatorSystem(CampaignSystem):
         deadline = time.monotonic() + ROUND_DEADLINE
         statuses: dict[str, Any] = {}
         while time.monotonic() < deadline:
+            self._delete_stopped_pods()
             statuses = {
                 f"{NAMESPACE}/{o['metadata']['name']}": o.get("status") or {}
                 for o in self._plane().request("GET", f"{API}/tieredtopics")["items"]
                 if o["metadata"]["name"] in self.topics
             }
-            if len(statuses) == len(self.topics) and all(
-                self._ran_since(status, began) for status in statuses.values()
+            if (
+                len(statuses) == len(self.topics)
+                and all(self._ran_since(status, began) for status in statuses.values())
+                and not self._active_jobs(created_before=began)
             ):
                 ready = all(_ready(status) for status in statuses.values())
                 return ReconcileResult(0 if ready else 1, killed, statuses)
@@ -252,12 +255,24 @@ class OperatorSystem(CampaignSystem):
                     time.sleep(1)
         finally:
             self._set_job_env({})
-        # A Job created before the Secret changed back may stop there too: it is deleted the same way.
+        return deleted
+
+    def _delete_stopped_pods(self) -> None:
+        """A Job created while the Secret still named the fault may stop there later: its pod is deleted
+        the same way (the operator runs one copy per broker, so it would hold its broker's copies)."""
+        plane = self._plane()
         for pod in plane.request("GET", PODS)["items"]:
             if self._pod_stopped(pod):
                 plane.request("DELETE", f"{PODS}/{pod['metadata']['name']}")
                 self.pods_deleted += 1
-        return deleted
+
+    def _active_jobs(self, *, created_before: float = float("inf")) -> list[str]:
+        return [
+            j["metadata"]["name"]
+            for j in self._plane().request("GET", JOBS)["items"]
+            if (j.get("status") or {}).get("active")
+            and _rfc3339(j["metadata"]["creationTimestamp"]) < created_before - 1
+        ]
 
     def _pod_stopped(self, pod: dict[str, Any]) -> bool:
         if pod["status"].get("phase") != "Running":
@@ -279,8 +294,8 @@ class OperatorSystem(CampaignSystem):
         self._operator_replicas(0)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            jobs = self._plane().request("GET", JOBS)["items"]
-            if not any((j.get("status") or {}).get("active") for j in jobs):
+            self._delete_stopped_pods()
+            if not self._active_jobs():
                 return
             time.sleep(2)
         raise AssertionError(f"the operator's Jobs still ran {timeout}s after it was scaled to 0")

@@ -31,6 +31,7 @@ from campaign.checker import (
     summary,
 )
 from campaign.ledger import Ledger
+from campaign.operator_mode import OperatorSystem
 from campaign.plan import (
     BROKER_KILL,
     BROKER_WIPE,
@@ -425,7 +426,6 @@ def main(argv: list[str] | None = None) -> int:
     moto = MotoServer(args.workdir / "moto").start()
     plane = None
     if args.operator:
-        from campaign.operator_mode import OperatorSystem
         from harness.control_plane import ControlPlane
 
         plane = ControlPlane(args.workdir / "k8s").start()
@@ -464,8 +464,10 @@ def main(argv: list[str] | None = None) -> int:
         moto.stop()
     failed = [r for r in results if not r.ok]
     checked = sum(r.records_checked for r in results)
+    pods = f", {system.pods_deleted} Job pods deleted mid-run" if isinstance(system, OperatorSystem) else ""
     print(
         f"campaign seed {args.seed}: {len(results)} rounds, {checked} records checked, {len(failed)} failed"
+        + pods
     )
     return 1 if failed else 0
 
