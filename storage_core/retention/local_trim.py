@@ -65,6 +65,7 @@ def plan_local_trim(
         finished[-1].end_offset + 1,
         _held_until(finished, expired, quarantined),
     )
+    target = max(target, expired)  # what retention expired goes whatever the window says
     return target if target > log_start_offset else None
 
 
