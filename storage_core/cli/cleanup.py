@@ -171,7 +171,13 @@ def _print(report: dict[str, Any]) -> None:
         if trim:
             print(
                 f"{name}: {'would trim' if report.get('dry_run') else 'trimmed'} local log "
-                f"{trim['from']} -> {trim['to']} (highest tiered offset {trim['tiered_end']})"
+                f"{trim['from']} -> {trim['to']} ("
+                + (
+                    f"highest tiered offset {trim['tiered_end']}"
+                    if trim["tiered_end"] is not None
+                    else f"the tier is empty: remote retention expired below {trim['expired_remotely']}"
+                )
+                + ")"
             )
     for topic in report.get("deleted_topics", []):
         print(

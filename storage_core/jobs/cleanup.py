@@ -278,12 +278,15 @@ def _trim(
     log_start: int,
     policy: RetentionPolicy,
     options: CleanupOptions,
-) -> dict[str, int] | None:
+) -> dict[str, int | None] | None:
     listing = catalog.listing()
     manifest = catalog.rebuild_manifest(listing, write=not options.dry_run)
-    if manifest.next_offset is None or manifest.end_offset is None:
+    # Read after remote retention ran: what it expired leaves the broker even when the tier is now empty.
+    expired = catalog.read_state().retention_expired_offset
+    tiered_next = manifest.next_offset if manifest.next_offset is not None else expired
+    if tiered_next is None:
         return None
-    untiered = _untiered_local_bytes(options.log_dirs, tp, manifest.next_offset)
+    untiered = _untiered_local_bytes(options.log_dirs, tp, tiered_next)
     quarantined = [
         catalog.read_marker(e.base_offset, e.segment_id, SegmentState.QUARANTINED)
         for e in listing.segments.values()
@@ -296,10 +299,13 @@ def _trim(
         options.now_ms,
         untiered_local_bytes=untiered,
         quarantined=quarantined,
+        expired_offset=expired,
     )
     if target is None:
         return None
-    trim = {"from": log_start, "to": target, "tiered_end": manifest.end_offset}
+    trim: dict[str, int | None] = {"from": log_start, "to": target, "tiered_end": manifest.end_offset}
+    if expired is not None:
+        trim["expired_remotely"] = expired
     if not options.dry_run:
         # Recorded before the call, so a log start we caused is never mistaken for a deletion request.
         state = catalog.read_state()

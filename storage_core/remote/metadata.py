@@ -132,3 +132,11 @@ class PartitionState(BaseModel):
         default=None,
         description="highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)",
     )
+    retention_expired_offset: int | None = Field(
+        default=None,
+        description=(
+            "every offset below it was tiered and then expired by remote retention (written by cleanup "
+            "before it deletes the segments): local trim moves the log start up to it, copy never tiers "
+            "those offsets again"
+        ),
+    )

@@ -1,9 +1,11 @@
 """Carry out a remote cleanup plan for one partition, crash-safely and idempotently.
 
-A finished segment is deleted in this order: DELETE_STARTED marker -> dropped from the manifest -> data
-objects deleted -> DELETE_FINISHED marker -> older markers removed. A crash anywhere leaves the segment in
-DELETE_STARTED (unreadable), and the next run finishes it. Orphans lose their data first and their marker
-last, so an interrupted sweep is simply swept again.
+A finished segment is deleted in this order: the partition state's ``retention_expired_offset`` raised
+past it (once per run, for those retention expires) -> DELETE_STARTED marker -> dropped from the
+manifest -> data objects deleted -> DELETE_FINISHED marker -> older markers removed. A crash anywhere
+leaves the segment in DELETE_STARTED (unreadable), and the next run finishes it (a crash before the
+first marker leaves it finished and readable). Orphans lose their data first and their marker last, so
+an interrupted sweep is simply swept again.
 """
 
 from __future__ import annotations
@@ -108,6 +110,12 @@ def _execute(
     finished: list[SegmentMetadata],
     now_ms: int,
 ) -> int:
+    if plan.expired_offset is not None:
+        # Before any delete: a crash after it leaves the segments in the tier, so trimming the broker
+        # below it or not copying them again loses nothing either way.
+        state = catalog.read_state()
+        if plan.expired_offset > (state.retention_expired_offset or 0):
+            catalog.write_state(state.model_copy(update={"retention_expired_offset": plan.expired_offset}))
     to_delete = [d.segment for d in plan.expire]
     for seg in plan.duplicates:
         to_delete.append(catalog.read_marker(seg.base_offset, seg.segment_id, SegmentState.COPY_FINISHED))

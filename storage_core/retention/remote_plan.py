@@ -40,6 +40,11 @@ class Deletion:
 class RemoteCleanupPlan:
     expire: list[Deletion] = field(default_factory=list)
     """Finished segments to delete, oldest first (retention or the log start offset)."""
+    expired_offset: int | None = None
+    """Where the expired segments end (the last one's next offset, or the next kept segment's base when
+    it overlaps them; None when none expires): every offset below it has left the tier by retention.
+    Recorded before the deletes (``PartitionState``), so local trim and copy know those offsets expired
+    even when the tier is left empty."""
     resume: list[ListedSegment] = field(default_factory=list)
     """Deletes a crash interrupted (DELETE_STARTED, or DELETE_FINISHED with leftovers): finish them."""
     orphans: list[ListedSegment] = field(default_factory=list)
@@ -96,6 +101,11 @@ def plan_remote_cleanup(
     for i, served in enumerate(ranges[:n]):
         reason = _reason(served.segment, policy, now_ms, i < n_start, log_start_offset)
         plan.expire.append(Deletion(served.segment, reason))
+    if n:
+        end = ranges[n - 1].segment.next_offset
+        if n < len(ranges):  # the next kept segment serves from its own base once these are gone
+            end = min(end, ranges[n].segment.base_offset)
+        plan.expired_offset = end
     serving = {r.segment.segment_id for r in ranges}
     for seg in listed:
         if seg.state is SegmentState.DELETE_STARTED or (

@@ -89,6 +89,9 @@ def _copy(task: CopyTask, store: ObjectStore, result: PartitionCopyResult, progr
     # After a leader change the local segment holding remote_next usually starts below it: it is copied
     # whole (byte-identical) and the overlap is resolved by every reader (storage_core/remote/cover.py).
     remote_next = manifest.next_offset
+    if remote_next is None:
+        # A tier remote retention emptied: its offsets expired, so they are never tiered again.
+        remote_next = catalog.read_state().retention_expired_offset
     decision = plan_copies([s.base_offset for s in segments], stable, remote_next)
     result.already_tiered, result.held_back = decision.skipped_tiered, decision.held_back
     copier = SegmentCopier(

@@ -184,7 +184,15 @@ def check_retention(
     lasts = [last for _, last, _ in before]
     kept = [last for _, last, _ in after]
     deleted = len(before) - len(after)
-    must_keep_from = before[high][0] if high < len(before) else (lasts[-1] + 1 if lasts else 0)
+    if high < len(before):
+        must_keep_from = before[high][0]
+    elif lasts:
+        must_keep_from = lasts[-1] + 1
+    else:
+        # An empty tier: the reconciler's own cleanups may have expired all it held (by time: by size a
+        # tier never empties), so only records the window keeps by their stamps must be readable.
+        live = [o for o, t in timestamps.items() if retention_ms < 0 or t >= finished_ms - retention_ms]
+        must_keep_from = min(live, default=max(timestamps, default=-1) + 1)
     if kept != lasts[deleted:] or deleted < 0:
         detail = f"served before {lasts}, after {kept}: not a prefix deleted"
         return [Finding(OVER_DELETED, topic, partition, -1, detail)], must_keep_from

@@ -353,6 +353,10 @@ class CampaignSystem:
             statuses = json.loads(proc.stdout).get("tieredTopics", {})
         return ReconcileResult(proc.returncode, killed, statuses, proc.stderr[-4000:])
 
+    def quiesce(self) -> None:
+        """Nothing reconciles until the next ``reconcile``: true of standalone rounds by construction (the
+        operator mode scales the operator down and drains its Jobs)."""
+
     def set_s3_plan(self, plan: FaultPlan) -> None:
         self.proxy.set_plan(plan)
 

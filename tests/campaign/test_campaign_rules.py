@@ -31,6 +31,8 @@ from campaign.plan import (
     S3_ERRORS,
     S3_OUTAGE,
     TOPIC_RECREATE,
+    Fault,
+    RoundPlan,
     plan_round,
 )
 from campaign.shrink import shrink
@@ -147,6 +149,13 @@ def test_the_extra_kinds_leave_the_earlier_draws_as_they_were() -> None:
     assert drawn == set(EXTRA_KINDS)  # a step free of broker faults is there often enough
 
 
+def test_a_topic_recreated_at_the_last_step_owes_no_trim_before_the_checks() -> None:
+    last = RoundPlan(7, 1, 2, (Fault(1, TOPIC_RECREATE),))
+    assert last.recreated_last()
+    assert not RoundPlan(7, 1, 3, (Fault(1, TOPIC_RECREATE),)).recreated_last()
+    assert not RoundPlan(7, 1, 2, (Fault(1, CLOCK_JUMP),)).recreated_last()
+
+
 def test_an_unknown_fault_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown fault kinds"):
         plan_round(1, 0, steps=2, brokers=(1,), faults=1, kinds=("meteor",))
@@ -221,3 +230,8 @@ def test_a_retention_pass_is_held_to_its_window() -> None:
     assert kinds(over) == [OVER_DELETED]
     hole, _ = check_retention("t", 0, segs, [segs[0], segs[2]], stamps, **window)
     assert kinds(hole) == [OVER_DELETED]
+    # A tier the reconciler's cleanups emptied: only what the stamps keep must be readable (the seed 7
+    # round, after the fix that trims what retention expired from the brokers too).
+    assert check_retention("t", 0, [], [], stamps, **window) == ([], 10)
+    assert check_retention("t", 0, [], [], dict.fromkeys(range(5), NOW - 3 * DAY), **window) == ([], 5)
+    assert check_retention("t", 0, [], [], {}, **window) == ([], 0)

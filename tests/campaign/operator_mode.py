@@ -1,0 +1,330 @@
+"""The campaign with the operator as its reconciler (``python -m campaign.runner --operator``, opt-in, not
+in ``make test``): the chart installed by Helm on the harness control plane (the process kubelet runs the
+operator's pod and its copy and cleanup Jobs' pods from the checkout), a TieredCluster naming the
+campaign's Kafka and the bucket behind the fault proxy, a TieredBroker per broker (its log dir a hostPath
+volume) and a TieredTopic per round topic.
+
+What changes against standalone mode: a step's reconcile is "every live TieredTopic has a copy and a
+cleanup Job created after the step began, both ended"; the reconciler-kill fault becomes a Job's pod
+deleted through the API while its process is stopped at the fault point (``TIERKEEPER_FAULT=...:stop`` in
+the Jobs' environment, so the pod is provably mid-copy when Kubernetes kills it); and between rounds the
+operator is scaled to 0 and its Jobs are drained, so the checks' own cleanup and orphan sweep never race
+a copy (the standalone round has the same quiet by construction)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from campaign.system import CampaignSystem, ReconcileResult
+from harness.control_plane import ControlPlane
+from harness.k8s import load_crds
+from harness.kube_rest import ApiError
+from harness.moto_s3 import DUMMY_KEY, DUMMY_SECRET, MotoServer
+from harness.paths import REPO_ROOT
+from harness.ports import free_ports
+from harness.tools import run_tool
+
+CHART = REPO_ROOT / "charts" / "tierkeeper"
+NAMESPACE = "campaign"
+SYSTEM_NAMESPACE = "tierkeeper-system"
+RELEASE = "campaign"
+API = f"/apis/tierkeeper.io/v1alpha1/namespaces/{NAMESPACE}"
+JOBS = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+INTERVAL_S = 10
+"""The TieredTopics' copy and cleanup interval (the API's minimum)."""
+ROUND_DEADLINE = 900.0
+"""A step's copy and cleanup Jobs on this loaded 2-core machine (each Job's pod starts a Python process)."""
+STOP_DEADLINE = 300.0
+"""For a Job to reach the fault point and stop there; not reaching it is an event, as in standalone."""
+
+
+def _rfc3339(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+@dataclass
+class OperatorSystem(CampaignSystem):
+    plane: ControlPlane | None = None
+    pods_deleted: int = 0
+
+    @classmethod
+    def start_with_operator(cls, workdir: Path, moto: MotoServer, plane: ControlPlane) -> OperatorSystem:
+        system = cls.start(workdir, moto)
+        assert isinstance(system, OperatorSystem)
+        system.plane = plane
+        try:
+            system._install()
+        except BaseException:
+            system.stop()
+            raise
+        return system
+
+    # ---- the chart, the TieredCluster and the brokers -------------------------------------------
+    def _install(self) -> None:
+        plane = self._plane()
+        plane.apply_crds(load_crds())
+        plane.create_namespace(NAMESPACE)
+        plane.create_namespace(SYSTEM_NAMESPACE)
+        self._set_job_env({})
+        for node in self.cluster.node_ids:
+            self._log_dir_claim(node)
+        config = {"s3": {"addressing_style": "path"}, "read_timeout": 2.0, "connect_timeout": 5}
+        cluster = {
+            "bootstrapServers": self.cluster.bootstrap_servers,
+            "remote": {
+                "url": self.remote,
+                "storageOptions": {
+                    "client_kwargs": {"endpoint_url": self.proxy.endpoint_url},
+                    "config_kwargs": config,
+                    "use_listings_cache": False,
+                },
+                "storageOptionsSecretRef": {"name": "s3"},
+            },
+            "jobs": {"image": "tierkeeper", "backoffLimit": 0, "ttlSecondsAfterFinished": 3600},
+        }
+        plane.request("POST", f"{API}/tieredclusters", _resource("TieredCluster", "campaign", cluster))
+        probes, readiness, metrics = free_ports(3)
+        values = self.workdir / "values.yaml"
+        values.write_text(
+            yaml.safe_dump(
+                {
+                    "watchNamespaces": [NAMESPACE],
+                    "reconcileIntervalSeconds": 5,
+                    "probes": {"port": probes, "readiness": {"port": readiness}},
+                    "metrics": {"port": metrics},
+                }
+            )
+        )
+        # --take-ownership: the CRDs were applied above (as tests/k8s does), so the release adopts them.
+        self._helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "-n",
+            SYSTEM_NAMESPACE,
+            "--values",
+            str(values),
+            "--take-ownership",
+        )
+        self._write_manifests()
+
+    def _helm(self, *args: str) -> str:
+        plane = self._plane()
+        return run_tool("helm", ["--kubeconfig", str(plane.kubeconfig), *args], timeout=600).stdout
+
+    def _plane(self) -> ControlPlane:
+        if self.plane is None:
+            raise AssertionError("the operator's control plane is not attached")
+        return self.plane
+
+    def _log_dir_claim(self, node: int) -> None:
+        plane = self._plane()
+        pv = {
+            "metadata": {"name": f"campaign-data-{node}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "manual",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(self.cluster.log_dir(node))},
+                "claimRef": {"namespace": NAMESPACE, "name": f"data-{node}"},
+            },
+        }
+        plane.request("POST", "/api/v1/persistentvolumes", pv)
+        claim = {
+            "metadata": {"name": f"data-{node}"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "manual",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        plane.request("POST", f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims", claim)
+
+    def _set_job_env(self, extra: dict[str, str]) -> None:
+        """The ``s3`` Secret the Jobs take their environment from: the bucket's keys, plus ``extra``."""
+        plane = self._plane()
+        body = {
+            "metadata": {"name": "s3"},
+            "stringData": {"AWS_ACCESS_KEY_ID": DUMMY_KEY, "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET, **extra},
+        }
+        try:
+            plane.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/secrets/s3")
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+        plane.request("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", body)
+
+    # ---- the resources: the standalone manifests, applied to the API server ----------------------
+    def _write_manifests(self) -> None:
+        super()._write_manifests()
+        if self.plane is None:
+            return  # still starting: the chart is not installed yet
+        docs = list(yaml.safe_load_all((self.workdir / "manifests" / "all.yaml").read_text()))
+        for doc in docs:
+            doc["metadata"]["namespace"] = NAMESPACE
+            if doc["kind"] == "TieredBroker":
+                node, path = doc["spec"]["brokerId"], "/var/lib/kafka/data"
+                doc["spec"]["logDir"] = {"claimName": f"data-{node}", "mountPath": path, "path": path}
+                doc["spec"]["placement"] = {"nodeName": self.plane.kubelet.node_names[0]}
+            else:
+                doc["spec"]["copy"] = {"intervalSeconds": INTERVAL_S}
+                doc["spec"]["cleanup"] = {"intervalSeconds": INTERVAL_S}
+        for plural, kind in (("tieredbrokers", "TieredBroker"), ("tieredtopics", "TieredTopic")):
+            wanted = {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+            present = {o["metadata"]["name"] for o in self.plane.request("GET", f"{API}/{plural}")["items"]}
+            for name in present - wanted.keys():
+                self.plane.request("DELETE", f"{API}/{plural}/{name}")
+            for name in wanted.keys() - present:
+                self.plane.request("POST", f"{API}/{plural}", wanted[name])
+
+    # ---- a step's reconcile ----------------------------------------------------------------------
+    def reconcile(self, *, fault: str | None = None) -> ReconcileResult:
+        """Copy and cleanup Jobs created after this call began have ended for every live TieredTopic;
+        ``fault`` (``point:n``): a Job's pod stopped there is deleted through the API first."""
+        began = time.time()
+        self.reconcile_started_ms = int(began * 1000)
+        self._operator_replicas(1)
+        killed = self._delete_a_pod_at(fault) if fault else None
+        deadline = time.monotonic() + ROUND_DEADLINE
+        statuses: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            self._delete_stopped_pods()
+            statuses = {
+                f"{NAMESPACE}/{o['metadata']['name']}": o.get("status") or {}
+                for o in self._plane().request("GET", f"{API}/tieredtopics")["items"]
+                if o["metadata"]["name"] in self.topics
+            }
+            if (
+                len(statuses) == len(self.topics)
+                and all(self._ran_since(status, began) for status in statuses.values())
+                and not self._active_jobs(created_before=began)
+            ):
+                ready = all(_ready(status) for status in statuses.values())
+                return ReconcileResult(0 if ready else 1, killed, statuses)
+            time.sleep(2)
+        return ReconcileResult(
+            1, killed, statuses, f"no copy and cleanup Jobs ended within {ROUND_DEADLINE}s"
+        )
+
+    def _ran_since(self, status: dict[str, Any], began: float) -> bool:
+        for kind in ("lastCopy", "lastCleanup"):
+            outcome = status.get(kind) or {}
+            job = outcome.get("job")
+            if not job:
+                return False
+            try:
+                created = self._plane().request("GET", f"{JOBS}/{job}")["metadata"]["creationTimestamp"]
+            except ApiError:
+                return False  # gone (ttl): an old one
+            if _rfc3339(created) < began - 1:  # creationTimestamp has whole seconds
+                return False
+        return True
+
+    def _delete_a_pod_at(self, fault: str) -> str | None:
+        """Stop the next Job that reaches ``fault`` there, delete its pod (Kubernetes kills it mid-run),
+        and let the Jobs after it run unhindered. Returns the fault, or None if no Job reached it."""
+        plane = self._plane()
+        self._set_job_env({"TIERKEEPER_FAULT": f"{fault}:stop"})
+        deadline = time.monotonic() + STOP_DEADLINE
+        deleted = None
+        try:
+            while time.monotonic() < deadline and deleted is None:
+                for pod in plane.request("GET", PODS)["items"]:
+                    if self._pod_stopped(pod):
+                        plane.request("DELETE", f"{PODS}/{pod['metadata']['name']}")
+                        self.pods_deleted += 1
+                        deleted = fault
+                        break
+                else:
+                    time.sleep(1)
+        finally:
+            self._set_job_env({})
+        return deleted
+
+    def _delete_stopped_pods(self) -> None:
+        """A Job created while the Secret still named the fault may stop there later: its pod is deleted
+        the same way (the operator runs one copy per broker, so it would hold its broker's copies)."""
+        plane = self._plane()
+        for pod in plane.request("GET", PODS)["items"]:
+            if self._pod_stopped(pod):
+                plane.request("DELETE", f"{PODS}/{pod['metadata']['name']}")
+                self.pods_deleted += 1
+
+    def _active_jobs(self, *, created_before: float = float("inf")) -> list[str]:
+        return [
+            j["metadata"]["name"]
+            for j in self._plane().request("GET", JOBS)["items"]
+            if (j.get("status") or {}).get("active")
+            and _rfc3339(j["metadata"]["creationTimestamp"]) < created_before - 1
+        ]
+
+    def _pod_stopped(self, pod: dict[str, Any]) -> bool:
+        if pod["status"].get("phase") != "Running":
+            return False
+        plane = self._plane()
+        for container in pod["spec"]["containers"]:
+            try:
+                pid = plane.kubelet.pid_of(NAMESPACE, pod["metadata"]["name"], container["name"])
+            except Exception:  # noqa: BLE001 - not started by this kubelet yet
+                continue
+            if _stopped(pid):
+                return True
+        return False
+
+    # ---- quiet between rounds --------------------------------------------------------------------
+    def quiesce(self, timeout: float = ROUND_DEADLINE) -> None:
+        """The operator scaled to 0 and no Job of it still running: the checks' own cleanup, orphan sweep
+        and retention pass then see a tier nothing else writes."""
+        self._operator_replicas(0)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._delete_stopped_pods()
+            if not self._active_jobs():
+                return
+            time.sleep(2)
+        raise AssertionError(f"the operator's Jobs still ran {timeout}s after it was scaled to 0")
+
+    def _operator_replicas(self, replicas: int) -> None:
+        plane = self._plane()
+        selector = f"app.kubernetes.io/instance%3D{RELEASE}"
+        path = f"/apis/apps/v1/namespaces/{SYSTEM_NAMESPACE}/deployments"
+        for deployment in plane.request("GET", f"{path}?labelSelector={selector}")["items"]:
+            if deployment["spec"].get("replicas") != replicas:
+                plane.rest().call(
+                    "PATCH",
+                    f"{path}/{deployment['metadata']['name']}",
+                    {"spec": {"replicas": replicas}},
+                    content_type="application/merge-patch+json",
+                )
+
+    def stop(self) -> None:
+        if self.plane is not None:
+            try:
+                self._helm("uninstall", RELEASE, "-n", SYSTEM_NAMESPACE)
+            except Exception:  # noqa: BLE001 - the plane stops next anyway
+                pass
+        super().stop()
+
+
+def _ready(status: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+
+
+def _resource(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "tierkeeper.io/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
