@@ -83,16 +83,11 @@ class OperatorSystem(CampaignSystem):
         self._set_job_env({})
         for node in self.cluster.node_ids:
             self._log_dir_claim(node)
-        config = {"s3": {"addressing_style": "path"}, "read_timeout": 2.0, "connect_timeout": 5}
         cluster = {
             "bootstrapServers": self.cluster.bootstrap_servers,
             "remote": {
                 "url": self.remote,
-                "storageOptions": {
-                    "client_kwargs": {"endpoint_url": self.proxy.endpoint_url},
-                    "config_kwargs": config,
-                    "use_listings_cache": False,
-                },
+                "storageOptions": self.storage_options(),
                 "storageOptionsSecretRef": {"name": "s3"},
             },
             "jobs": {"image": "tierkeeper", "backoffLimit": 0, "ttlSecondsAfterFinished": 3600},

@@ -113,19 +113,20 @@ class CampaignSystem:
     def _env(self) -> dict[str, str]:
         return {**os.environ, "AWS_ACCESS_KEY_ID": DUMMY_KEY, "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET}
 
-    def _write_cluster_file(self) -> None:
+    def storage_options(self) -> dict[str, Any]:
+        """The tier's fsspec options: through the fault proxy, short timeouts, no cached listings."""
         config = {"s3": {"addressing_style": "path"}, "read_timeout": 2.0, "connect_timeout": 5}
+        return {
+            "client_kwargs": {"endpoint_url": self.proxy.endpoint_url},
+            "config_kwargs": config,
+            "use_listings_cache": False,
+        }
+
+    def _write_cluster_file(self) -> None:
         cluster = {
             "name": "campaign",
             "bootstrapServers": self.cluster.bootstrap_servers,
-            "remote": {
-                "url": self.remote,
-                "storageOptions": {
-                    "client_kwargs": {"endpoint_url": self.proxy.endpoint_url},
-                    "config_kwargs": config,
-                    "use_listings_cache": False,
-                },
-            },
+            "remote": {"url": self.remote, "storageOptions": self.storage_options()},
         }
         (self.workdir / "cluster.yaml").write_text(yaml.safe_dump(cluster))
         self._write_manifests()
