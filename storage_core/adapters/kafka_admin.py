@@ -10,7 +10,7 @@ import base64
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +176,25 @@ class KafkaAdmin:
         from confluent_kafka.admin import OffsetSpec
 
         return self._list_offsets(tps, OffsetSpec.earliest(), committed=False)
+
+    def offsets_for_times(
+        self, timestamps: Mapping[tuple[str, int], int], committed: bool
+    ) -> dict[tuple[str, int], int | None]:
+        """Per partition, the first offset whose record timestamp is >= its timestamp (Kafka's
+        offsetsForTimes); None where no record has one that late."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        request = {TopicPartition(t, p): OffsetSpec.for_timestamp(ts) for (t, p), ts in timestamps.items()}
+        if not request:
+            return {}
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        futures = self._admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT_S)
+        done = self._wait(futures, "list offsets for times")
+        return {
+            (tp.topic, tp.partition): (int(info.offset) if info.offset >= 0 else None)
+            for tp, info in done.items()
+        }
 
     def delete_records(self, before: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """Advance log start offsets to ``before``; returns the low watermarks the brokers report."""

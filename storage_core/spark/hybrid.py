@@ -133,6 +133,10 @@ class Brokers:
         client = self._client()
         return client.last_stable_offsets(keys) if self._committed else client.high_watermarks(keys)
 
+    def offsets_at(self, timestamps: Mapping[Key, int]) -> dict[Key, int | None]:
+        """Per partition, the brokers' first offset with a record timestamp >= its timestamp (None: none)."""
+        return self._client().offsets_for_times(timestamps, self._committed)
+
 
 def tiered_partitions(
     reader: RemoteReader, opts: ScanOptions, live_ids: Mapping[str, str] | None = None

@@ -352,13 +352,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
 _POLL_TIMEOUT = "kafkaconsumer.polltimeoutms"
 
 _NOT_WITH_KAFKA = {
-    "startingtimestamp": "startingTimestamp",
-    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
-    "endingtimestamp": "endingTimestamp",
-    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
     "maxbytespertrigger": "maxBytesPerTrigger",
 }
-"""Options not (yet) honoured with continueFromKafka: refused rather than applied to the tier alone."""
+"""Options not honoured with continueFromKafka, refused rather than applied to the tier alone:
+maxBytesPerTrigger counts the tier's stored segment bytes, which the brokers' tail does not have."""
 
 _KAFKA_OWN = {
     "auto.offset.reset": "where to start is startingOffsets",

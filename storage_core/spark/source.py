@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +49,14 @@ from storage_core.spark.hybrid import (
     LOST as LOST_PIECE,
 )
 from storage_core.spark.options import EARLIEST, LATEST, ScanOptions, parse_include_headers, parse_options
-from storage_core.spark.windows import Pruning, partition_window, plan_batch, topic_partitions
+from storage_core.spark.windows import (
+    Pruning,
+    partition_window,
+    plan_batch,
+    tier_offset_at,
+    timestamp_for,
+    topic_partitions,
+)
 
 SHORT_NAME = "tierkeeper"
 SCHEMA = (
@@ -173,6 +180,8 @@ def _plan_hybrid_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning
         keys = [k for k in keys if k[1] in pruning.partitions]
     lows = brokers.starts([k for k in keys if k in on_brokers])
     highs = brokers.ends([k for k in keys if k in on_brokers])
+    starts_at = _offsets_at(reader, brokers, tiered, on_brokers, _times_asked(opts, keys, start=True))
+    ends_at = _offsets_at(reader, brokers, tiered, on_brokers, _times_asked(opts, keys, start=False))
     out: list[InputPartition] = []
     for key in keys:
         tp = tiered.get(key)
@@ -180,8 +189,12 @@ def _plan_hybrid_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning
         first, after_last = _hybrid_bounds(manifest, lows.get(key), highs.get(key))
         if first is None or after_last is None:
             continue
-        start = _hybrid_start(opts, key, first, after_last)
-        end = min(_resolve_spec(opts.ending, key, LATEST, first, after_last), after_last)
+        start = _hybrid_start(opts, key, first, after_last, starts_at)
+        if key in ends_at:
+            found_end = ends_at[key][1]
+            end = after_last if found_end is None else min(found_end, after_last)  # no match: latest
+        else:
+            end = min(_resolve_spec(opts.ending, key, LATEST, first, after_last), after_last)
         if pruning.min_offset is not None:
             start = max(start, pruning.min_offset)
         if pruning.end_offset is not None:
@@ -225,7 +238,68 @@ def _resolve_spec(spec: Any, key: tuple[str, int], default: int, first: int, aft
     return int(value)
 
 
-def _hybrid_start(opts: ScanOptions, key: tuple[str, int], first: int, after_last: int) -> int:
+TimeAnswers = dict[tuple[str, int], tuple[int, int | None]]
+"""Per partition, (the timestamp asked, the first offset with a record that late or None)."""
+
+
+def _times_asked(
+    opts: ScanOptions, keys: Iterable[tuple[str, int]], *, start: bool
+) -> dict[tuple[str, int], int]:
+    """The timestamps the options ask the starts (or the ends) of ``keys`` at; empty when they ask
+    offsets. ``startingTimestamp`` wins over ``startingOffsetsByTimestamp``, which wins over
+    ``startingOffsets``, as in Spark's Kafka source (the same for the ends)."""
+    if start:
+        every, each, name = opts.starting_timestamp, opts.starting_by_timestamp, "startingOffsetsByTimestamp"
+    else:
+        every, each, name = opts.ending_timestamp, opts.ending_by_timestamp, "endingOffsetsByTimestamp"
+    asked = {key: timestamp_for(key, every, each, name) for key in keys}
+    return {key: ts for key, ts in asked.items() if ts is not None}
+
+
+def _offsets_at(
+    reader: RemoteReader,
+    brokers: Brokers,
+    tiered: Mapping[tuple[str, int], TopicPartitionId],
+    on_brokers: set[tuple[str, int]],
+    asked: Mapping[tuple[str, int], int],
+) -> TimeAnswers:
+    """continueFromKafka: the first offset at each asked timestamp, from the tier's time indexes when a
+    tiered record is that late (the brokers may no longer hold it), else from the brokers (Kafka's
+    offsetsForTimes over the tail); None when neither side has a record that late."""
+    out: TimeAnswers = {}
+    ask_brokers: dict[tuple[str, int], int] = {}
+    for key, ts in asked.items():
+        tp = tiered.get(key)
+        found = tier_offset_at(reader, tp, ts) if tp is not None else None
+        if found is not None:
+            out[key] = (ts, found)
+        elif key in on_brokers:
+            ask_brokers[key] = ts
+        else:
+            out[key] = (ts, None)
+    if ask_brokers:
+        for key, offset in brokers.offsets_at(ask_brokers).items():
+            out[key] = (ask_brokers[key], offset)
+    return out
+
+
+def _hybrid_start(
+    opts: ScanOptions,
+    key: tuple[str, int],
+    first: int,
+    after_last: int,
+    at_times: TimeAnswers | None = None,
+) -> int:
+    if at_times is not None and key in at_times:
+        timestamp, found = at_times[key]
+        if found is not None:
+            return min(max(found, first), after_last)
+        if opts.no_match_starts_at_latest:
+            return after_last
+        raise ConfigError(
+            f"{key[0]}-{key[1]}: no record in the remote tier or on the brokers has a timestamp >= "
+            f"{timestamp}; set startingOffsetsByTimestampStrategy=latest to start at the latest offset"
+        )
     start = _resolve_spec(opts.starting, key, EARLIEST, first, after_last)
     if start < first:
         _lost(opts, key, start, first, "below the remote tier's and the brokers' first offsets")
@@ -418,8 +492,12 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if self._brokers is not None:
             with _open_reader(self.opts) as reader:
                 self._refresh(reader, force=True)
-            for key, (first, after_last) in self._bounds(starts=True).items():
-                out[key] = _hybrid_start(self.opts, key, first, after_last)
+                bounds = self._bounds(starts=True)
+                tiered = {key: tp for key, (tp, _) in self._manifests.items()}
+                asked = _times_asked(self.opts, bounds, start=True)
+                at_times = _offsets_at(reader, self._brokers, tiered, self._broker_keys, asked)
+            for key, (first, after_last) in bounds.items():
+                out[key] = _hybrid_start(self.opts, key, first, after_last, at_times)
             self._raise_high(out)
             self._based = True
             return out

@@ -73,23 +73,24 @@ def _resolve(value: int, first: int, after_last: int) -> int:
     return value
 
 
-def _timestamp(
-    tp: TopicPartitionId, global_ts: int | None, per_partition: dict[tuple[str, int], int] | None, name: str
+def timestamp_for(
+    key: tuple[str, int], global_ts: int | None, per_partition: dict[tuple[str, int], int] | None, name: str
 ) -> int | None:
+    """The timestamp a start or end of partition ``key`` is asked at (the option for every partition, or
+    the per-partition map, which must then name it), or None when offsets are asked instead."""
     if global_ts is not None:
         return global_ts
     if per_partition is None:
         return None
-    if (tp.topic, tp.partition) not in per_partition:
+    if key not in per_partition:
         raise ConfigError(
-            f"option {name} must name every partition read that has tiered data; "
-            f"{tp.topic} partition {tp.partition} is missing"
+            f"option {name} must name every partition read; {key[0]} partition {key[1]} is missing"
         )
-    return per_partition[(tp.topic, tp.partition)]
+    return per_partition[key]
 
 
-def _offset_at(reader: RemoteReader, tp: TopicPartitionId, timestamp: int) -> int | None:
-    """The first offset whose record timestamp is >= ``timestamp`` (ListOffsets), or None."""
+def tier_offset_at(reader: RemoteReader, tp: TopicPartitionId, timestamp: int) -> int | None:
+    """The first tiered offset whose record timestamp is >= ``timestamp`` (ListOffsets), or None."""
     try:
         return next(iter(reader.read_from_timestamp(tp, timestamp))).offset
     except (OffsetOutOfRangeError, StopIteration):
@@ -97,11 +98,12 @@ def _offset_at(reader: RemoteReader, tp: TopicPartitionId, timestamp: int) -> in
 
 
 def _start(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first: int, after_last: int) -> int:
-    timestamp = _timestamp(
-        tp, opts.starting_timestamp, opts.starting_by_timestamp, "startingOffsetsByTimestamp"
+    key = (tp.topic, tp.partition)
+    timestamp = timestamp_for(
+        key, opts.starting_timestamp, opts.starting_by_timestamp, "startingOffsetsByTimestamp"
     )
     if timestamp is not None:
-        found = _offset_at(reader, tp, timestamp)
+        found = tier_offset_at(reader, tp, timestamp)
         if found is not None:
             return found
         if opts.no_match_starts_at_latest:
@@ -122,9 +124,12 @@ def _start(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first:
 
 
 def _end(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first: int, after_last: int) -> int:
-    timestamp = _timestamp(tp, opts.ending_timestamp, opts.ending_by_timestamp, "endingOffsetsByTimestamp")
+    key = (tp.topic, tp.partition)
+    timestamp = timestamp_for(
+        key, opts.ending_timestamp, opts.ending_by_timestamp, "endingOffsetsByTimestamp"
+    )
     if timestamp is not None:
-        found = _offset_at(reader, tp, timestamp)
+        found = tier_offset_at(reader, tp, timestamp)
         return after_last if found is None else found
     return _resolve(_offset_for(opts.ending, tp, LATEST), first, after_last)
 

@@ -7,6 +7,7 @@ direct consumer of the broker is what every read must equal, offset for offset."
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,82 @@ def test_a_topic_created_again_is_read_from_the_brokers_never_joined_to_its_pred
     with pytest.raises(ConfigError, match="not the brokers' incarnation"):
         old = _StreamReader(parse_options({**options, "topicId": old_id}, streaming=True))
         old.partitions(old.initialOffset(), old.latestOffset())
+
+
+BASE_MS = 1_700_000_000_000
+
+
+def _produce_stamped(bootstrap: str, topic: str, count: int) -> None:
+    """Record j to partition j % 2 with the timestamp BASE_MS + 10 * j: offset k of partition p holds
+    record 2k + p, so the first offset at a timestamp is known without reading anything back."""
+    # Small batches, so the 32 KiB segments roll and most of each partition is tiered.
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 20})
+    for j in range(count):
+        producer.produce(topic, value=b"v" * 200, partition=j % 2, timestamp=BASE_MS + 10 * j)
+    assert producer.flush(60) == 0
+
+
+def _offset_at(partition: int, timestamp: int) -> int:
+    """The first offset of ``partition`` whose timestamp is >= ``timestamp`` (see _produce_stamped)."""
+    k = 0
+    while BASE_MS + 10 * (2 * k + partition) < timestamp:
+        k += 1
+    return k
+
+
+def _stamp(partition: int, offset: int) -> int:
+    return BASE_MS + 10 * (2 * offset + partition)
+
+
+def test_timestamps_start_and_end_a_hybrid_read_in_the_tier_or_on_the_brokers(
+    tk_spark: Any, spark_dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """startingTimestamp / startingOffsetsByTimestamp / endingTimestamp / endingOffsetsByTimestamp with
+    continueFromKafka: a timestamp the tier holds a record that late for is looked up in its time
+    indexes, a later one on the brokers (offsetsForTimes over the tail), as Spark's Kafka source would
+    find them on brokers that kept everything."""
+    bootstrap = spark_dataset.bootstrap
+    topic = f"stamped-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
+    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
+    _produce_stamped(bootstrap, topic, 1200)
+    tier = _tiered(spark_dataset, kafka_broker, topic, tmp_path)
+    ends = KafkaAdmin(bootstrap).high_watermarks([(topic, 0), (topic, 1)])
+    tiered_end = {p: tier.remote_end(topic, p) for p in (0, 1)}
+    assert all(20 < tiered_end[p] < ends[(topic, p)] - 20 for p in (0, 1)), "history and a tail"
+    options = {**_hybrid_options(tier, topic, bootstrap), "kafka.isolation.level": "read_uncommitted"}
+
+    # Batch: from a record in the tier of partition 0 to one in partition 1's tail.
+    start_ts = _stamp(0, tiered_end[0] // 2) - 5  # between two records: the later one starts
+    end_ts = _stamp(1, tiered_end[1] + 10)
+    batch = (
+        tk_spark.read.format("tierkeeper")
+        .options(**options)
+        .option("startingTimestamp", str(start_ts))
+        .option("endingTimestamp", str(end_ts))
+        .load()
+    )
+    got = sorted((r["partition"], r["offset"]) for r in batch.select("partition", "offset").collect())
+    want = sorted((p, k) for p in (0, 1) for k in range(_offset_at(p, start_ts), _offset_at(p, end_ts)))
+    assert got == want
+    assert any(k > tiered_end[p] for p, k in got), "the tail's records are read too"
+
+    # Stream: one partition starts in the tier, the other in the brokers' tail.
+    by_partition = {topic: {"0": _stamp(0, 7), "1": _stamp(1, tiered_end[1] + 5)}}
+    stream = _StreamReader(
+        parse_options({**options, "startingOffsetsByTimestamp": json.dumps(by_partition)}, streaming=True)
+    )
+    assert stream.initialOffset() == {topic: {"0": 7, "1": tiered_end[1] + 5}}
+
+    # A timestamp later than every record: an error naming the option, or the latest offsets.
+    late = str(_stamp(0, ends[(topic, 0)]) + 1_000_000)
+    with pytest.raises(ConfigError, match="startingOffsetsByTimestampStrategy=latest"):
+        _StreamReader(parse_options({**options, "startingTimestamp": late}, streaming=True)).initialOffset()
+    latest = _StreamReader(
+        parse_options(
+            {**options, "startingTimestamp": late, "startingOffsetsByTimestampStrategy": "latest"},
+            streaming=True,
+        )
+    )
+    assert latest.initialOffset() == {topic: {str(p): ends[(topic, p)] for p in (0, 1)}}
