@@ -13,3 +13,14 @@ def cache_dir() -> Path:
     root = Path(os.environ.get("TIERKEEPER_CACHE") or Path.home() / ".cache" / "tierkeeper")
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def strimzi_dir() -> Path:
+    """Strimzi's CRDs and examples (../shared/strimzi beside the checkout): ``$TIERKEEPER_STRIMZI``, else
+    the checkout's sibling ``shared/strimzi``, else the workplace's ``/work/shared/strimzi`` (a clone made
+    elsewhere, such as a clean clone in /tmp, has no sibling)."""
+    override = os.environ.get("TIERKEEPER_STRIMZI")
+    if override:
+        return Path(override)
+    beside = REPO_ROOT.parent / "shared" / "strimzi"
+    return beside if beside.is_dir() else Path("/work/shared/strimzi")

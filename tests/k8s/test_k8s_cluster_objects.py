@@ -41,6 +41,7 @@ from harness.k8s import wait_until
 from harness.kafka import KafkaCluster
 from harness.kube_rest import ApiError
 from harness.moto_s3 import MotoServer
+from harness.paths import strimzi_dir
 from storage_core.adapters.kafka_features import read_features
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import GatewaySpec, StrimziRef
@@ -52,7 +53,7 @@ from tierkeeper_operator.jobs import Owner, copy_job
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.rebuild_rounds import rebuild_job
 
-STRIMZI = Path("/work/shared/strimzi")
+STRIMZI = strimzi_dir()
 KAFKA = "my-cluster"
 POOL = "broker"
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import yaml
 
+from harness.paths import strimzi_dir
 from storage_core.api.cluster_parts import StrimziRef
 from tierkeeper_operator.jobs import Owner
 from tierkeeper_operator.strimzi_brokers import broker_changes, strimzi_view
 
 REF = StrimziRef(kafka="my-cluster", listener="plain")
-STRIMZI = Path(__file__).resolve().parents[3] / "shared" / "strimzi"
+STRIMZI = strimzi_dir()
 OWNER = Owner("TieredCluster", "tiered", "kafka", "uid-tc")
 
 
