@@ -16,7 +16,6 @@ new segment (its records are reported), not rescan the topic.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import storage_data
-from spark_bench import tier
+from spark_bench import report, tier
 
 from harness.kafka import KafkaCluster
 from harness.spark import local_session
@@ -108,10 +107,7 @@ def main() -> int:
                 spark.stop()
             cluster.stop()
     results["load_avg_at_end"] = os.getloadavg()
-    print(json.dumps(results, indent=2))
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(results, indent=2))
-    return 0
+    return report(results, ns.json)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,15 @@ def log(msg: str) -> None:
     print(f"[spark-bench] {msg}", file=sys.stderr, flush=True)
 
 
+def report(results: dict[str, Any], json_path: str | None) -> int:
+    """Print a benchmark's results as JSON (and write them to ``json_path`` when given); exit status 0."""
+    text = json.dumps(results, indent=2)
+    print(text)
+    if json_path:
+        Path(json_path).write_text(text)
+    return 0
+
+
 def decode_bench(remote: str, topic: str, rounds: int) -> dict[str, Any]:
     import pyarrow.compute as pc
 
@@ -486,10 +495,7 @@ def main() -> int:
             results["local2_vs_local1_on_one_core"] = round(tk1_one_core["seconds"] / tk2["seconds"], 2)
         finally:
             cluster.stop()
-    print(json.dumps(results, indent=2))
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(results, indent=2))
-    return 0
+    return report(results, ns.json)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import storage_data
-from spark_bench import REPO, log, tier, tiered_end
+from spark_bench import REPO, log, report, tier, tiered_end
 
 from harness.kafka import KafkaCluster
 from harness.spark_kafka import connector_jars
@@ -183,10 +183,7 @@ def main() -> int:
                 }
         finally:
             cluster.stop()
-    print(json.dumps(results, indent=2))
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(results, indent=2))
-    return 0
+    return report(results, ns.json)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ when requests per minute scale with 1 / interval, not with Spark's ~100 polls a 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_bench import log
+from spark_bench import log, report
 
 from harness.kafka import KafkaCluster
 from harness.moto_s3 import MotoServer
@@ -154,10 +153,7 @@ def main() -> int:
             proxy.stop()
             moto.stop()
     results["load_avg_at_end"] = os.getloadavg()
-    print(json.dumps(results, indent=2))
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(results, indent=2))
-    return 0
+    return report(results, ns.json)
 
 
 if __name__ == "__main__":
