@@ -132,29 +132,19 @@ def test_an_answer_ahead_that_misses_is_read_on_a_thread_and_not_followed_there(
 def test_a_miss_goes_to_a_thread_prepares_the_next_answer_then_the_loop_serves_again() -> None:
     history = _History()
     with ThreadPoolExecutor(2, thread_name_prefix="tier") as pool:
-        ctx = GatewayContext(
-            rule=PortRule("127.0.0.1", 9092, 9093),
-            bootstrap=[],
-            history=history,  # type: ignore[arg-type]
-            tier_pool=pool,
-            metrics=GatewayMetrics(),
-        )
-        answers = TierAnswers(ctx)
+        answers = _answers(pool, history)
         key: Any = (uuid.UUID(int=1), 0)
-
-        def at(offset: int) -> _Read:
-            return _Read(TP, offset, 1 << 20, True, False)
 
         async def scenario() -> list[int]:
             served = []
-            found = await answers._read(key, at(0))  # nothing resident: a thread, and 100 prepared
+            found = await answers._read(key, _at(0))  # nothing resident: a thread, and 100 prepared
             assert found is not None
             served.append(found.upper_offset)
             history.resident = True  # the source has read ahead meanwhile
-            found = await answers._read(key, at(100))  # the prepared answer, and no other prepared
+            found = await answers._read(key, _at(100))  # the prepared answer, and no other prepared
             assert found is not None
             served.append(found.upper_offset)
-            found = await answers._read(key, at(200))  # from memory, on the event loop
+            found = await answers._read(key, _at(200))  # from memory, on the event loop
             assert found is not None
             served.append(found.upper_offset)
             return served
