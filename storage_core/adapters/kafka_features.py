@@ -17,7 +17,8 @@ import ssl
 import struct
 from dataclasses import dataclass
 
-from storage_core.errors import TierkeeperError
+from storage_core.adapters.kafka_tls import client_tls
+from storage_core.errors import ConfigError, TierkeeperError
 
 METADATA_VERSION = "metadata.version"
 
@@ -82,29 +83,17 @@ def release_name(level: int | None) -> str | None:
     return RELEASES.get(level, f"level {level}")
 
 
-def client_tls(config: dict[str, str]) -> ssl.SSLContext | None:
-    """The TLS context librdkafka would use for these client properties (None: the protocol has no TLS)."""
-    protocol = config.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in ("SSL", "SASL_SSL"):
-        return None
-    context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
-    if config.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
-        context.check_hostname = False
-    if config.get("ssl.certificate.location"):
-        # A password always given (empty when none is configured): OpenSSL would otherwise prompt on the
-        # terminal for an encrypted key, which a server process must never wait on.
-        password = config.get("ssl.key.password") or ""
-        context.load_cert_chain(config["ssl.certificate.location"], config.get("ssl.key.location"), password)
-    return context
-
-
 def read_features(bootstrap_servers: str, config: dict[str, str], timeout: float = 5.0) -> KafkaFeatures:
     """The feature levels from the first bootstrap address that answers."""
     problems = []
+    try:
+        tls = client_tls(config)
+    except ConfigError as exc:
+        raise KafkaFeaturesError(f"ApiVersions: {exc}") from None
     for address in (a.strip() for a in bootstrap_servers.split(",") if a.strip()):
         host, _, port = address.rpartition(":")
         try:
-            payload = _ask(host.strip("[]"), int(port), client_tls(config), timeout)
+            payload = _ask(host.strip("[]"), int(port), tls, timeout)
         except (OSError, ValueError, ssl.SSLError) as exc:
             problems.append(f"{address}: {type(exc).__name__}: {exc}"[:200])
             continue

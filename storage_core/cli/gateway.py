@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -19,12 +20,18 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from storage_core.adapters.kafka_features import client_tls as kafka_tls
+from storage_core.adapters.kafka_tls import client_tls as kafka_tls
+from storage_core.adapters.kafka_tls import tls_files
 from storage_core.cli.common import add_remote_args, open_store, require_positive
-from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
+from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config, kafka_client_files
 from storage_core.errors import ConfigError
+from storage_core.gateway_server.reloading import Loaded, Reloading, server_certificate, serving_context
+
+if TYPE_CHECKING:
+    from storage_core.adapters.kafka_admin import KafkaAdmin
 
 DEFAULT_LISTEN = "127.0.0.1:9192"
 GATEWAY_RETRY_ATTEMPTS = 3
@@ -115,6 +122,14 @@ def register(subparsers: Any) -> None:
         help="how often the gateway lists the cluster's brokers itself (default 30); a broker missing from "
         "3 listings in a row loses its listener",
     )
+    p.add_argument(
+        "--reload-interval-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="how often the gateway looks whether --tls-cert/--tls-key, the --kafka-config-dir files or the "
+        "TLS files its Kafka properties name were replaced, and loads them again (default 30; SIGHUP: now)",
+    )
     p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
     add_kafka_client_args(p)
     add_remote_args(p)
@@ -203,6 +218,25 @@ def _return_large_buffers_to_the_os() -> None:
         pass
 
 
+@dataclass(frozen=True)
+class _BrokersClient:
+    """How the gateway reaches the brokers: TLS for the clients' connections, an admin client for its own
+    broker discovery, both from the same Kafka client properties."""
+
+    tls: ssl.SSLContext | None
+    admin: KafkaAdmin
+
+
+def _kafka_client(args: argparse.Namespace) -> Loaded[_BrokersClient]:
+    from storage_core.adapters.kafka_admin import KafkaAdmin
+
+    config = kafka_client_config(args)
+    return Loaded(
+        _BrokersClient(kafka_tls(config), KafkaAdmin(args.bootstrap_servers, config)),
+        [*kafka_client_files(args), *tls_files(config)],
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     require_positive(args, "cache_bytes", "block_bytes", "tier_threads", "max_frame_bytes")
     if args.readahead_blocks < 0:
@@ -213,7 +247,6 @@ def run(args: argparse.Namespace) -> int:
         from storage_core.gateway_server.metrics import GatewayMetrics
         from storage_core.gateway_server.server import Gateway, Listen
 
-    from storage_core.adapters.kafka_admin import KafkaAdmin
     from storage_core.gateway.addresses import Address, PortRule
     from storage_core.gateway.history import TierHistory
 
@@ -240,13 +273,22 @@ def run(args: argparse.Namespace) -> int:
     ]
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
-    client_tls = None
-    if args.tls_cert:
-        client_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        client_tls.load_cert_chain(args.tls_cert, args.tls_key)
-    config = kafka_client_config(args)
-    store = open_store(args, existing=True)
+    if args.reload_interval_seconds <= 0:
+        raise ConfigError(f"--reload-interval-seconds must be > 0, got {args.reload_interval_seconds}")
     metrics = GatewayMetrics()
+    certificate = (
+        Reloading(
+            "the gateway's certificate (--tls-cert, --tls-key)",
+            functools.partial(server_certificate, args.tls_cert, args.tls_key),
+            outcome=metrics.reloaded,
+        )
+        if args.tls_cert
+        else None
+    )
+    brokers_client = Reloading(
+        "the Kafka client properties", functools.partial(_kafka_client, args), outcome=metrics.reloaded
+    )
+    store = open_store(args, existing=True)
     tier_pool = ThreadPoolExecutor(
         max_workers=args.tier_threads, thread_name_prefix="tierkeeper-gateway-tier"
     )
@@ -259,12 +301,18 @@ def run(args: argparse.Namespace) -> int:
         tier_pool=tier_pool,
         metrics=metrics,
         limits=Limits(max_frame_bytes=args.max_frame_bytes, grant_s=args.tier_grant_seconds),
-        upstream_tls=kafka_tls(config),
+        upstream_tls=brokers_client.current.tls,
     )
-    admin = KafkaAdmin(args.bootstrap_servers, config)
 
     def discover() -> dict[int, Address]:
+        admin = brokers_client.current.admin
         return {n: Address(h, p) for n, (h, p) in admin.broker_addresses().items()}
+
+    def reload() -> None:
+        if certificate is not None:
+            certificate.refresh()
+        if brokers_client.refresh():
+            ctx.upstream_tls = brokers_client.current.tls
 
     def bucket_probe() -> str | None:
         try:
@@ -281,12 +329,13 @@ def run(args: argparse.Namespace) -> int:
     listen = Listen(
         host,
         port,
-        client_tls,
+        serving_context(certificate) if certificate is not None else None,
         metrics_at,
         discovery_interval_s=args.discovery_interval_seconds,
         shutdown_grace_s=args.shutdown_grace_seconds,
+        reload_interval_s=args.reload_interval_seconds,
     )
-    gateway = Gateway(ctx, listen, discover=discover, bucket_probe=bucket_probe)
+    gateway = Gateway(ctx, listen, discover=discover, bucket_probe=bucket_probe, reload=reload)
 
     async def main() -> None:
         await gateway.start()
@@ -300,6 +349,7 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: loop.create_task(gateway.stop()))
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(gateway.reload_now()))
         await gateway.wait_stopped()
 
     try:

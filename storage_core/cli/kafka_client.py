@@ -52,4 +52,24 @@ def kafka_client_config(args: argparse.Namespace, environ: dict[str, str] | None
     return merged_client_config(properties, Path(directory) if directory else None)
 
 
-__all__ = ["CONFIG_DIR_ENV", "add_kafka_client_args", "kafka_client_config", "read_config_dir"]
+def kafka_client_files(args: argparse.Namespace, environ: dict[str, str] | None = None) -> list[str]:
+    """The directory :func:`kafka_client_config` reads and its property files (for a process that reads
+    them again when they change); empty without a directory."""
+    env = dict(os.environ) if environ is None else environ
+    directory = getattr(args, "kafka_config_dir", None) or env.get(CONFIG_DIR_ENV)
+    if not directory:
+        return []
+    try:
+        entries = sorted(p for p in Path(directory).iterdir() if not p.name.startswith("."))
+    except OSError:
+        entries = []
+    return [directory, *(str(p) for p in entries)]
+
+
+__all__ = [
+    "CONFIG_DIR_ENV",
+    "add_kafka_client_args",
+    "kafka_client_config",
+    "kafka_client_files",
+    "read_config_dir",
+]

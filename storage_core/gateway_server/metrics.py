@@ -64,12 +64,21 @@ class GatewayMetrics:
             "Client connections closed for a malformed or oversized frame",
             registry=r,
         )
+        self.reloads = Counter(
+            "tierkeeper_gateway_reloads",
+            "Certificates and Kafka client properties loaded again after their files changed, by outcome",
+            ["what", "outcome"],
+            registry=r,
+        )
         self.connections = Gauge(
             "tierkeeper_gateway_client_connections", "Open client connections", registry=r
         )
 
     def request(self, api_key: int) -> None:
         self.requests.labels(api=api_name(api_key)).inc()
+
+    def reloaded(self, what: str, ok: bool) -> None:
+        self.reloads.labels(what=what, outcome="loaded" if ok else "failed").inc()
 
     def cache_lookup(self, hit: bool) -> None:
         self.cache_lookups.labels(result="hit" if hit else "miss").inc()

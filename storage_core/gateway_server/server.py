@@ -25,6 +25,9 @@ from storage_core.gateway_server.session import ClientSession
 log = logging.getLogger("tierkeeper.gateway")
 
 Discover = Callable[[], dict[int, Address]]
+Reload = Callable[[], None]
+"""Look whether replaced files (certificates, Kafka client properties) must be loaded again
+(storage_core/gateway_server/reloading.py); blocking, so it runs on a thread."""
 Probe = Callable[[], str | None]
 """A readiness check: None when fine, else what is wrong."""
 
@@ -38,6 +41,7 @@ class Listen:
     discovery_interval_s: float = 30.0
     forget_after: int = 3
     shutdown_grace_s: float = 30.0
+    reload_interval_s: float = 30.0
 
 
 class Gateway:
@@ -48,8 +52,11 @@ class Gateway:
         *,
         discover: Discover | None = None,
         bucket_probe: Probe | None = None,
+        reload: Reload | None = None,
     ) -> None:
         self.ctx = ctx
+        self._reload = reload
+        self._reloading = asyncio.Lock()
         self.listen = listen
         self._discover = discover
         self._bucket_probe = bucket_probe
@@ -82,6 +89,8 @@ class Gateway:
             except Exception as exc:  # noqa: BLE001 - clients' own Metadata teaches the brokers too
                 log.warning("broker discovery at start failed: %s", exc)
             self._background.append(asyncio.get_running_loop().create_task(self._discovery_loop()))
+        if self._reload is not None:
+            self._background.append(asyncio.get_running_loop().create_task(self._reload_loop()))
         log.info(
             "gateway listening: bootstrap %s:%d, broker N at %s:%d+N (%s)",
             self.listen.host,
@@ -182,6 +191,22 @@ class Gateway:
                 await self._discovery_round()
             except Exception as exc:  # noqa: BLE001 - the listeners learned so far keep serving
                 log.warning("broker discovery failed: %s", exc)
+
+    # ---- replaced files ---------------------------------------------------------------------------
+    async def reload_now(self) -> None:
+        """Load again what changed on disk (SIGHUP, and every ``reload_interval_s``)."""
+        if self._reload is None:
+            return
+        async with self._reloading:
+            try:
+                await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self._reload)
+            except Exception as exc:  # noqa: BLE001 - what is loaded keeps serving; the next look tries again
+                log.error("looking for replaced certificates and client properties failed: %s", exc)
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.listen.reload_interval_s)
+            await self.reload_now()
 
     # ---- HTTP: /metrics, /healthz, /readyz ------------------------------------------------------
     async def readiness(self) -> dict[str, object]:

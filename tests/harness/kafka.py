@@ -123,6 +123,9 @@ class KafkaCluster:
     tls: Path | None = None
     """A directory for a CA and a certificate for 127.0.0.1 (harness.tls): the client listener (and the
     brokers' own connections) then use TLS with them; ``client_config`` names the CA."""
+    tls_client_auth: bool = False
+    """With ``tls``: the listener requires a client certificate signed by the CA; ``client_config`` then
+    names one (``client.pem``/``client-key.pem`` in ``tls``)."""
     jvm_flags: Sequence[str] = ()
     """More JVM flags of every broker (:func:`ensure_class_archive` records the archive with one)."""
     quick_start: bool = True
@@ -172,6 +175,11 @@ class KafkaCluster:
                 "security.protocol": "SASL_SSL" if self.sasl is not None else "SSL",
                 "ssl.ca.location": str(self.tls / "ca.pem"),
             }
+            if self.tls_client_auth:
+                config |= {
+                    "ssl.certificate.location": str(self.tls / "client.pem"),
+                    "ssl.key.location": str(self.tls / "client-key.pem"),
+                }
         return config
 
     def _tls_properties(self) -> dict[str, str]:
@@ -181,6 +189,12 @@ class KafkaCluster:
 
         if not (self.tls / "ca.pem").exists():
             loopback_certificates(self.tls)
+        if self.tls_client_auth and not (self.tls / "client.pem").exists():
+            from harness.tls import client_certificate
+
+            cert, key = client_certificate(self.tls, "tierkeeper-test-client")
+            (self.tls / "client.pem").write_text(cert)
+            (self.tls / "client-key.pem").write_text(key)
         keystore = self.tls / "keystore.pem"  # Kafka's PEM keystore: the key and its certificate chain
         keystore.write_text((self.tls / "key.pem").read_text() + (self.tls / "cert.pem").read_text())
         return {
@@ -188,7 +202,7 @@ class KafkaCluster:
             "ssl.keystore.location": str(keystore),
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(self.tls / "ca.pem"),
-        }
+        } | ({"ssl.client.auth": "required"} if self.tls_client_auth else {})
 
     def _listener_properties(self, node: _Node, is_voter: bool) -> dict[str, str]:
         name = "PLAINTEXT" if self.sasl is None else "SASL_PLAINTEXT"

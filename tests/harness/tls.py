@@ -56,7 +56,14 @@ def loopback_certificates(where: Path) -> tuple[Path, Path, Path]:
         .add_extension(
             x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
         )
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        # Client authentication too: a broker presents it on its own connections to a listener that
+        # requires client certificates.
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
@@ -71,4 +78,39 @@ def loopback_certificates(where: Path) -> tuple[Path, Path, Path]:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
     )
+    (where / "ca-key.pem").write_bytes(
+        ca_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return paths
+
+
+def client_certificate(where: Path, name: str) -> tuple[str, str]:
+    """A new client certificate (CN=``name``) signed by the CA of :func:`loopback_certificates` in
+    ``where``: (certificate PEM, key PEM), as text."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca = x509.load_pem_x509_certificate((where / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((where / "ca-key.pem").read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode()
