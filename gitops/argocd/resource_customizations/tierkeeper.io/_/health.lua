@@ -1,5 +1,6 @@
--- Argo CD health of a Tierkeeper resource (TieredTopic, TieredBroker and TieredCluster share this script;
--- a test keeps the copies identical). It reads the kstatus conditions the operator writes: Ready always,
+-- Argo CD health of every Tierkeeper kind (TieredTopic, TieredBroker, TieredCluster): one script, in the
+-- kind-wildcard directory `_` of Argo CD's layout, installed once per kind or under `tierkeeper.io/*`
+-- (docs/gitops.md). It reads the kstatus conditions the operator writes: Ready always,
 -- Reconciling and Stalled only while True, plus status.observedGeneration. The order of the checks is
 -- kstatus's, so Argo CD and Flux agree; docs/gitops.md has the table of states and where they differ.
 -- Only Lua 5.1's base and table libraries are used (Argo CD opens no others by default).
