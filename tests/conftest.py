@@ -6,6 +6,7 @@ so the e2e scripts can use them too.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,6 +56,8 @@ HEAVY_SOURCE = (
     "--spark-master",
     "spark_session(",
     "harness.tools",
+    "kafka_libs(",  # the Kafka jars the harness resolves with Maven, and the Java oracle built on them
+    "java_hashes(",
     "harness.kstatus",
     "harness.promrules",
     "harness.shellcheck",
@@ -70,7 +73,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _needs_heavy(item: pytest.Item, sources: dict[Path, str]) -> bool:
+def _heavy_fixture(item: pytest.Item, verdicts: dict[Any, bool]) -> bool:
+    """Whether one of the fixtures ``item`` uses (directly or through others) starts a component in its own
+    code: a directory's conftest.py may define such a fixture, e.g. tests/gateway's ``gateway_cluster``."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        for fixturedef in defs:
+            func = fixturedef.func
+            if func not in verdicts:
+                try:
+                    source = inspect.getsource(func)
+                except (OSError, TypeError):  # pytest's own fixtures, defined in C or without a file
+                    source = ""
+                verdicts[func] = any(marker in source for marker in HEAVY_SOURCE)
+            if verdicts[func]:
+                return True
+    return False
+
+
+def _needs_heavy(item: pytest.Item, sources: dict[Path, str], verdicts: dict[Any, bool]) -> bool:
     path = Path(str(item.path))
     if HEAVY_DIRS & set(path.relative_to(Path(__file__).parent).parts[:-1]):
         return True
@@ -78,16 +99,17 @@ def _needs_heavy(item: pytest.Item, sources: dict[Path, str]) -> bool:
         return True
     if path not in sources:
         sources[path] = path.read_text(encoding="utf-8")
-    return any(marker in sources[path] for marker in HEAVY_SOURCE)
+    return any(marker in sources[path] for marker in HEAVY_SOURCE) or _heavy_fixture(item, verdicts)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("--fast-lane"):
         return
     sources: dict[Path, str] = {}
+    verdicts: dict[Any, bool] = {}
     kept, dropped = [], []
     for item in items:
-        (dropped if _needs_heavy(item, sources) else kept).append(item)
+        (dropped if _needs_heavy(item, sources, verdicts) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept
