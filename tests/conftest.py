@@ -6,12 +6,14 @@ so the e2e scripts can use them too.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from harness.control_plane import ControlPlane
 from harness.kafka import SASL_USER, KafkaCluster
@@ -22,6 +24,11 @@ from harness.s3_faults import FaultPlan, FaultProxy
 from harness.spark import local_session
 from harness.spark_iceberg import runtime_jars
 from harness.spark_kafka import connector_jars
+
+# Hypothesis fails an example that runs past 200 ms and a strategy that generates slowly: on a machine
+# other sessions keep busy that measures the machine, not the code, and no test may depend on its speed.
+settings.register_profile("tierkeeper", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tierkeeper")
 
 # ---- the fast lane (`make check`) -------------------------------------------------------------------------
 # The tests that need no Kafka, Spark, control plane or tool the harness builds or downloads (helm, kubectl,
@@ -49,6 +56,8 @@ HEAVY_SOURCE = (
     "--spark-master",
     "spark_session(",
     "harness.tools",
+    "kafka_libs(",  # the Kafka jars the harness resolves with Maven, and the Java oracle built on them
+    "java_hashes(",
     "harness.kstatus",
     "harness.promrules",
     "harness.shellcheck",
@@ -64,7 +73,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _needs_heavy(item: pytest.Item, sources: dict[Path, str]) -> bool:
+def _heavy_fixture(item: pytest.Item, verdicts: dict[Any, bool]) -> bool:
+    """Whether one of the fixtures ``item`` uses (directly or through others) starts a component in its own
+    code: a directory's conftest.py may define such a fixture, e.g. tests/gateway's ``gateway_cluster``."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        for fixturedef in defs:
+            func = fixturedef.func
+            if func not in verdicts:
+                try:
+                    source = inspect.getsource(func)
+                except (OSError, TypeError):  # pytest's own fixtures, defined in C or without a file
+                    source = ""
+                verdicts[func] = any(marker in source for marker in HEAVY_SOURCE)
+            if verdicts[func]:
+                return True
+    return False
+
+
+def _needs_heavy(item: pytest.Item, sources: dict[Path, str], verdicts: dict[Any, bool]) -> bool:
     path = Path(str(item.path))
     if HEAVY_DIRS & set(path.relative_to(Path(__file__).parent).parts[:-1]):
         return True
@@ -72,16 +99,17 @@ def _needs_heavy(item: pytest.Item, sources: dict[Path, str]) -> bool:
         return True
     if path not in sources:
         sources[path] = path.read_text(encoding="utf-8")
-    return any(marker in sources[path] for marker in HEAVY_SOURCE)
+    return any(marker in sources[path] for marker in HEAVY_SOURCE) or _heavy_fixture(item, verdicts)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("--fast-lane"):
         return
     sources: dict[Path, str] = {}
+    verdicts: dict[Any, bool] = {}
     kept, dropped = [], []
     for item in items:
-        (dropped if _needs_heavy(item, sources) else kept).append(item)
+        (dropped if _needs_heavy(item, sources, verdicts) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept

@@ -106,6 +106,7 @@ _READY = PrinterColumn(
     "Ready", '.status.conditions[?(@.type=="Ready")].status', description="True once tiering runs."
 )
 _STATUS = PrinterColumn("Status", ".status.message", description="The state, or what is wrong.")
+_CLUSTER = PrinterColumn("Cluster", ".spec.clusterRef.name", priority=1, description="The Kafka cluster.")
 _AGE = PrinterColumn("Age", ".metadata.creationTimestamp", type="date")
 
 KINDS: tuple[ResourceKind, ...] = (
@@ -123,7 +124,7 @@ KINDS: tuple[ResourceKind, ...] = (
             PrinterColumn(
                 "Lag", ".status.copyLag.bytes", type="integer", description="Bytes rolled but not yet tiered."
             ),
-            PrinterColumn("Cluster", ".spec.clusterRef.name", priority=1, description="The Kafka cluster."),
+            _CLUSTER,
             _AGE,
         ),
     ),
@@ -138,7 +139,7 @@ KINDS: tuple[ResourceKind, ...] = (
             PrinterColumn("Broker", ".spec.brokerId", type="integer", description="The broker's node.id."),
             _READY,
             _STATUS,
-            PrinterColumn("Cluster", ".spec.clusterRef.name", priority=1, description="The Kafka cluster."),
+            _CLUSTER,
             _AGE,
         ),
     ),

@@ -96,6 +96,16 @@ class Kube:
         data = response.data
         return json.loads(data) if data else None
 
+    def _get_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, None when it does not exist (404); any other failure raises."""
+        try:
+            body: dict[str, Any] = self._call("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return body
+
     def _scopes(self) -> list[str]:
         return [f"/namespaces/{ns}" for ns in self.namespaces] or [""]
 
@@ -257,12 +267,9 @@ class Kube:
         return out
 
     def pod_node(self, namespace: str, name: str) -> str | None:
-        try:
-            pod = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        pod = self._get_or_none(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        if pod is None:
+            return None
         node = pod.get("spec", {}).get("nodeName")
         return str(node) if node else None
 
@@ -317,29 +324,16 @@ class Kube:
 
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Deployment (the gateway's, for its ready replicas), None when missing."""
-        try:
-            body: dict[str, Any] = self._call(
-                "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
-            )
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return body
+        return self._get_or_none(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
 
     def get_strimzi_kafka(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Strimzi ``Kafka`` a TieredCluster's spec.strimzi names, None when missing."""
         from tierkeeper_operator.strimzi_brokers import STRIMZI_GROUP, STRIMZI_VERSION
 
-        try:
-            body: dict[str, Any] = self._call(
-                "GET", f"/apis/{STRIMZI_GROUP}/{STRIMZI_VERSION}/namespaces/{namespace}/kafkas/{name}"
-            )
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return slim(body)
+        body = self._get_or_none(
+            f"/apis/{STRIMZI_GROUP}/{STRIMZI_VERSION}/namespaces/{namespace}/kafkas/{name}"
+        )
+        return None if body is None else slim(body)
 
     def list_strimzi_node_pools(self, namespace: str, kafka: str) -> list[dict[str, Any]]:
         """The ``KafkaNodePool``\\ s of one Strimzi cluster (label ``strimzi.io/cluster``)."""
@@ -368,13 +362,7 @@ class Kube:
 
     def get_peering(self, name: str, namespace: str | None) -> dict[str, Any] | None:
         """The KopfPeering (namespaced) or ClusterKopfPeering (``namespace`` None); None when missing."""
-        try:
-            body: dict[str, Any] = self._call("GET", self._peering_path(namespace, name))
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return body
+        return self._get_or_none(self._peering_path(namespace, name))
 
     def ensure_peering(self, name: str, namespace: str | None) -> None:
         """Create the peering object unless it exists (kopf only patches it)."""

@@ -61,32 +61,35 @@ class _ConnectionErrors:
         return time.monotonic() - self.at <= TIMEOUT_S + 5
 
 
+def admin_client(
+    bootstrap_servers: str, config: Mapping[str, str] | None, own: Mapping[str, Any] | None = None
+) -> Any:
+    """A confluent_kafka AdminClient for ``bootstrap_servers`` with the cluster's client ``config`` and the
+    caller's ``own`` settings (callbacks, timeouts; they win). A configuration librdkafka refuses is a
+    one-line KafkaAdminError naming the property, never its value."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return AdminClient({"bootstrap.servers": bootstrap_servers, **(config or {}), **(own or {})})
+    except KafkaException as exc:
+        # librdkafka's message may quote the refused value, which may be a password: name only the
+        # property.
+        named = re.search(r'property:? "([^"]+)"', str(exc))
+        what = f"property {named.group(1)}" if named else f"properties {', '.join(sorted(config or {}))}"
+        raise KafkaAdminError(f"Kafka client configuration refused: check {what}") from None
+
+
 class KafkaAdmin:
     """A thin wrapper over confluent_kafka's AdminClient for one cluster."""
 
     def __init__(self, bootstrap_servers: str, config: dict[str, str] | None = None) -> None:
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
-
         self.bootstrap_servers = bootstrap_servers
         self._config = dict(config or {})
         self._secured = "security.protocol" in (config or {})
         # Not a bound method of self: the client would hold self, and a cycle outlives its last use.
         self._connection = _ConnectionErrors()
-        try:
-            self._admin = AdminClient(
-                {
-                    "bootstrap.servers": bootstrap_servers,
-                    **(config or {}),
-                    "error_cb": self._connection.record,
-                }
-            )
-        except KafkaException as exc:
-            # librdkafka's message may quote the refused value, which may be a password: name only the
-            # property.
-            named = re.search(r'property:? "([^"]+)"', str(exc))
-            what = f"property {named.group(1)}" if named else f"properties {', '.join(sorted(config or {}))}"
-            raise KafkaAdminError(f"Kafka client configuration refused: check {what}") from None
+        self._admin = admin_client(bootstrap_servers, config, {"error_cb": self._connection.record})
 
     def _diagnosis(self) -> str:
         """Why the broker connections failed, when librdkafka said so: it tells only ``error_cb``, which

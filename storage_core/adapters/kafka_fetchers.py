@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from storage_core.adapters.kafka_admin import admin_client
 from storage_core.errors import ConfigError, KafkaAdminError
 from storage_core.fetchers.model import Assignment
 from storage_core.fetchers.planner import is_allowed_step
@@ -64,17 +65,10 @@ class FetcherAdmin:
         self, bootstrap_servers: str, timeout: float = 30.0, config: Mapping[str, str] | None = None
     ) -> None:
         """``config``: further client settings (security), as a cluster configuration's clientConfig."""
-        from confluent_kafka.admin import AdminClient
-
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
-        self._admin = AdminClient(
-            {
-                **(config or {}),
-                "bootstrap.servers": bootstrap_servers,
-                "socket.timeout.ms": int(timeout * 1000),
-            }
-        )
+        own = {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": int(timeout * 1000)}
+        self._admin = admin_client(bootstrap_servers, config, own)
 
     # ---- reading ---------------------------------------------------------------------------------
     def _metadata(self) -> Any:

@@ -33,14 +33,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--topic", required=True)
     p.add_argument("--topic-id", help="which incarnation, when a topic name was deleted and recreated")
-    p.add_argument("--to", required=True, metavar="URL", help="target directory (file://, s3://, ...)")
-    p.add_argument(
-        "--to-storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=JSON",
-        help="fsspec storage option for the target; repeatable (default: the remote tier's, same scheme)",
-    )
+    add_target_args(p, "target directory (file://, s3://, ...)", "the target")
     p.add_argument(
         "--format",
         choices=["parquet", "iceberg"],
@@ -70,6 +63,19 @@ def register(subparsers: Any) -> None:
     add_remote_args(p)
     add_spark_args(p)
     p.set_defaults(handler=run)
+
+
+def add_target_args(p: argparse.ArgumentParser, to_help: str, what: str) -> None:
+    """``--to`` and its storage options (``export``, ``table-maintenance``; :func:`target_options` reads
+    them)."""
+    p.add_argument("--to", required=True, metavar="URL", help=to_help)
+    p.add_argument(
+        "--to-storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help=f"fsspec storage option for {what}; repeatable (default: the remote tier's, same scheme)",
+    )
 
 
 def add_table_args(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ from storage_core.cli.common import (
     storage_options,
     write_result_file,
 )
-from storage_core.cli.export import add_table_args, catalog_config, target_options
+from storage_core.cli.export import add_table_args, add_target_args, catalog_config, target_options
 
 _DAY_MS = 86_400_000
 
@@ -25,14 +25,7 @@ def register(subparsers: Any) -> None:
         help="compact, expire snapshots of and remove orphan files and old metadata files from an exported "
         "Iceberg table",
     )
-    p.add_argument("--to", required=True, metavar="URL", help="the table's directory (export's --to)")
-    p.add_argument(
-        "--to-storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=JSON",
-        help="fsspec storage option for the table; repeatable (default: the remote tier's, same scheme)",
-    )
+    add_target_args(p, "the table's directory (export's --to)", "the table")
     add_table_args(p)
     p.add_argument(
         "--keep-snapshots",

@@ -57,20 +57,45 @@ class Reader(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-class _XerialSnappyReader:
+class _ChunkedReader:
+    """A decompressed stream made a chunk at a time: ``_next_chunk`` replaces ``_chunk`` (False at the
+    end of the payload) and ``read`` serves the bytes across chunks."""
+
+    _chunk = b""
+    _chunk_pos = 0
+
+    def _next_chunk(self) -> bool:
+        raise NotImplementedError
+
+    def read(self, size: int = -1, /) -> bytes:
+        parts: list[bytes] = []
+        want = size if size >= 0 else None
+        while want is None or want > 0:
+            if self._chunk_pos >= len(self._chunk):
+                if not self._next_chunk():
+                    break
+                continue
+            end = len(self._chunk) if want is None else min(len(self._chunk), self._chunk_pos + want)
+            piece = self._chunk[self._chunk_pos : end]
+            self._chunk_pos = end
+            parts.append(piece)
+            if want is not None:
+                want -= len(piece)
+        return b"".join(parts)
+
+
+class _XerialSnappyReader(_ChunkedReader):
     """Reads snappy-java's block stream one block at a time."""
 
     def __init__(self, payload: Payload) -> None:
         self._view = memoryview(payload)
         self._pos = 0
-        self._pending = b""
-        self._pending_pos = 0
         if bytes(self._view[: len(XERIAL_MAGIC)]) != XERIAL_MAGIC:
             # No framing: the whole payload is one raw block.
-            self._pending = _snappy_raw(self._view)
+            self._chunk = _snappy_raw(self._view)
             self._pos = len(self._view)
 
-    def _next_block(self) -> bool:
+    def _next_chunk(self) -> bool:
         view = self._view
         # snappy-java reads concatenated streams, each with its own header; accept the same.
         while bytes(view[self._pos : self._pos + len(XERIAL_MAGIC)]) == XERIAL_MAGIC:
@@ -85,26 +110,10 @@ class _XerialSnappyReader:
         start = self._pos + 4
         if length < 0 or start + length > len(view):
             raise CodecError(f"snappy: block length {length} runs past the payload")
-        self._pending = _snappy_raw(view[start : start + length])
-        self._pending_pos = 0
+        self._chunk = _snappy_raw(view[start : start + length])
+        self._chunk_pos = 0
         self._pos = start + length
         return True
-
-    def read(self, size: int = -1, /) -> bytes:
-        out: list[bytes] = []
-        want = size if size >= 0 else None
-        while want is None or want > 0:
-            if self._pending_pos >= len(self._pending):
-                if not self._next_block():
-                    break
-                continue
-            end = len(self._pending) if want is None else min(len(self._pending), self._pending_pos + want)
-            piece = self._pending[self._pending_pos : end]
-            self._pending_pos = end
-            out.append(piece)
-            if want is not None:
-                want -= len(piece)
-        return b"".join(out)
 
 
 def _snappy_raw(block: Payload) -> bytes:
@@ -114,7 +123,7 @@ def _snappy_raw(block: Payload) -> bytes:
         raise CodecError(f"snappy: {exc}") from exc
 
 
-class _ZstdReader:
+class _ZstdReader(_ChunkedReader):
     """Reads zstd frames through a decompression object fed in small pieces.
 
     zstandard's stream readers end quietly on a truncated frame; a decompression object reports
@@ -129,10 +138,8 @@ class _ZstdReader:
         self._pos = 0
         self._dctx = zstandard.ZstdDecompressor()
         self._obj = self._dctx.decompressobj()
-        self._out = b""
-        self._out_pos = 0
 
-    def _more(self) -> bool:
+    def _next_chunk(self) -> bool:
         while True:
             if self._obj.eof:
                 # The frame ended; what was fed past its end starts the next frame, if any.
@@ -148,22 +155,8 @@ class _ZstdReader:
                 raise CodecError("zstd: payload ends inside a frame")
             out = self._obj.decompress(piece) if piece else b""
             if out:
-                self._out, self._out_pos = out, 0
+                self._chunk, self._chunk_pos = out, 0
                 return True
-
-    def read(self, size: int = -1, /) -> bytes:
-        parts: list[bytes] = []
-        want = size if size >= 0 else None
-        while want is None or want > 0:
-            if self._out_pos >= len(self._out) and not self._more():
-                break
-            end = len(self._out) if want is None else min(len(self._out), self._out_pos + want)
-            piece = self._out[self._out_pos : end]
-            self._out_pos = end
-            parts.append(piece)
-            if want is not None:
-                want -= len(piece)
-        return b"".join(parts)
 
 
 class _Guarded:

@@ -8,7 +8,7 @@ and standalone mode from the returned value, through the same functions.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from storage_core.api.status import (
@@ -165,38 +165,13 @@ def _table_of(status: TieredTopicStatus) -> TableStatus:
     return status.table if status.table is not None else TableStatus()
 
 
-def _table_run_failed(
-    status: TieredTopicStatus, run: str, now: datetime.datetime, message: str, job: str | None
-) -> TieredTopicStatus:
-    """``status`` with the table's ``run`` (last_export, last_maintenance) failed once more."""
-    table = _table_of(status)
-    outcome = _failed(getattr(table, run), now, message, job)
-    return status.model_copy(update={"table": table.model_copy(update={run: outcome})})
-
-
-def topic_after_export(
-    status: TieredTopicStatus,
-    report: Mapping[str, Any] | None,
-    now: datetime.datetime,
-    job: str | None = None,
-    failure: str | None = None,
-) -> TieredTopicStatus:
-    """``report``: ``tierkeeper export --format iceberg --json``'s summary (or a Job's result decoded)."""
-    table = _table_of(status)
-    if failure is not None or report is None:
-        return _table_run_failed(status, "last_export", now, failure or "the export left no result", job)
+def _exported(table: TableStatus, report: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``tierkeeper export --format iceberg --json``'s summary: the message and the table's new fields."""
     update: dict[str, Any] = {
         "name": report.get("table", table.name),
         "location": report.get("location", table.location),
         "snapshot_id": report.get("snapshot_id"),
         "rows": report.get("rows", table.rows),
-        "last_export": RunOutcome(
-            time=rfc3339(now),
-            result="Succeeded",
-            message=f"exported {int(report.get('records', 0))} records in "
-            f"{int(report.get('files', 0))} files",
-            job=job,
-        ),
     }
     offsets = report.get("next_offsets")
     if offsets is not None:  # absent when a large result was cut to fit a termination message
@@ -204,29 +179,46 @@ def topic_after_export(
             PartitionPosition(partition=int(p), next_offset=int(o))
             for p, o in sorted(offsets.items(), key=lambda item: int(item[0]))
         ]
-    return status.model_copy(update={"table": table.model_copy(update=update)})
+    message = f"exported {int(report.get('records', 0))} records in {int(report.get('files', 0))} files"
+    return message, update
 
 
-def topic_after_maintenance(
-    status: TieredTopicStatus,
-    report: Mapping[str, Any] | None,
-    now: datetime.datetime,
-    job: str | None = None,
-    failure: str | None = None,
-) -> TieredTopicStatus:
-    """``report``: ``tierkeeper table-maintenance --json``'s summary (or a Job's result decoded)."""
-    table = _table_of(status)
-    if failure is not None or report is None:
-        message = failure or "table maintenance left no result"
-        return _table_run_failed(status, "last_maintenance", now, message, job)
+def _maintained(table: TableStatus, report: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``tierkeeper table-maintenance --json``'s summary: the message and the table's new fields."""
     message = (
         f"expired {int(report.get('expired_snapshots', 0))} snapshots, deleted "
         f"{int(report.get('orphans_deleted', 0))} orphan files, compacted "
         f"{int(report.get('files_compacted', 0))} files into {int(report.get('files_written', 0))}"
     )
-    update: dict[str, Any] = {
+    return message, {
         "snapshot_id": report.get("snapshot_id", table.snapshot_id),
         "rows": report.get("rows", table.rows),
-        "last_maintenance": RunOutcome(time=rfc3339(now), result="Succeeded", message=message, job=job),
     }
+
+
+_Summary = Callable[[TableStatus, Mapping[str, Any]], tuple[str, dict[str, Any]]]
+_TABLE_RUNS: dict[str, tuple[str, str, _Summary]] = {
+    # TableAction.kind: (its run's TableStatus field, the failure of a run that left no result, the summary)
+    "export": ("last_export", "the export left no result", _exported),
+    "maintain": ("last_maintenance", "table maintenance left no result", _maintained),
+}
+
+
+def topic_after_table_run(
+    status: TieredTopicStatus,
+    kind: str,
+    report: Mapping[str, Any] | None,
+    now: datetime.datetime,
+    job: str | None = None,
+    failure: str | None = None,
+) -> TieredTopicStatus:
+    """``status`` after an export or a table maintenance run (``kind`` "export" or "maintain");
+    ``report`` is the run's ``--json`` summary (or a Job's result decoded)."""
+    run, no_result, summary = _TABLE_RUNS[kind]
+    table = _table_of(status)
+    if failure is not None or report is None:
+        outcome = _failed(getattr(table, run), now, failure or no_result, job)
+        return status.model_copy(update={"table": table.model_copy(update={run: outcome})})
+    message, update = summary(table, report)
+    update[run] = RunOutcome(time=rfc3339(now), result="Succeeded", message=message, job=job)
     return status.model_copy(update={"table": table.model_copy(update=update)})

@@ -237,13 +237,14 @@ def fold_cleanup(
 def fold_table(
     statuses: Statuses, key: str, kind: str, outcome: TableOutcome, now: datetime.datetime
 ) -> None:
-    """Fold an export's (``kind`` "export") or a table maintenance run's outcome into the TieredTopic's
-    status."""
+    """Fold an export's (``kind`` "export") or a table maintenance run's (``kind`` "maintain") outcome
+    into the TieredTopic's status."""
     status = statuses.topics.get(key)
     if status is None:
         return
-    after = outcomes.topic_after_export if kind == "export" else outcomes.topic_after_maintenance
-    statuses.topics[key] = after(status, outcome.report, now, job=outcome.job, failure=outcome.failure)
+    statuses.topics[key] = outcomes.topic_after_table_run(
+        status, kind, outcome.report, now, job=outcome.job, failure=outcome.failure
+    )
 
 
 @dataclass

@@ -97,13 +97,24 @@ def tier_offset_at(reader: RemoteReader, tp: TopicPartitionId, timestamp: int) -
         return None
 
 
+def _at_timestamp(
+    reader: RemoteReader,
+    tp: TopicPartitionId,
+    global_ts: int | None,
+    per_partition: dict[tuple[str, int], int] | None,
+    name: str,
+) -> tuple[int | None, int | None]:
+    """The timestamp option ``name`` asks ``tp`` to start or end at (None: offsets are asked instead) and
+    the first tiered offset at or after it (None: no tiered record is that recent)."""
+    timestamp = timestamp_for((tp.topic, tp.partition), global_ts, per_partition, name)
+    return timestamp, None if timestamp is None else tier_offset_at(reader, tp, timestamp)
+
+
 def _start(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first: int, after_last: int) -> int:
-    key = (tp.topic, tp.partition)
-    timestamp = timestamp_for(
-        key, opts.starting_timestamp, opts.starting_by_timestamp, "startingOffsetsByTimestamp"
+    timestamp, found = _at_timestamp(
+        reader, tp, opts.starting_timestamp, opts.starting_by_timestamp, "startingOffsetsByTimestamp"
     )
     if timestamp is not None:
-        found = tier_offset_at(reader, tp, timestamp)
         if found is not None:
             return found
         if opts.no_match_starts_at_latest:
@@ -124,12 +135,10 @@ def _start(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first:
 
 
 def _end(reader: RemoteReader, opts: ScanOptions, tp: TopicPartitionId, first: int, after_last: int) -> int:
-    key = (tp.topic, tp.partition)
-    timestamp = timestamp_for(
-        key, opts.ending_timestamp, opts.ending_by_timestamp, "endingOffsetsByTimestamp"
+    timestamp, found = _at_timestamp(
+        reader, tp, opts.ending_timestamp, opts.ending_by_timestamp, "endingOffsetsByTimestamp"
     )
     if timestamp is not None:
-        found = tier_offset_at(reader, tp, timestamp)
         return after_last if found is None else found
     return _resolve(_offset_for(opts.ending, tp, LATEST), first, after_last)
 

@@ -11,7 +11,9 @@ import yaml
 
 from harness.paths import REPO_ROOT
 
-CUSTOMIZATIONS = REPO_ROOT / "gitops" / "argocd" / "resource_customizations" / "tierkeeper.io"
+CUSTOMIZATIONS = REPO_ROOT / "gitops" / "argocd" / "resource_customizations" / "tierkeeper.io" / "_"
+"""Argo CD's kind-wildcard directory: one health.lua and health_test.yaml for every kind of the group."""
+HEALTH_SCRIPT = CUSTOMIZATIONS / "health.lua"
 KINDS = ("TieredTopic", "TieredBroker", "TieredCluster")
 MEMBER_KINDS = ("TieredTopic", "TieredBroker")
 """The kinds with spec.paused (a TieredCluster is read live in tests/k8s/test_k8s_tiered_cluster.py)."""
@@ -37,22 +39,24 @@ class DocRow:
     kstatus: str
 
 
-def health_script(kind: str) -> Path:
-    return CUSTOMIZATIONS / kind / "health.lua"
+def recorded_objects(kind: str) -> Path:
+    """The recorded objects of one kind (``testdata/<kind>/``)."""
+    return CUSTOMIZATIONS / "testdata" / kind
 
 
 def argo_cases(kind: str) -> list[ArgoCase]:
-    """The cases of ``<kind>/health_test.yaml``, in Argo CD's own test format."""
-    spec = yaml.safe_load((CUSTOMIZATIONS / kind / "health_test.yaml").read_text())
-    return [
+    """The cases of ``health_test.yaml`` (Argo CD's own test format) whose input is an object of ``kind``."""
+    spec = yaml.safe_load((CUSTOMIZATIONS / "health_test.yaml").read_text())
+    cases = [
         ArgoCase(
-            kind=kind,
-            input_path=CUSTOMIZATIONS / kind / case["inputPath"],
+            kind=Path(case["inputPath"]).parent.name,
+            input_path=CUSTOMIZATIONS / case["inputPath"],
             status=case["healthStatus"]["status"],
             message=case["healthStatus"]["message"],
         )
         for case in spec["tests"]
     ]
+    return [case for case in cases if case.kind == kind]
 
 
 def doc_rows() -> list[DocRow]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gitops_cases import CUSTOMIZATIONS, KINDS, MEMBER_KINDS, doc_rows
+from gitops_cases import HEALTH_SCRIPT, KINDS, MEMBER_KINDS, doc_rows, recorded_objects
 
 from harness.argocd_lua import run_health
 from harness.control_plane import ControlPlane
@@ -24,7 +24,7 @@ ROWS = doc_rows()
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_kstatus_verdicts_match_the_docs(kind: str) -> None:
-    files = sorted((CUSTOMIZATIONS / kind / "testdata").glob("*.yaml"))
+    files = sorted(recorded_objects(kind).glob("*.yaml"))
     expected = {row.testdata: row.kstatus for row in ROWS}
     results = kstatus_of("\n---\n".join(f.read_text() for f in files))
     assert len(results) == len(files)
@@ -34,14 +34,14 @@ def test_kstatus_verdicts_match_the_docs(kind: str) -> None:
 
 
 def test_stalled_message_reaches_kstatus() -> None:
-    obj = (CUSTOMIZATIONS / "TieredTopic" / "testdata" / "degraded_stalled.yaml").read_text()
+    obj = (recorded_objects("TieredTopic") / "degraded_stalled.yaml").read_text()
     (result,) = kstatus_of(obj)
     assert result.status == "Failed"
     assert "cleanup.policy=compact" in result.message
 
 
 def test_generation_behind_wins_over_ready() -> None:
-    obj = (CUSTOMIZATIONS / "TieredBroker" / "testdata" / "healthy_ready.yaml").read_text()
+    obj = (recorded_objects("TieredBroker") / "healthy_ready.yaml").read_text()
     (result,) = kstatus_of(obj.replace("generation: 2", "generation: 5", 1))
     assert result.status == "InProgress"
     assert "generation is 5" in result.message
@@ -71,7 +71,7 @@ def test_live_object_on_the_real_api_server(plane: ControlPlane, k8s_namespace: 
     Current / InProgress / Failed / Terminating."""
     group, version, plural = "tierkeeper.io", "v1alpha1", PLURALS[kind]
     path = f"/apis/{group}/{version}/namespaces/{k8s_namespace}/{plural}/orders"
-    testdata = CUSTOMIZATIONS / kind / "testdata"
+    recorded = recorded_objects(kind)
     rest = plane.rest()
 
     def live() -> KstatusResult:
@@ -80,10 +80,10 @@ def test_live_object_on_the_real_api_server(plane: ControlPlane, k8s_namespace: 
         return result
 
     def set_status(example: str) -> None:
-        status = yaml.safe_load((testdata / example).read_text())["status"]
+        status = yaml.safe_load((recorded / example).read_text())["status"]
         rest.merge_patch(f"{path}/status", {"status": status})
 
-    obj = yaml.safe_load((testdata / "progressing_noStatus.yaml").read_text())
+    obj = yaml.safe_load((recorded / "progressing_noStatus.yaml").read_text())
     obj["metadata"] = {"name": "orders", "namespace": k8s_namespace, "finalizers": [HOLD]}
     plane.request("POST", path.rsplit("/", 1)[0], obj)
     # No operator has written yet: the CRD's status default (observedGeneration 0) reads InProgress, where
@@ -97,7 +97,7 @@ def test_live_object_on_the_real_api_server(plane: ControlPlane, k8s_namespace: 
     assert failed.status == "Failed", failed
     assert (
         failed.message
-        == yaml.safe_load((testdata / "degraded_stalled.yaml").read_text())["status"]["message"]
+        == yaml.safe_load((recorded / "degraded_stalled.yaml").read_text())["status"]["message"]
     )
     # A spec change: the API server bumps generation; the Stalled verdict is about generation 1.
     rest.merge_patch(path, {"spec": {"paused": True}})
@@ -125,16 +125,16 @@ def test_live_mode_names_a_missing_object(plane: ControlPlane, k8s_namespace: st
 def test_both_tools_wait_while_observed_generation_differs(observed: int) -> None:
     # Behind (1) is the usual case; ahead (3) cannot happen on a real server, but the two tools must
     # still agree on it: kstatus compares for equality.
-    path = CUSTOMIZATIONS / "TieredTopic" / "testdata" / "healthy_ready.yaml"
+    path = recorded_objects("TieredTopic") / "healthy_ready.yaml"
     obj = yaml.safe_load(path.read_text())
     obj["status"]["observedGeneration"] = observed
     (result,) = kstatus_of(yaml.safe_dump(obj))
     assert result.status == "InProgress"
-    assert run_health(path.parent.parent / "health.lua", obj)["status"] == "Progressing"
+    assert run_health(HEALTH_SCRIPT, obj)["status"] == "Progressing"
 
 
 def test_file_argument_and_json_input(tmp_path: Path) -> None:
-    obj = yaml.safe_load((CUSTOMIZATIONS / "TieredBroker" / "testdata" / "degraded_stalled.yaml").read_text())
+    obj = yaml.safe_load((recorded_objects("TieredBroker") / "degraded_stalled.yaml").read_text())
     path = tmp_path / "broker.json"
     path.write_text(json.dumps(obj))
     proc = subprocess.run([str(kstatus_binary()), str(path)], capture_output=True, text=True, check=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from gitops_cases import CUSTOMIZATIONS, health_script
+from gitops_cases import HEALTH_SCRIPT, recorded_objects
 
 from harness.argocd_lua import run_health
 from harness.kstatus import kstatus_of
@@ -236,9 +236,7 @@ STATES: list[tuple[str, str, str, tuple[str, str], Callable[[], Any]]] = [
 
 def as_object(kind: str, status: Any) -> dict[str, Any]:
     """The recorded Ready object of ``kind`` with the planner's status, as the operator writes it."""
-    obj: dict[str, Any] = yaml.safe_load(
-        (CUSTOMIZATIONS / kind / "testdata" / "healthy_ready.yaml").read_text()
-    )
+    obj: dict[str, Any] = yaml.safe_load((recorded_objects(kind) / "healthy_ready.yaml").read_text())
     obj["metadata"]["generation"] = 1
     obj["status"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)
     return obj
@@ -259,7 +257,7 @@ def test_planner_state_through_kstatus_and_argocd(
         assert conditions[other]["reason"] == reason
         assert conditions[other]["message"] == conditions["Ready"]["message"] == obj["status"]["message"]
     (verdict,) = kstatus_of(yaml.safe_dump(obj))
-    argo = run_health(health_script(kind), obj)
+    argo = run_health(HEALTH_SCRIPT, obj)
     assert (verdict.status, argo["status"]) == expected, (what, verdict, argo)
     if expected != CURRENT:
         assert verdict.message == argo["message"] == obj["status"]["message"], (verdict, argo)

@@ -39,7 +39,7 @@ from tierkeeper_operator.kube import Kube, KubeError
 from tierkeeper_operator.loop import Reconciler
 
 API = "/apis/tierkeeper.io/v1alpha1/namespaces"
-HEALTH_LUA = REPO_ROOT / "gitops/argocd/resource_customizations/tierkeeper.io/TieredCluster/health.lua"
+HEALTH_LUA = REPO_ROOT / "gitops/argocd/resource_customizations/tierkeeper.io/_/health.lua"
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:

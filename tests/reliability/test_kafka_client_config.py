@@ -81,3 +81,15 @@ def test_commands_hand_the_properties_to_their_kafka_client(
     failed = run_cli("cleanup", *common, "--kafka-config-dir", str(unknown))
     assert "check property no.such.property" in failed.stderr, failed.stderr
     assert os.path.isdir(good)
+
+
+def test_fetchers_name_a_refused_property_in_one_line() -> None:
+    # The fetcher planner's Admin client is built by the same factory as every other command's, so a
+    # property librdkafka refuses is the same one line, not a traceback.
+    failed = run_cli(
+        "fetchers", "plan", "--bootstrap-servers", "127.0.0.1:1", "--kafka-property", "no.such.property=x"
+    )
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stderr.strip().splitlines() == [
+        "tierkeeper fetchers: error: Kafka client configuration refused: check property no.such.property"
+    ]

@@ -1,9 +1,12 @@
--- Argo CD health of a Tierkeeper resource (TieredTopic, TieredBroker and TieredCluster share this script;
--- a test keeps the copies identical). It reads the kstatus conditions the operator writes: Ready always,
+-- Argo CD health of every Tierkeeper kind (TieredTopic, TieredBroker, TieredCluster): one script, in the
+-- kind-wildcard directory `_` of Argo CD's layout, installed once per kind or under `tierkeeper.io/*`
+-- (docs/gitops.md). It reads the kstatus conditions the operator writes: Ready always,
 -- Reconciling and Stalled only while True, plus status.observedGeneration. The order of the checks is
 -- kstatus's, so Argo CD and Flux agree; docs/gitops.md has the table of states and where they differ.
 -- Only Lua 5.1's base and table libraries are used (Argo CD opens no others by default).
-local hs = {}
+local function verdict(status, text)
+  return {status = status, message = text}
+end
 
 local function find(conditions, wanted)
   for _, c in ipairs(conditions) do
@@ -26,71 +29,52 @@ local function message(c, fallback)
 end
 
 if obj.metadata ~= nil and obj.metadata.deletionTimestamp ~= nil then
-  hs.status = "Progressing"
-  hs.message = "Pending deletion"
-  return hs
+  return verdict("Progressing", "Pending deletion")
 end
 
 if obj.status == nil or obj.status.conditions == nil then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the operator to report status"
-  return hs
+  return verdict("Progressing", "Waiting for the operator to report status")
 end
 
 local generation = obj.metadata.generation
 local observed = obj.status.observedGeneration
 -- Any difference counts, as in kstatus: the conditions describe another spec than the current one.
 if generation ~= nil and observed ~= nil and observed ~= generation then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the operator to act on generation " .. generation
-    .. " (it last acted on " .. observed .. ")"
-  return hs
+  local text = "Waiting for the operator to act on generation " .. generation .. " (it last acted on "
+  return verdict("Progressing", text .. observed .. ")")
 end
 
 local conditions = obj.status.conditions
 local stalled = find(conditions, "Stalled")
 if is_true(stalled) then
-  hs.status = "Degraded"
-  hs.message = message(stalled, "Stalled")
-  return hs
+  return verdict("Degraded", message(stalled, "Stalled"))
 end
 
 -- A user's pause is a deliberate stop, which is what Suspended means in Argo CD.
 if obj.spec ~= nil and obj.spec.paused == true then
-  hs.status = "Suspended"
-  hs.message = "Paused (spec.paused): no copy or cleanup runs"
-  return hs
+  return verdict("Suspended", "Paused (spec.paused): no copy or cleanup runs")
 end
 
 local reconciling = find(conditions, "Reconciling")
 if is_true(reconciling) then
-  hs.status = "Progressing"
-  hs.message = message(reconciling, "Reconciling")
-  return hs
+  return verdict("Progressing", message(reconciling, "Reconciling"))
 end
 
 local ready = find(conditions, "Ready")
 if ready == nil then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the Ready condition"
-  return hs
+  return verdict("Progressing", "Waiting for the Ready condition")
 end
 if ready.status ~= "True" then
   -- kstatus reads Ready=False without Stalled as still in progress (a transient error is retried).
-  hs.status = "Progressing"
-  hs.message = message(ready, "Not ready")
-  return hs
+  return verdict("Progressing", message(ready, "Not ready"))
 end
 
 -- TieredBroker only: a replica-fetcher change the operator proposes and a person must approve. Tiering
 -- runs normally meanwhile, so the resource stays Healthy; the message says what waits.
 local pending = find(conditions, "FetcherChangePending")
 if is_true(pending) then
-  hs.status = "Healthy"
-  hs.message = "Fetcher change pending approval: " .. message(pending, "see the TieredBroker's status")
-  return hs
+  local what = message(pending, "see the TieredBroker's status")
+  return verdict("Healthy", "Fetcher change pending approval: " .. what)
 end
 
-hs.status = "Healthy"
-hs.message = message(ready, "Ready")
-return hs
+return verdict("Healthy", message(ready, "Ready"))
