@@ -6,8 +6,10 @@ environment (``bin/python``, ``lib/python3.X/site-packages``), which is what ``v
 What is left out is what the workers' Spark provides: pyspark and py4j (Spark puts its own
 ``python/lib/pyspark.zip`` and py4j on its Python workers' path, as Spark's "Python Package Management"
 guide packs only the job's own libraries). The dependencies are this venv's installed distributions,
-found from ``tierkeeper``'s requirements (no extras), each with the files its RECORD lists; they are
-written into the archive straight from where they are installed (no copy on disk first).
+found from ``tierkeeper``'s requirements (no extras), each with the files its RECORD lists (the
+compiled ``__pycache__`` files included, as pip wrote them: without them every executor's first import
+of numba, pyarrow... compiles them again, tens of seconds on a loaded machine); they are written into
+the archive straight from where they are installed (no copy on disk first).
 
 The interpreter in ``bin`` is a copy; like any virtualenv (and ``venv-pack``'s archives) it still uses
 the base Python's standard library, so the nodes need that Python at the same path. The base Python here
@@ -65,7 +67,7 @@ def _dist_files(dist: metadata.Distribution) -> Iterator[tuple[Path, str]]:
     site-packages (scripts in ``bin`` are not needed by the executors)."""
     for f in dist.files or []:
         rel = str(f)
-        if rel.startswith("..") or "__pycache__" in rel:
+        if rel.startswith(".."):
             continue
         path = Path(str(dist.locate_file(f)))
         if path.is_file():
@@ -75,7 +77,7 @@ def _dist_files(dist: metadata.Distribution) -> Iterator[tuple[Path, str]]:
 def _project_files() -> Iterator[tuple[Path, str]]:
     for package in PACKAGES:
         for path in sorted((REPO_ROOT / package).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            if path.is_file():
                 yield path, str(path.relative_to(REPO_ROOT))
 
 
