@@ -21,7 +21,13 @@ T = TypeVar("T")
 
 def add_spark_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("spark")
-    group.add_argument("--spark-master", metavar="URL", help="Spark master (default: local[*])")
+    group.add_argument(
+        "--spark-master",
+        metavar="URL",
+        help="Spark master (default: local[*]); on a cluster the executors need Tierkeeper's Python, e.g. "
+        "--spark-conf spark.archives=tk.tar.gz#env --spark-conf spark.pyspark.python=./env/bin/python "
+        "(README, On a cluster)",
+    )
     group.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting; repeatable"
     )

@@ -23,10 +23,18 @@ def parse_conf(items: Sequence[str]) -> dict[str, str]:
     return conf
 
 
+def workers_python(conf: dict[str, str], environ: dict[str, str], executable: str) -> str:
+    """The interpreter a job's Python workers run: ``spark.pyspark.python`` when ``--spark-conf`` names
+    it (e.g. ``./env/bin/python`` of an environment shipped with ``spark.archives``), else
+    ``PYSPARK_PYTHON``, else this interpreter (the one with Tierkeeper installed). PySpark takes it only
+    from ``PYSPARK_PYTHON`` when the session is built in a Python process (``spark.pyspark.python`` is
+    read by ``spark-submit`` alone), so the job sets that variable from it."""
+    return conf.get("spark.pyspark.python") or environ.get("PYSPARK_PYTHON") or executable
+
+
 def spark_session(app: str, master: str | None, conf: dict[str, str]) -> Any:
-    """A session for one job; Python workers run this interpreter (the one with tierkeeper installed)
-    unless the configuration says otherwise."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    """A session for one job; its Python workers run :func:`workers_python`."""
+    os.environ["PYSPARK_PYTHON"] = workers_python(conf, dict(os.environ), sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app).master(master or DEFAULT_MASTER)

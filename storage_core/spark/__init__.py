@@ -30,16 +30,32 @@ def register(spark: Any) -> type[TierkeeperDataSource]:
     ``spark.sql.python.filterPushdown.enabled=true``, with either registration. Fails with what to set
     when the session's Python workers run an interpreter that cannot import Tierkeeper (Spark would
     fail later, deep in a worker). Returns the class."""
+    import os
+
     from storage_core.errors import ConfigError
-    from storage_core.spark.worker_python import problem, worker_python
+    from storage_core.spark.worker_python import ignored_setting, is_relative, problem, worker_python
 
     python = worker_python(spark)
+    ignored = ignored_setting(spark)
+    if ignored is not None:
+        raise ConfigError(
+            f"spark.pyspark.python is {ignored}, but this session's Python workers run {python}: a session "
+            f"built in a Python process takes them from PYSPARK_PYTHON, so set PYSPARK_PYTHON={ignored} "
+            "before the SparkSession starts (spark-submit does that from spark.pyspark.python)"
+        )
     why = problem(python)
+    if why is not None and is_relative(python):
+        raise ConfigError(
+            f"Spark's Python workers run {python}, relative to each process's working directory: the "
+            f"executors find it in the unpacked spark.archives, but this driver runs the data source's "
+            f"planner with it too, in {os.getcwd()} ({why}): unpack the same archive there or link its "
+            "directory to the environment it was packed from (README, On a cluster)"
+        )
     if why is not None:
         raise ConfigError(
             f"Spark's Python workers run {python}, which cannot run Tierkeeper ({why}): set PYSPARK_PYTHON "
-            f"(or spark.pyspark.python) to {sys.executable} or another interpreter with Tierkeeper "
-            "installed, before the SparkSession starts"
+            f"to {sys.executable} or another interpreter with Tierkeeper installed, before the SparkSession "
+            "starts"
         )
     spark.dataSource.register(TierkeeperDataSource)
     return TierkeeperDataSource

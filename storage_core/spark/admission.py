@@ -6,6 +6,9 @@ prorated by its share of the pending offsets, rounded down, and at least one off
 exact from the manifests: a batch takes whole tiered segments (their stored sizes), each partition up
 to its prorated share of the bytes, and always at least one segment overall so a segment larger than
 the limit is still read. A segment the batch starts in the middle of counts with its whole size.
+Offsets past a partition's segments (``continueFromKafka``: the brokers' tail, whose size is known only
+once read) count no bytes: a partition whose segments all fit reads to its end, bounded only by
+``maxOffsetsPerTrigger``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ class Pending:
     start: int
     end: int
     segments: tuple[tuple[int, int], ...] = ()
-    """(offset after the segment's served range, stored bytes), in offset order, of the segments that
-    hold offsets of [start, end)."""
+    """(offset after the segment's served range, stored bytes), in offset order, of the tiered segments
+    that hold offsets of [start, end) (with continueFromKafka, offsets after them are the brokers')."""
 
     @property
     def offsets(self) -> int:
@@ -75,6 +78,8 @@ def _by_bytes(pending: dict[K, Pending], limit: int) -> dict[K, int]:
                 break
             used += size
             out[p] = min(pend.end, seg_end)
+        else:
+            out[p] = pend.end  # every segment fits: the offsets after them (the brokers') count no bytes
     if all(out[p] == pend.start for p, pend in pending.items()):
         # Every share is smaller than its next segment: the partition with the most pending bytes reads
         # one segment, so the stream always moves.

@@ -351,12 +351,6 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
 
 _POLL_TIMEOUT = "kafkaconsumer.polltimeoutms"
 
-_NOT_WITH_KAFKA = {
-    "maxbytespertrigger": "maxBytesPerTrigger",
-}
-"""Options not honoured with continueFromKafka, refused rather than applied to the tier alone:
-maxBytesPerTrigger counts the tier's stored segment bytes, which the brokers' tail does not have."""
-
 _KAFKA_OWN = {
     "auto.offset.reset": "where to start is startingOffsets",
     "enable.auto.commit": "nothing is committed: offsets are in Spark's checkpoint",
@@ -369,9 +363,6 @@ _KAFKA_OWN = {
 
 
 def _kafka(opts: Mapping[str, str]) -> KafkaSpec:
-    for key, name in _NOT_WITH_KAFKA.items():
-        if key in opts:
-            raise ConfigError(f"option {name} is not supported with continueFromKafka=true yet")
     config: dict[str, str] = {}
     for key, raw in opts.items():
         if key.startswith("kafka.") and key != "kafka.isolation.level":

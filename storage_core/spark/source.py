@@ -527,11 +527,13 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if self._brokers is not None:
             ends = {k: after_last for k, (_, after_last) in self._bounds().items()}
             if limited:
-                pending = {
-                    k: Pending(self._high.get(k, end), max(self._high.get(k, end), end))
-                    for k, end in ends.items()
-                }
-                ends = admit(pending, self.opts.max_offsets_per_trigger, None)
+                pending = {}
+                for k, end in ends.items():
+                    start = self._high.get(k, end)
+                    known = manifests.get(k)
+                    # The tier's segments have stored sizes; the brokers' offsets after them count none.
+                    pending[k] = _pending(known[1], start, end) if known else Pending(start, max(start, end))
+                ends = admit(pending, self.opts.max_offsets_per_trigger, self.opts.max_bytes_per_trigger)
             self._raise_high(ends)
             return offsets_json(self._high)
         ends = {k: m.end_offset + 1 for k, (_, m) in manifests.items() if m.end_offset is not None}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -34,12 +35,20 @@ class SparkStandalone:
         """Where worker ``worker`` (0-based) runs its executors: ``<app id>/<executor id>/``."""
         return self.workdir / f"worker-{worker}"
 
-    def _env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
+        """The environment the master and workers run in (their executors inherit it)."""
         import pyspark
 
         java = java_binary()
+        # As on a node of a real cluster, this venv is not on the workers' PATH: their executors' Python
+        # workers run only the interpreter the application names (or python3 from PATH, without
+        # Tierkeeper), never this venv by accident.
+        venv_bin = str(Path(sys.executable).parent)
+        path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
+        inherited = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYSPARK_PYTHON")}
         return {
-            **os.environ,
+            **inherited,
+            "PATH": path,
             "SPARK_HOME": str(Path(pyspark.__file__).parent),
             "JAVA_HOME": str(Path(java).resolve().parents[1]),
             "SPARK_LOCAL_IP": "127.0.0.1",
@@ -57,7 +66,7 @@ class SparkStandalone:
 
         spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = self._env()
+        env = self.env()
         master = "org.apache.spark.deploy.master.Master"
         host = ["--host", "127.0.0.1"]
         self._procs.append(

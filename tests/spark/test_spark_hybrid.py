@@ -21,6 +21,8 @@ from harness.kafka import KafkaCluster
 from harness.topics import create_again
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.errors import ConfigError
+from storage_core.remote.reader import RemoteReader
+from storage_core.spark.admission import Pending, admit
 from storage_core.spark.hybrid import KAFKA, LOST, TIER, Piece, pieces
 from storage_core.spark.options import parse_options
 from storage_core.spark.source import KafkaRangePartition, SplitPartition, _StreamReader
@@ -98,6 +100,75 @@ def test_pieces_take_the_tier_where_it_holds_and_the_brokers_elsewhere() -> None
     assert pieces(20, 40, [(10, 50)], None, None) == [Piece(TIER, 20, 40)]
 
 
+def test_a_byte_limit_counts_the_tiers_segments_and_leaves_the_brokers_offsets_to_the_offset_limit() -> None:
+    # Partition "a": tiered segments ending at 100 and 200 (1000 bytes each), then the brokers' 200..500.
+    # Partition "b": only the brokers' offsets (its tier is behind the start).
+    hybrid = {"a": Pending(0, 500, ((100, 1000), (200, 1000))), "b": Pending(50, 350)}
+    # Room for one segment of "a": the batch stops at its end; "b" counts no bytes.
+    assert admit(hybrid, None, 1500) == {"a": 100, "b": 350}
+    # Room for both segments: "a" reads on into the brokers' offsets, to its end.
+    assert admit(hybrid, None, 2000) == {"a": 500, "b": 350}
+    # The offset limit bounds the brokers' offsets (prorated, as the Kafka source does).
+    assert admit(hybrid, 400, 2000) == {"a": 250, "b": 200}
+    # Less room than any segment: one segment still moves the stream.
+    assert admit({"a": Pending(0, 500, ((100, 1000), (200, 1000)))}, None, 1) == {"a": 100}
+
+
+def test_a_byte_limited_stream_reads_the_tier_in_bounded_batches_then_the_brokers_every_offset_once(
+    spark_dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
+) -> None:
+    bootstrap = spark_dataset.bootstrap
+    topic = f"hybrid-bytes-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
+    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
+    _produce_transactions(bootstrap, topic, 0, 2000)
+    tier = _tiered(spark_dataset, kafka_broker, topic, tmp_path)
+    with RemoteReader(tier.store()) as remote:
+        manifests = {p: remote.manifest(remote.resolve(topic, p), refresh=True) for p in (0, 1)}
+    largest = max(m.size_bytes for manifest in manifests.values() for m in manifest.segments)
+    limit = 2 * largest
+    options = {**_hybrid_options(tier, topic, bootstrap), "startingOffsets": "earliest"}
+    reader = _StreamReader(parse_options({**options, "maxBytesPerTrigger": str(limit)}, streaming=True))
+
+    read: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    tail_batches = 0
+    start = None
+    for _ in range(100):
+        end = reader.latestOffset()
+        start = start if start is not None else reader.initialOffset()
+        if end == start:
+            break
+        planned = list(reader.partitions(start, end))
+        stored = 0
+        for part in planned:
+            if isinstance(part, SplitPartition):
+                split = part.split
+                read[split.partition].append((split.start_offset, split.end_offset))
+                stored += sum(
+                    m.size_bytes
+                    for m in manifests[split.partition].segments
+                    if m.base_offset < split.end_offset and m.end_offset >= split.start_offset
+                )
+            else:
+                assert isinstance(part, KafkaRangePartition)
+                read[part.partition].append((part.start, part.end))
+        tail_batches += any(isinstance(part, KafkaRangePartition) for part in planned)
+        assert stored <= limit or len(planned) == 1, "a batch read more of the tier than maxBytesPerTrigger"
+        reader.commit(end)
+        start = end
+    else:
+        raise AssertionError("the stream never caught up")
+    broker_ends = KafkaAdmin(bootstrap).high_watermarks([(topic, 0), (topic, 1)])
+    tiered_bytes = sum(m.size_bytes for manifest in manifests.values() for m in manifest.segments)
+    assert tail_batches >= 1, "the brokers' tail was never read"
+    for p, windows in read.items():
+        windows.sort()
+        assert windows[0][0] == 0 and windows[-1][1] == broker_ends[(topic, p)], (p, windows)
+        assert all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False)), "gap or overlap"
+    assert tiered_bytes > 2 * limit, "the tier fits a couple of batches: nothing was bounded"
+
+
 def test_kafka_options_reach_the_consumer_and_never_show() -> None:
     opts = parse_options(
         {
@@ -119,10 +190,6 @@ def test_kafka_options_reach_the_consumer_and_never_show() -> None:
         (
             {"continueFromKafka": "true", "kafka.bootstrap.servers": "b", "kafka.auto.offset.reset": "x"},
             "cannot",
-        ),
-        (
-            {"continueFromKafka": "true", "kafka.bootstrap.servers": "b", "maxBytesPerTrigger": "9"},
-            "not supported",
         ),
     ):
         with pytest.raises(ConfigError, match=says):
