@@ -7,13 +7,16 @@ One partition of 1 KB values is produced into a real Kafka 4.1 broker (tests/har
 the real ``tierkeeper copy`` to file:// (the history, ``H`` offsets); then ``--tail-mib`` more is
 produced and left on the brokers (the tail). Nothing is trimmed: Spark's Kafka source reads every
 record from the broker. Each source runs in a child process of its own (own JVM, local[2]) as one
-stream, ``startingOffsets=earliest``, ``maxOffsetsPerTrigger=H``, to the ``noop`` sink until all is
-processed: its first micro-batch is exactly the history, its second the tail, so the two are timed
-apart from the stream's own progress reports (``triggerExecution`` of each batch; ``addBatch`` is the
-read alone). A batch query of the same source warms the JVM and the Python workers first.
+stream, ``startingOffsets=earliest``, ``maxOffsetsPerTrigger=ceil(H / --history-batches)``, to the
+``noop`` sink until all is processed, and is timed from its own progress reports (``triggerExecution``
+of each micro-batch; ``addBatch`` is the read alone). A batch query of the same source warms the JVM and
+the Python workers first.
 
-The ratios (``history_ratio``, ``tail_ratio``: the Kafka source's seconds over the hybrid's) are from one
-run; the issue's goals are >= 2x over history and >= 0.9x over the tail.
+Throughput is a rate, so it is taken over the micro-batches after the first (the first also starts the
+stream's Python planner and workers; it is reported apart, ``first_batch_ratio``): ``history_ratio`` over
+the batches wholly inside the history, ``tail_ratio`` over those wholly in the tail, each the Kafka
+source's seconds over the hybrid's for the same offsets, from one run; the issue's goals are >= 2x over
+history and >= 0.9x over the tail.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def stream_child(ns: argparse.Namespace) -> int:
             spark.readStream.format(fmt)
             .options(**options)
             .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(ns.history))
+            .option("maxOffsetsPerTrigger", str(ns.max_offsets))
             .load()
             .writeStream.format("noop")
             .option("checkpointLocation", ns.checkpoint)
@@ -98,13 +101,14 @@ def stream_child(ns: argparse.Namespace) -> int:
         source = p["sources"][0]
         if not source.get("endOffset"):
             continue
-        start = _offsets(source.get("startOffset")).get(ns.topic, {})
+        begin = _offsets(source.get("startOffset")).get(ns.topic, {})
         end = _offsets(source["endOffset"])[ns.topic]
-        offsets = int(end["0"]) - int(start.get("0", 0))
+        offsets = int(end["0"]) - int(begin.get("0", 0))
         if offsets == 0:
             continue
         batches.append(
             {
+                "start": int(begin.get("0", 0)),
                 "offsets": offsets,
                 "rows": p["numInputRows"],
                 "trigger_s": p["durationMs"]["triggerExecution"] / 1000,
@@ -116,11 +120,12 @@ def stream_child(ns: argparse.Namespace) -> int:
 
 
 def run_stream(
-    source: str, ns: argparse.Namespace, remote: str, bootstrap: str, history: int, work: Path
+    source: str, ns: argparse.Namespace, remote: str, bootstrap: str, max_offsets: int, work: Path
 ) -> Any:
     args = [
         sys.executable, __file__, "stream-child", "--source", source, "--remote", remote, "--topic", ns.topic,
-        "--bootstrap", bootstrap, "--history", str(history), "--checkpoint", str(work / f"ckpt-{source}"),
+        "--bootstrap", bootstrap, "--max-offsets", str(max_offsets),
+        "--checkpoint", str(work / f"ckpt-{source}"),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
@@ -131,14 +136,47 @@ def run_stream(
     return result
 
 
+def compare(
+    hybrid: list[dict[str, Any]], kafka: list[dict[str, Any]], history: int, end: int
+) -> dict[str, Any]:
+    """The two streams' ratios over the same micro-batches (both cut by maxOffsetsPerTrigger alike)."""
+    spans = [(b["start"], b["start"] + b["offsets"]) for b in hybrid]
+    assert spans == [(b["start"], b["start"] + b["offsets"]) for b in kafka], (hybrid, kafka)
+    assert spans[0][0] == 0 and spans[-1][1] == end, spans
+    assert all(b["rows"] == b["offsets"] for b in hybrid + kafka), "rows and offsets differ"
+    parts = {
+        "first_batch": [0],
+        "history": [i for i, (s, e) in enumerate(spans) if i > 0 and e <= history],
+        "tail": [i for i, (s, _) in enumerate(spans) if s >= history],
+    }
+    out: dict[str, Any] = {}
+    for part, picked in parts.items():
+        if not picked:
+            continue
+        offsets = sum(hybrid[i]["offsets"] for i in picked)
+        h_s = sum(hybrid[i]["trigger_s"] for i in picked)
+        k_s = sum(kafka[i]["trigger_s"] for i in picked)
+        out[f"{part}_ratio"] = round(k_s / h_s, 2)
+        out[f"{part}_ratio_add_batch"] = round(
+            sum(kafka[i]["add_batch_s"] for i in picked) / sum(hybrid[i]["add_batch_s"] for i in picked), 2
+        )
+        mib = offsets * 1000 / MiB
+        out[f"{part}_mib_per_s"] = {"hybrid": round(mib / h_s, 1), "kafka": round(mib / k_s, 1)}
+        out[f"{part}_batches"] = len(picked)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="mode")
     child = sub.add_parser("stream-child")
     for name in ("--source", "--remote", "--topic", "--bootstrap", "--checkpoint"):
         child.add_argument(name, required=True)
-    child.add_argument("--history", type=int, required=True)
+    child.add_argument("--max-offsets", type=int, required=True)
     parser.add_argument("--history-mib", type=int, default=128)
+    parser.add_argument(
+        "--history-batches", type=int, default=4, help="micro-batches the history is read in (>= 3)"
+    )
     parser.add_argument("--tail-mib", type=int, default=64)
     parser.add_argument("--segment-mib", type=int, default=16)
     parser.add_argument("--topic", default="bench-hybrid")
@@ -146,8 +184,8 @@ def main() -> int:
     ns = parser.parse_args()
     if ns.mode == "stream-child":
         return stream_child(ns)
-    if ns.tail_mib >= ns.history_mib:
-        parser.error("--tail-mib must be below --history-mib (the tail is the second batch of at most H)")
+    if ns.history_batches < 3:
+        parser.error("--history-batches must be >= 3 (the first is cold, one may straddle the tail)")
     results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="spark-hybrid-bench-") as tmp:
         work = Path(tmp)
@@ -166,21 +204,11 @@ def main() -> int:
 
             end = KafkaAdmin(bootstrap).high_watermarks([(ns.topic, 0)])[(ns.topic, 0)]
             results["offsets"] = {"history": history, "tail": end - history}
-            runs = {s: run_stream(s, ns, remote, bootstrap, history, work) for s in ("hybrid", "kafka")}
+            per_batch = -(-history // ns.history_batches)
+            runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in ("hybrid", "kafka")}
             results["runs"] = runs
             results["load_avg_after"] = os.getloadavg()
-            for i, part in enumerate(("history", "tail")):
-                hybrid, kafka = runs["hybrid"]["batches"][i], runs["kafka"]["batches"][i]
-                want = results["offsets"][part]
-                assert hybrid["offsets"] == kafka["offsets"] == want, (part, hybrid, kafka, want)
-                assert hybrid["rows"] == kafka["rows"] == want, (part, hybrid, kafka, want)
-                results[f"{part}_ratio"] = round(kafka["trigger_s"] / hybrid["trigger_s"], 2)
-                results[f"{part}_ratio_add_batch"] = round(kafka["add_batch_s"] / hybrid["add_batch_s"], 2)
-                mib = want * 1000 / MiB
-                results[f"{part}_mib_per_s"] = {
-                    "hybrid": round(mib / hybrid["trigger_s"], 1),
-                    "kafka": round(mib / kafka["trigger_s"], 1),
-                }
+            results.update(compare(runs["hybrid"]["batches"], runs["kafka"]["batches"], history, end))
         finally:
             cluster.stop()
     return report(results, ns.json)
