@@ -18,6 +18,8 @@ from storage_core.adapters.kafka_features import KafkaFeatures, read_features
 from storage_core.errors import KafkaAdminError
 
 TIMEOUT_S = 30.0
+POLL_S = 0.5
+"""How often a wait looks at what librdkafka said of its broker connections (see ``_ConnectionErrors``)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class _ConnectionErrors:
     all_down: bool = False
     at: float = -1e9
     """time.monotonic() of the latest error: older ones are not about the request that just failed."""
+    refused_at: float = -1e9
+    """time.monotonic() of the latest SASL refusal (the broker refused the credentials or the mechanism):
+    Kafka's Java clients fail a request at once on it, librdkafka retries until the request's timeout, so
+    the waits below give up on it instead. A failed TLS handshake is not counted: librdkafka reports a
+    broker closing mid-handshake (a rolling restart) with the same code."""
 
     def record(self, error: Any) -> None:
         from confluent_kafka import KafkaError
@@ -56,6 +63,15 @@ class _ConnectionErrors:
         else:
             self.last = str(error.str())[:300]
         self.at = time.monotonic()
+        if error.code() in (
+            KafkaError._AUTHENTICATION,
+            KafkaError.SASL_AUTHENTICATION_FAILED,
+            KafkaError.UNSUPPORTED_SASL_MECHANISM,
+        ):
+            self.refused_at = self.at
+
+    def refused_since(self, began: float) -> bool:
+        return self.refused_at >= began
 
     def recent(self) -> bool:
         return time.monotonic() - self.at <= TIMEOUT_S + 5
@@ -78,6 +94,13 @@ def admin_client(
         named = re.search(r'property:? "([^"]+)"', str(exc))
         what = f"property {named.group(1)}" if named else f"properties {', '.join(sorted(config or {}))}"
         raise KafkaAdminError(f"Kafka client configuration refused: check {what}") from None
+
+
+class BrokerRefused(Exception):
+    """The broker refused this client's SASL login (its reason is the connection's diagnosis)."""
+
+    def __str__(self) -> str:
+        return "the broker refused the client's login"
 
 
 class KafkaAdmin:
@@ -118,16 +141,47 @@ class KafkaAdmin:
 
     def _wait(self, futures: dict[Any, Any], what: str) -> dict[Any, Any]:
         out = {}
+        began = time.monotonic()
         for key, fut in futures.items():
             try:
-                out[key] = fut.result(TIMEOUT_S)
+                out[key] = self._result(fut, began)
             except Exception as exc:
                 raise KafkaAdminError(self._failure(f"{what} {key}", exc)) from exc
         return out
 
+    def _result(self, future: Any, began: float, timeout: float = TIMEOUT_S) -> Any:
+        """``future.result(timeout)``, but a refusal no retry can change (``_ConnectionErrors``) ends the
+        wait at once with :class:`BrokerRefused`."""
+        import concurrent.futures
+
+        deadline = began + timeout
+        while True:
+            try:
+                return future.result(max(0.0, min(POLL_S, deadline - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                self._admin.poll(0)  # librdkafka tells error_cb only when polled
+                if self._connection.refused_since(began):
+                    raise BrokerRefused() from None
+                if time.monotonic() >= deadline:
+                    raise
+
+    def _metadata(self, timeout: float = TIMEOUT_S) -> Any:
+        """``list_topics(timeout)``, asked in slices so that a refusal ends the wait (as :meth:`_result`)."""
+        began = time.monotonic()
+        deadline = began + timeout
+        while True:
+            try:
+                return self._admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            except Exception:
+                self._admin.poll(0)
+                if self._connection.refused_since(began):
+                    raise BrokerRefused() from None
+                if time.monotonic() >= deadline:
+                    raise
+
     def topic_names(self) -> list[str]:
         try:
-            md = self._admin.list_topics(timeout=TIMEOUT_S)
+            md = self._metadata()
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(t for t in md.topics if not t.startswith("__"))
@@ -135,7 +189,7 @@ class KafkaAdmin:
     def partitions(self) -> dict[str, list[int]]:
         """Every topic's partitions, from one metadata request (internal topics left out)."""
         try:
-            md = self._admin.list_topics(timeout=TIMEOUT_S)
+            md = self._metadata()
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return {name: sorted(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
@@ -216,7 +270,7 @@ class KafkaAdmin:
     # ---- topic lifecycle and group offsets (topic recovery) ------------------------------------
     def broker_ids(self) -> list[int]:
         try:
-            md = self._admin.list_topics(timeout=TIMEOUT_S)
+            md = self._metadata()
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return sorted(int(b) for b in md.brokers)
@@ -226,7 +280,7 @@ class KafkaAdmin:
         request: what a TieredCluster's status says of the cluster). A shorter wait than other requests:
         an unreachable cluster must not hold up the round for every other cluster."""
         try:
-            md = self._admin.list_topics(timeout=timeout)
+            md = self._metadata(timeout)
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         controller = md.controller_id if isinstance(md.controller_id, int) and md.controller_id >= 0 else None
@@ -240,7 +294,7 @@ class KafkaAdmin:
     def broker_addresses(self) -> dict[int, tuple[str, int]]:
         """Node id -> (host, port) of every broker the cluster's metadata lists."""
         try:
-            md = self._admin.list_topics(timeout=TIMEOUT_S)
+            md = self._metadata()
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         return {int(b.id): (str(b.host), int(b.port)) for b in md.brokers.values()}
@@ -251,7 +305,7 @@ class KafkaAdmin:
 
         future = self._admin.describe_topics(TopicCollection([topic]))[topic]
         try:
-            desc = future.result(TIMEOUT_S)
+            desc = self._result(future, time.monotonic())
         except KafkaException as exc:
             if (
                 exc.args
@@ -282,9 +336,10 @@ class KafkaAdmin:
         found: dict[str, dict[tuple[str, int], PartitionInfo]] = {}
         errors: dict[str, str] = {}
         note: str | None = None  # one diagnosis for all of the request's failures
+        began = time.monotonic()
         for name, future in futures.items():
             try:
-                desc = future.result(TIMEOUT_S)
+                desc = self._result(future, began)
             except KafkaException as exc:
                 code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
                 if code != KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -314,9 +369,10 @@ class KafkaAdmin:
         configs: dict[str, dict[str, str]] = {}
         errors: dict[str, str] = {}
         note: str | None = None  # one diagnosis for all of the request's failures
+        began = time.monotonic()
         for resource, future in futures.items():
             try:
-                entries = future.result(TIMEOUT_S)
+                entries = self._result(future, began)
             except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
                 note = self._diagnosis() if note is None else note
                 errors[resource.name] = self._failure(f"describe configs {resource.name}", exc, note)
