@@ -7,9 +7,11 @@ volume) and a TieredTopic per round topic.
 What changes against standalone mode: a step's reconcile is "every live TieredTopic has a copy and a
 cleanup Job created after the step began, both ended"; the reconciler-kill fault becomes a Job's pod
 deleted through the API while its process is stopped at the fault point (``TIERKEEPER_FAULT=...:stop`` in
-the Jobs' environment, so the pod is provably mid-copy when Kubernetes kills it); and between rounds the
+the Jobs' environment, so the pod is provably mid-copy when Kubernetes kills it); between rounds the
 operator is scaled to 0 and its Jobs are drained, so the checks' own cleanup and orphan sweep never race
-a copy (the standalone round has the same quiet by construction)."""
+a copy (the standalone round has the same quiet by construction). Two faults exist only here: both
+operator replicas killed at a moment of a step, and a ``deletionPolicy: Delete`` TieredTopic deleted
+(``plan.OPERATOR_KINDS``)."""
 
 from __future__ import annotations
 
