@@ -356,6 +356,18 @@ def work_of(job: Mapping[str, Any]) -> list[tuple[str, str, list[int]]]:
         return []
 
 
+def tier_writers(jobs: Sequence[Mapping[str, Any]], topic_key: str) -> list[str]:
+    """The copy and cleanup Jobs still running with work for the TieredTopic ``topic_key``: they write its
+    remote tier, so its delete waits for them."""
+    return sorted(
+        str(j["metadata"]["name"])
+        for j in jobs
+        if (j["metadata"].get("labels") or {}).get(LABEL_KIND) in ("copy", "cleanup")
+        and job_state(j) == "Running"
+        and any(key == topic_key for key, _, _ in work_of(j))
+    )
+
+
 def job_state(job: Mapping[str, Any]) -> str:
     """``Running``, ``Succeeded`` or ``Failed`` from a Job's conditions."""
     for condition in job.get("status", {}).get("conditions") or []:

@@ -67,6 +67,7 @@ from tierkeeper_operator.jobs import (
     job_state,
     table_job,
     termination_message,
+    tier_writers,
     work_of,
 )
 from tierkeeper_operator.kube import Kube, KubeError
@@ -225,6 +226,7 @@ class Reconciler:
             skip,
             status.topic_id,
             last,  # type: ignore[arg-type]
+            writers=tier_writers(jobs, _key(obj)),
         )
         if decision.step == "release":
             if self._set_finalizers(obj, [f for f in finalizers if f != FINALIZER]):

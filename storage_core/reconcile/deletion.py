@@ -8,7 +8,8 @@ issue 15) and deleting one never waits for the operator. When one is deleted:
   was Delete, or an older operator put it on every object) goes at once.
 - ``deletionPolicy: Delete``: a delete Job removes the topic's tier (this incarnation, through the storage
   core's crash-safe delete); the finalizer goes when it succeeded, and a failed Job is retried by a new
-  one in a later round.
+  one in a later round. It starts only once no copy or cleanup Job created before the deletion still runs
+  for the topic: those write its tier, and what they wrote after the delete would stay for ever.
 - The way out when Kafka or the bucket stays unreachable: annotate the object
   ``tierkeeper.io/skip-remote-deletion=true`` (or patch ``deletionPolicy: Retain``); the finalizer goes
   and the remote tier is left for a later ``tierkeeper cleanup --delete-topic``.
@@ -17,6 +18,7 @@ A topic never tiered (no topic id in its status) has nothing remote to delete.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,8 +46,12 @@ def decide_deletion(
     skip: bool,
     topic_id: str | None,
     delete_job: Literal["none", "running", "succeeded", "failed"],
+    *,
+    writers: Sequence[str] = (),
 ) -> DeletionDecision:
-    """``policy``: the spec's deletionPolicy (None when the spec does not parse: nothing is deleted)."""
+    """``policy``: the spec's deletionPolicy (None when the spec does not parse: nothing is deleted);
+    ``writers``: the copy and cleanup Jobs of the topic still running (no new ones start for a TieredTopic
+    being deleted, so the wait ends)."""
     if skip:
         return DeletionDecision("release", f"{SKIP_ANNOTATION} is set: the remote tier is kept")
     if policy != "Delete":
@@ -56,6 +62,10 @@ def decide_deletion(
         return DeletionDecision("release", "the remote tier was deleted")
     if delete_job == "running":
         return DeletionDecision("wait", "deleting the remote tier")
+    if writers:
+        return DeletionDecision(
+            "wait", f"waiting for {', '.join(writers)} (writing the topic's tier) to end before deleting it"
+        )
     return DeletionDecision(
         "start-delete",
         "deleting the remote tier" if delete_job == "none" else "the last delete failed; trying again",

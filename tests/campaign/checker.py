@@ -28,6 +28,9 @@ UNREADABLE = "unreadable"
 """A reader (the gateway's client) got an error instead of the records."""
 NOT_SETTLED = "not_settled"
 """Fault-free reconcile rounds did not bring every topic to Ready with its brokers trimmed."""
+TIER_NOT_DELETED = "tier_not_deleted"
+"""A TieredTopic with ``deletionPolicy: Delete`` was deleted and an object of its topic is still in the
+bucket (or the TieredTopic never went: its delete did not finish)."""
 
 
 KINDS = (
@@ -43,6 +46,7 @@ KINDS = (
     ORPHAN,
     UNREADABLE,
     NOT_SETTLED,
+    TIER_NOT_DELETED,
 )
 
 

@@ -7,14 +7,17 @@ volume) and a TieredTopic per round topic.
 What changes against standalone mode: a step's reconcile is "every live TieredTopic has a copy and a
 cleanup Job created after the step began, both ended"; the reconciler-kill fault becomes a Job's pod
 deleted through the API while its process is stopped at the fault point (``TIERKEEPER_FAULT=...:stop`` in
-the Jobs' environment, so the pod is provably mid-copy when Kubernetes kills it); and between rounds the
+the Jobs' environment, so the pod is provably mid-copy when Kubernetes kills it); between rounds the
 operator is scaled to 0 and its Jobs are drained, so the checks' own cleanup and orphan sweep never race
-a copy (the standalone round has the same quiet by construction)."""
+a copy (the standalone round has the same quiet by construction). Two faults exist only here: both
+operator replicas killed at a moment of a step, and a ``deletionPolicy: Delete`` TieredTopic deleted
+(``plan.OPERATOR_KINDS``)."""
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,12 @@ ROUND_DEADLINE = 900.0
 """A step's copy and cleanup Jobs on this loaded 2-core machine (each Job's pod starts a Python process)."""
 STOP_DEADLINE = 300.0
 """For a Job to reach the fault point and stop there; not reaching it is an event, as in standalone."""
+REPLICAS = 2
+"""The operator's replicas (kopf peering: one active, one standby), so the operator kill kills both."""
+PEERING_LIFETIME_S = 20
+"""How long a killed replica's keep-alive holds its successors back (the chart's default is 60 s)."""
+KIND_LABEL = "tierkeeper.io/job-kind"
+WORK_ANNOTATION = "tierkeeper.io/work"
 
 
 def _rfc3339(value: str) -> float:
@@ -61,6 +70,9 @@ def _stopped(pid: int) -> bool:
 class OperatorSystem(CampaignSystem):
     plane: ControlPlane | None = None
     pods_deleted: int = 0
+    operator_kills: int = 0
+    tiered_deleted: dict[str, str | None] = field(default_factory=dict)
+    """A deleted ``deletionPolicy: Delete`` TieredTopic's topic -> the topic id its status named."""
 
     @classmethod
     def start_with_operator(cls, workdir: Path, moto: MotoServer, plane: ControlPlane) -> OperatorSystem:
@@ -100,6 +112,8 @@ class OperatorSystem(CampaignSystem):
                 {
                     "watchNamespaces": [NAMESPACE],
                     "reconcileIntervalSeconds": 5,
+                    "replicaCount": REPLICAS,
+                    "peering": {"lifetimeSeconds": PEERING_LIFETIME_S},
                     "probes": {"port": probes, "readiness": {"port": readiness}},
                     "metrics": {"port": metrics},
                 }
@@ -184,17 +198,28 @@ class OperatorSystem(CampaignSystem):
             wanted = {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
             present = {o["metadata"]["name"] for o in self.plane.request("GET", f"{API}/{plural}")["items"]}
             for name in present - wanted.keys():
-                self.plane.request("DELETE", f"{API}/{plural}/{name}")
+                try:
+                    self.plane.request("DELETE", f"{API}/{plural}/{name}")
+                except ApiError as exc:
+                    if exc.code != 404:  # a Delete TieredTopic may go (its finalizer released) meanwhile
+                        raise
             for name in wanted.keys() - present:
                 self.plane.request("POST", f"{API}/{plural}", wanted[name])
 
     # ---- a step's reconcile ----------------------------------------------------------------------
-    def reconcile(self, *, fault: str | None = None) -> ReconcileResult:
+    def reconcile(self, *, fault: str | None = None, kill_operator_at: str | None = None) -> ReconcileResult:
         """Copy and cleanup Jobs created after this call began have ended for every live TieredTopic;
-        ``fault`` (``point:n``): a Job's pod stopped there is deleted through the API first."""
+        ``fault`` (``point:n``): a Job's pod stopped there is deleted through the API first;
+        ``kill_operator_at`` (one of ``plan.OPERATOR_MOMENTS``): every operator pod is killed then, and
+        the round ends only once the Deployment's new pods run."""
         began = time.time()
         self.reconcile_started_ms = int(began * 1000)
-        self._operator_replicas(1)
+        self._operator_replicas(REPLICAS)
+        events: list[str] = []
+        dead: set[str] = set()
+        if kill_operator_at is not None:
+            event, dead = self._kill_operator(kill_operator_at, began)
+            events.append(event)
         killed = self._delete_a_pod_at(fault) if fault else None
         deadline = time.monotonic() + ROUND_DEADLINE
         statuses: dict[str, Any] = {}
@@ -209,13 +234,140 @@ class OperatorSystem(CampaignSystem):
                 len(statuses) == len(self.topics)
                 and all(self._ran_since(status, began) for status in statuses.values())
                 and not self._active_jobs(created_before=began)
+                and (not dead or self._replaced(dead, events))
             ):
                 ready = all(_ready(status) for status in statuses.values())
-                return ReconcileResult(0 if ready else 1, killed, statuses)
+                return ReconcileResult(0 if ready else 1, killed, statuses, events=events)
             time.sleep(2)
         return ReconcileResult(
-            1, killed, statuses, f"no copy and cleanup Jobs ended within {ROUND_DEADLINE}s"
+            1,
+            killed,
+            statuses,
+            f"no copy and cleanup Jobs ended (or the operator not back) within {ROUND_DEADLINE}s",
+            events,
         )
+
+    # ---- the operator killed, a TieredTopic deleted ----------------------------------------------
+    def _operator_pods(self) -> list[dict[str, Any]]:
+        selector = f"app.kubernetes.io/instance%3D{RELEASE}"
+        path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/pods?labelSelector={selector}"
+        return [
+            p
+            for p in self._plane().request("GET", path)["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def _step_jobs(self, kind: str, began: float) -> list[dict[str, Any]]:
+        return [
+            j
+            for j in self._plane().request("GET", JOBS)["items"]
+            if (j["metadata"].get("labels") or {}).get(KIND_LABEL) == kind
+            and _rfc3339(j["metadata"]["creationTimestamp"]) >= began - 1
+        ]
+
+    def _kill_operator(self, moment: str, began: float) -> tuple[str, set[str]]:
+        """Delete every pod of the operator's Deployment with no grace period (the kubelet SIGKILLs its
+        process) once ``moment`` has come: its replicas running (``step_start``), or the step's first copy
+        (cleanup) Job created (``copy_job``, ``cleanup_job``): an event, never a time. Returns the event
+        and the pods killed."""
+        plane = self._plane()
+        deadline = time.monotonic() + STOP_DEADLINE
+        while True:
+            if moment == "step_start":
+                running = [p for p in self._operator_pods() if p["status"].get("phase") == "Running"]
+                due = len(running) >= REPLICAS
+            else:
+                due = bool(self._step_jobs("copy" if moment == "copy_job" else "cleanup", began))
+            if due:
+                break
+            if time.monotonic() > deadline:
+                return (
+                    f"operator kill at {moment}: the moment did not come within {STOP_DEADLINE:.0f}s",
+                    set(),
+                )
+            time.sleep(0.5)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        dead = set()
+        for pod in self._operator_pods():
+            name = pod["metadata"]["name"]
+            try:
+                plane.request("DELETE", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/pods/{name}", body)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+                continue
+            dead.add(name)
+        self.operator_kills += 1
+        return f"operator pods {sorted(dead)} killed at {moment}", dead
+
+    def _replaced(self, dead: set[str], events: list[str]) -> bool:
+        """The Deployment runs ``REPLICAS`` new pods in place of the ``dead`` ones (noted once)."""
+        pods = self._operator_pods()
+        new = sorted(p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in dead)
+        if any(p["metadata"]["name"] in dead for p in pods) or len(new) < REPLICAS:
+            return False
+        if not all(p["status"].get("phase") == "Running" for p in pods):
+            return False
+        note = f"operator recreated as {new}"
+        if note not in events:
+            events.append(note)
+        return True
+
+    def delete_tiered_topic(self, topic: str, moment: str) -> str:
+        """Delete ``topic``'s TieredTopic (``deletionPolicy: Delete``): at once (``idle``) or once a copy
+        Job whose work holds the topic runs (``copy_job``), so its delete meets a copy of it in flight.
+        The topic stays in Kafka (deleting a TieredTopic leaves the local data, docs/operations.md)."""
+        plane = self._plane()
+        obj = plane.request("GET", f"{API}/tieredtopics/{topic}")
+        finalizers = obj["metadata"].get("finalizers") or []
+        topic_id = (obj.get("status") or {}).get("topicId")
+        where = "at once"
+        if moment == "copy_job":
+            deadline = time.monotonic() + STOP_DEADLINE
+            where = f"no copy Job of it seen running within {STOP_DEADLINE:.0f}s"
+            while time.monotonic() < deadline:
+                running = [
+                    j["metadata"]["name"]
+                    for j in self._plane().request("GET", JOBS)["items"]
+                    if (j["metadata"].get("labels") or {}).get(KIND_LABEL) == "copy"
+                    and (j.get("status") or {}).get("active")
+                    and topic in _work_topics(j)
+                ]
+                if running:
+                    where = f"while copy Job {running[0]} ran"
+                    break
+                time.sleep(0.3)
+        self.topics = [t for t in self.topics if t != topic]
+        plane.request("DELETE", f"{API}/tieredtopics/{topic}")
+        self.tiered_deleted[topic] = topic_id
+        return f"TieredTopic {topic} (topic id {topic_id}, finalizers {finalizers}) deleted {where}"
+
+    def wait_tiered_topics_gone(self) -> dict[str, str]:
+        """Every deleted TieredTopic gone (its delete Job succeeded and the finalizer released) within the
+        deadline; those still there, with their finalizers and delete Jobs."""
+        left: dict[str, str] = {}
+        deadline = time.monotonic() + ROUND_DEADLINE
+        for topic in self.tiered_deleted:
+            while True:
+                try:
+                    obj = self._plane().request("GET", f"{API}/tieredtopics/{topic}")
+                except ApiError as exc:
+                    if exc.code == 404:
+                        break
+                    raise
+                if time.monotonic() > deadline:
+                    jobs = [
+                        (j["metadata"]["name"], j.get("status"))
+                        for j in self._plane().request("GET", JOBS)["items"]
+                        if (j["metadata"].get("labels") or {}).get(KIND_LABEL) == "delete"
+                    ]
+                    finalizers = obj["metadata"].get("finalizers")
+                    left[topic] = f"TieredTopic still there: finalizers {finalizers}, delete Jobs {jobs}"[
+                        :2000
+                    ]
+                    break
+                time.sleep(2)
+        return left
 
     def _ran_since(self, status: dict[str, Any], began: float) -> bool:
         for kind in ("lastCopy", "lastCleanup"):
@@ -315,6 +467,15 @@ class OperatorSystem(CampaignSystem):
             except Exception:  # noqa: BLE001 - the plane stops next anyway
                 pass
         super().stop()
+
+
+def _work_topics(job: dict[str, Any]) -> set[str]:
+    """The topics a Job was created for (its work annotation: [[TieredTopic key, topic, partitions]])."""
+    try:
+        work = json.loads((job["metadata"].get("annotations") or {}).get(WORK_ANNOTATION, "[]"))
+        return {str(entry[1]) for entry in work}
+    except (ValueError, TypeError, IndexError):
+        return set()
 
 
 def _ready(status: dict[str, Any]) -> bool:

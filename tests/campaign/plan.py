@@ -38,6 +38,24 @@ EXTRA_KINDS = (TOPIC_RECREATE, BROKER_WIPE, CLOCK_JUMP)
 them left the history every earlier seed drew unchanged (the recorded results stay reproducible)."""
 EXTRA_RATE = 0.35
 
+OPERATOR_KILL = "operator_kill"
+"""Operator mode only: every pod of the operator's Deployment (both replicas) deleted with no grace period
+(SIGKILL) at a moment of the step the seed picks (``OPERATOR_MOMENTS``); the Deployment recreates them and
+the new replicas must take over the running Jobs, results and finalizers."""
+TIERED_TOPIC_DELETE = "tiered_topic_delete"
+"""Operator mode only: the round's fourth topic, whose TieredTopic says ``deletionPolicy: Delete``, has its
+TieredTopic deleted at a step after the first (it has a tier then), after the step's producing, at once or
+while a copy Job of it runs (``DELETE_MOMENTS``); the delete Job must remove its whole tier."""
+OPERATOR_KINDS = (OPERATOR_KILL, TIERED_TOPIC_DELETE)
+"""Drawn only in operator mode, each with ``OPERATOR_RATE``, from a random stream of their own (the
+standalone history of every seed stays what it was)."""
+OPERATOR_RATE = 0.5
+OPERATOR_MOMENTS = ("step_start", "copy_job", "cleanup_job")
+"""When in a step the operator is killed: once its replicas run (before or between rounds), or once the
+step's first copy (cleanup) Job exists, so it dies while the Job runs or right after: events, not times."""
+DELETE_MOMENTS = ("idle", "copy_job")
+"""When the TieredTopic is deleted: at once, or once a copy Job whose work holds the topic is running."""
+
 RECONCILER_POINTS = (
     "copy.segment.started",
     "copy.log.stored",
@@ -65,6 +83,8 @@ class Fault:
         where = {BROKER_KILL: broker, LEADER_CHANGE: broker, BROKER_WIPE: broker}.get(self.kind, "")
         if self.kind == RECONCILER_KILL:
             where = f" at {self.point}:{self.nth}"
+        elif self.kind in OPERATOR_KINDS:
+            where = f" at {self.point}"
         return f"step {self.step}: {self.kind}{where}"
 
 
@@ -80,6 +100,10 @@ class RoundPlan:
 
     def history(self) -> str:
         return "; ".join(f.describe() for f in self.faults) or "no faults"
+
+    def deleted_topic(self) -> Fault | None:
+        """The TieredTopic delete of the round, if drawn (operator mode)."""
+        return next((f for f in self.faults if f.kind == TIERED_TOPIC_DELETE), None)
 
     def recreated_last(self) -> bool:
         """The plain topic recreated at the round's last step: its live incarnation then holds one step of
@@ -98,15 +122,23 @@ def plan_round(
     kinds: tuple[str, ...] = KINDS,
     extras: tuple[str, ...] = EXTRA_KINDS,
     extra_rate: float = EXTRA_RATE,
+    operator_kinds: tuple[str, ...] = (),
+    operator_rate: float = OPERATOR_RATE,
 ) -> RoundPlan:
     """``faults`` faults drawn from ``kinds``, at most one broker fault per step (RF 3 with
     min.insync.replicas 2 keeps acks=all producers going with one broker down, not two) and one S3 fault
-    per step (the proxy follows one plan at a time)."""
+    per step (the proxy follows one plan at a time). ``operator_kinds``: those of ``OPERATOR_KINDS`` to
+    draw too (operator mode)."""
     if not kinds or steps < 1 or faults < 0:
         raise ValueError("a round needs steps >= 1, faults >= 0 and at least one kind")
-    unknown = (set(kinds) - set(KINDS)) | (set(extras) - set(EXTRA_KINDS))
+    unknown = (
+        (set(kinds) - set(KINDS))
+        | (set(extras) - set(EXTRA_KINDS))
+        | (set(operator_kinds) - set(OPERATOR_KINDS))
+    )
     if unknown:
-        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS + EXTRA_KINDS)}")
+        known = ", ".join(KINDS + EXTRA_KINDS + OPERATOR_KINDS)
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {known}")
     rng = random.Random(f"{seed}:{round_no}")
     chosen: list[Fault] = []
     broker_steps: set[int] = set()
@@ -145,4 +177,15 @@ def plan_round(
         step = free[step % len(free)]
         broker_steps.add(step)
         chosen.append(Fault(step, kind, target=target if kind == BROKER_WIPE else None))
+    ours = random.Random(f"{seed}:{round_no}:operator")
+    for kind in OPERATOR_KINDS:
+        drawn, step = ours.random() < operator_rate, ours.randrange(steps)
+        moment = ours.choice(OPERATOR_MOMENTS if kind == OPERATOR_KILL else DELETE_MOMENTS)
+        if not drawn or kind not in operator_kinds:
+            continue
+        if kind == TIERED_TOPIC_DELETE:
+            if steps < 2:  # deleted after a step that tiered it
+                continue
+            step = max(step, 1)
+        chosen.append(Fault(step, kind, point=moment))
     return RoundPlan(seed, round_no, steps, tuple(sorted(set(chosen))))

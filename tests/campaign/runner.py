@@ -23,6 +23,7 @@ from campaign.checker import (
     OLD_INCARNATION,
     ORPHAN,
     RETAINED,
+    TIER_NOT_DELETED,
     UNREADABLE,
     Finding,
     check,
@@ -39,6 +40,9 @@ from campaign.plan import (
     EXTRA_RATE,
     GATEWAY_RESTART,
     LEADER_CHANGE,
+    OPERATOR_KILL,
+    OPERATOR_KINDS,
+    OPERATOR_RATE,
     RECONCILER_KILL,
     S3_ERRORS,
     S3_OUTAGE,
@@ -76,6 +80,8 @@ class RoundResult:
     events: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     records_checked: int = 0
+    deleting: str | None = None
+    """The topic whose TieredTopic (``deletionPolicy: Delete``) the round deletes (operator mode)."""
 
     @property
     def ok(self) -> bool:
@@ -96,8 +102,11 @@ class RoundResult:
 def run_round(system: CampaignSystem, plan: RoundPlan, *, suffix: str = "") -> RoundResult:
     name = f"c{plan.seed}-r{plan.round_no}{suffix}"
     plain, txn, kept = f"{name}-plain", f"{name}-txn", f"{name}-ret"
-    system.create_topics(plain, txn, kept, retention=(kept,))
-    result = RoundResult(plan, (plain, txn, kept))
+    delete = plan.deleted_topic()
+    gone = f"{name}-del" if delete else None
+    extra = (gone,) if gone else ()
+    system.create_topics(plain, txn, kept, *extra, retention=(kept,), delete_policy=extra)
+    result = RoundResult(plan, (plain, txn, kept), deleting=gone)
     jump = next((f.step for f in plan.faults if f.kind == CLOCK_JUMP), None)
     next_id = 0
     for step in range(plan.steps):
@@ -115,9 +124,19 @@ def run_round(system: CampaignSystem, plan: RoundPlan, *, suffix: str = "") -> R
         system.produce_transactions(txn, next_id, TXN_RECORDS_PER_STEP, f"{name}-producer")
         behind = CLOCK_BEHIND_MS if jump is not None and step < jump else 0
         system.produce(kept, next_id, RETENTION_RECORDS_PER_STEP, timestamp=_now_ms() - behind)
+        if gone and delete and step <= delete.step:
+            system.produce(gone, next_id, RECORDS_PER_STEP)
+            if step == delete.step:
+                assert delete.point is not None
+                result.events.append(f"step {step}: " + system.delete_tiered_topic(gone, delete.point))
         next_id += RECORDS_PER_STEP
         kill = next((f for f in faults if f.kind == RECONCILER_KILL), None)
-        reconciled = system.reconcile(fault=f"{kill.point}:{kill.nth}" if kill else None)
+        operator_kill = next((f for f in faults if f.kind == OPERATOR_KILL), None)
+        reconciled = system.reconcile(
+            fault=f"{kill.point}:{kill.nth}" if kill else None,
+            kill_operator_at=operator_kill.point if operator_kill else None,
+        )
+        result.events += [f"step {step}: {event}" for event in reconciled.events]
         print(f"{name} step {step}: reconcile exit {reconciled.returncode}", file=sys.stderr, flush=True)
         if kill is not None and reconciled.killed_at is None:
             result.events.append(
@@ -143,6 +162,11 @@ def run_round(system: CampaignSystem, plan: RoundPlan, *, suffix: str = "") -> R
         if any(f.kind == GATEWAY_RESTART for f in faults):
             system.start_gateway()
     result.findings += _settle(system, result)
+    # Before the operator is scaled down: the deleted TieredTopic must go (its delete Job succeeded).
+    result.findings += [
+        Finding(TIER_NOT_DELETED, topic, -1, -1, why)
+        for topic, why in system.wait_tiered_topics_gone().items()
+    ]
     system.quiesce()
     result.findings += check_round(system, result)
     return result
@@ -308,7 +332,26 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
                 upto, through_spark, read_committed=True, topics=[topic], retained_from=tier_from
             )
     findings += check_deleted_incarnations(system, result)
+    findings += check_deleted_tier(system, result)
     return findings
+
+
+def check_deleted_tier(system: CampaignSystem, result: RoundResult) -> list[Finding]:
+    """A TieredTopic with ``deletionPolicy: Delete`` deleted: no object of its topic left in the bucket
+    (listed by s3fs, not by the storage core's catalog, so an object nothing references counts too), and
+    what the brokers still hold readable through the gateway (the topic stays in Kafka)."""
+    topic = result.deleting
+    if topic is None:
+        return []
+    findings = [Finding(TIER_NOT_DELETED, topic, -1, -1, key) for key in system.bucket_objects(topic)]
+    starts = system.log_start_offsets(topic)
+    try:
+        read = system.read_through_gateway(topic, read_committed=True, from_earliest=True)
+    except AssertionError as error:
+        return findings + [Finding(UNREADABLE, topic, -1, -1, str(error)[:2000])]
+    result.records_checked += len(read)
+    held = {(topic, p): start for p, start in starts.items()}
+    return findings + check(system.ledger, read, read_committed=True, topics=[topic], retained_from=held)
 
 
 def check_deleted_incarnations(system: CampaignSystem, result: RoundResult) -> list[Finding]:
@@ -365,8 +408,10 @@ def run_campaign(
     retire: bool = True,
     first_round: int = 0,
     extra_rate: float = EXTRA_RATE,
+    operator_rate: float = OPERATOR_RATE,
 ) -> list[RoundResult]:
     results = []
+    operator_kinds = OPERATOR_KINDS if isinstance(system, OperatorSystem) else ()
     for round_no in range(first_round, first_round + rounds):
         plan = plan_round(
             seed,
@@ -375,6 +420,8 @@ def run_campaign(
             brokers=tuple(system.cluster.node_ids),
             faults=faults,
             extra_rate=extra_rate,
+            operator_kinds=operator_kinds,
+            operator_rate=operator_rate,
         )
         started = time.monotonic()
         result = run_round(system, plan)
@@ -389,7 +436,7 @@ def run_campaign(
         out(row)
         results.append(result)
         if retire:
-            system.retire(*result.topics)
+            system.retire(*result.topics, *([result.deleting] if result.deleting else []))
     return results
 
 
@@ -417,6 +464,13 @@ def main(argv: list[str] | None = None) -> int:
         help="reconcile through the operator installed from the Helm chart on the harness control plane "
         "(a TieredCluster, Jobs run by the process kubelet; the reconciler kill becomes a Job's pod deleted "
         "mid-run) instead of tierkeeper standalone",
+    )
+    parser.add_argument(
+        "--operator-rate",
+        type=float,
+        default=OPERATOR_RATE,
+        help="with --operator: chance per round of each operator kind (the operator's replicas killed, a "
+        "deletionPolicy Delete TieredTopic deleted)",
     )
     parser.add_argument("--workdir", type=Path, default=Path("campaign-run"))
     parser.add_argument("--report", type=Path, help="append one JSON line per round here")
@@ -453,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             steps=args.steps,
             faults=args.faults,
             extra_rate=args.extra_rate,
+            operator_rate=args.operator_rate,
             out=out,
         )
     finally:
@@ -464,7 +519,11 @@ def main(argv: list[str] | None = None) -> int:
         moto.stop()
     failed = [r for r in results if not r.ok]
     checked = sum(r.records_checked for r in results)
-    pods = f", {system.pods_deleted} Job pods deleted mid-run" if isinstance(system, OperatorSystem) else ""
+    pods = (
+        f", {system.pods_deleted} Job pods deleted mid-run, the operator killed {system.operator_kills} times"
+        if isinstance(system, OperatorSystem)
+        else ""
+    )
     print(
         f"campaign seed {args.seed}: {len(results)} rounds, {checked} records checked, {len(failed)} failed"
         + pods

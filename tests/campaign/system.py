@@ -53,6 +53,8 @@ class ReconcileResult:
     killed_at: str | None
     statuses: dict[str, Any] = field(default_factory=dict)
     stderr: str = ""
+    events: list[str] = field(default_factory=list)
+    """What happened beside the round (operator mode: the operator's pods killed and recreated)."""
 
 
 @dataclass
@@ -67,6 +69,8 @@ class CampaignSystem:
     ledger: Ledger = field(default_factory=Ledger)
     retention_topics: set[str] = field(default_factory=set)
     """Topics with finite remote retention (REMOTE_RETENTION_MS / _BYTES); the others keep everything."""
+    delete_policy_topics: set[str] = field(default_factory=set)
+    """Topics whose TieredTopic says ``deletionPolicy: Delete`` (operator mode)."""
     deleted: dict[str, list[tuple[str, dict[int, int]]]] = field(default_factory=dict)
     spark: Any = None
     """A PySpark local session: the checks then read through the Spark source as well (long runs)."""
@@ -157,6 +161,7 @@ class CampaignSystem:
                     "topic": topic,
                     "localRetentionMs": -1,
                     "localRetentionBytes": LOCAL_RETENTION_BYTES,
+                    **({"deletionPolicy": "Delete"} if topic in self.delete_policy_topics else {}),
                     **(
                         {
                             "localRetentionMs": REMOTE_RETENTION_MS,
@@ -180,9 +185,13 @@ class CampaignSystem:
             "min.insync.replicas": "2",
         }
 
-    def create_topics(self, *names: str, retention: tuple[str, ...] = ()) -> None:
-        """``retention``: those of ``names`` with finite remote retention."""
+    def create_topics(
+        self, *names: str, retention: tuple[str, ...] = (), delete_policy: tuple[str, ...] = ()
+    ) -> None:
+        """``retention``: those of ``names`` with finite remote retention; ``delete_policy``: those whose
+        TieredTopic says ``deletionPolicy: Delete``."""
         self.retention_topics.update(retention)
+        self.delete_policy_topics.update(delete_policy)
         admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap_servers})
         new = [
             NewTopic(name, PARTITIONS, replication_factor=3, config=self._topic_config(name))
@@ -323,8 +332,12 @@ class CampaignSystem:
                     self.ledger.unacknowledged.update(values)
 
     # ---- reconciling ---------------------------------------------------------------------------
-    def reconcile(self, *, fault: str | None = None) -> ReconcileResult:
+    def reconcile(self, *, fault: str | None = None, kill_operator_at: str | None = None) -> ReconcileResult:
         """One ``tierkeeper standalone --once`` round; ``fault`` (``point:n``) kills it there."""
+        if kill_operator_at is not None:
+            raise ValueError(
+                "no operator to kill in standalone mode (the plan draws it only with --operator)"
+            )
         env = self._env()
         self.reconcile_started_ms = int(time.time() * 1000)
         if fault:
@@ -357,6 +370,28 @@ class CampaignSystem:
     def quiesce(self) -> None:
         """Nothing reconciles until the next ``reconcile``: true of standalone rounds by construction (the
         operator mode scales the operator down and drains its Jobs)."""
+
+    def delete_tiered_topic(self, topic: str, moment: str) -> str:
+        """Delete ``topic``'s TieredTopic (``deletionPolicy: Delete``) at ``moment``; operator mode only."""
+        raise ValueError(
+            "standalone mode has no TieredTopic to delete (the plan draws it only with --operator)"
+        )
+
+    def wait_tiered_topics_gone(self) -> dict[str, str]:
+        """Deleted TieredTopics still there after the deadline, with why (operator mode)."""
+        return {}
+
+    def bucket_objects(self, topic: str) -> list[str]:
+        """Every key in the bucket under any incarnation of ``topic`` (``<topic>-<topic id>/...``), listed
+        by s3fs itself rather than through the storage core's catalog."""
+        import s3fs
+
+        keys: list[str] = s3fs.S3FileSystem(**self.moto.storage_options()).find(self.bucket)
+        dir_name = f"{self.bucket}/{topic}-"
+        # A topic id is 22 characters and may hold "-" itself.
+        return [
+            k for k in keys if k.startswith(dir_name) and k[len(dir_name) + 22 : len(dir_name) + 23] == "/"
+        ]
 
     def set_s3_plan(self, plan: FaultPlan) -> None:
         self.proxy.set_plan(plan)

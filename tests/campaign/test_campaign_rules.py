@@ -24,12 +24,17 @@ from campaign.plan import (
     BROKER_KILL,
     BROKER_WIPE,
     CLOCK_JUMP,
+    DELETE_MOMENTS,
     EXTRA_KINDS,
     KINDS,
     LEADER_CHANGE,
+    OPERATOR_KILL,
+    OPERATOR_KINDS,
+    OPERATOR_MOMENTS,
     RECONCILER_KILL,
     S3_ERRORS,
     S3_OUTAGE,
+    TIERED_TOPIC_DELETE,
     TOPIC_RECREATE,
     Fault,
     RoundPlan,
@@ -147,6 +152,23 @@ def test_the_extra_kinds_leave_the_earlier_draws_as_they_were() -> None:
             if fault.kind in (TOPIC_RECREATE, CLOCK_JUMP):
                 assert fault.step >= 1  # something before it: a tier to keep, records to expire
     assert drawn == set(EXTRA_KINDS)  # a step free of broker faults is there often enough
+
+
+def test_the_operator_kinds_come_only_in_operator_mode_and_leave_the_other_draws_alone() -> None:
+    drawn: set[str] = set()
+    for seed in range(30):
+        standalone = plan_round(seed, 1, steps=3, brokers=(1, 2, 3), faults=4)
+        operator = plan_round(seed, 1, steps=3, brokers=(1, 2, 3), faults=4, operator_kinds=OPERATOR_KINDS)
+        assert [f for f in operator.faults if f.kind not in OPERATOR_KINDS] == list(standalone.faults)
+        drawn |= {f.kind for f in operator.faults} - {f.kind for f in standalone.faults}
+        for fault in operator.faults:
+            if fault.kind == TIERED_TOPIC_DELETE:
+                assert fault.step >= 1 and fault.point in DELETE_MOMENTS  # it has a tier to delete
+                assert operator.deleted_topic() == fault
+            elif fault.kind == OPERATOR_KILL:
+                assert fault.point in OPERATOR_MOMENTS
+        assert standalone.deleted_topic() is None
+    assert drawn == set(OPERATOR_KINDS)
 
 
 def test_a_topic_recreated_at_the_last_step_owes_no_trim_before_the_checks() -> None:

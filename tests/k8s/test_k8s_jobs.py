@@ -24,6 +24,7 @@ from tierkeeper_operator.jobs import (
     job_name,
     job_state,
     termination_message,
+    tier_writers,
     work_of,
 )
 from tierkeeper_operator.rebuild_rounds import rebuild_job
@@ -155,6 +156,33 @@ def test_table_job_manifest_gets_the_catalog_secret_only_as_environment(kind: st
     assert failure is None and decoded is not None and decoded["snapshot_id"] == 7
     assert "next_offsets" not in decoded and len(encode_table(kind, report)) <= 4096  # cut to fit
     assert decode_table(kind, encode_table(kind, None, "catalog lake: 403")) == (None, "catalog lake: 403")
+
+
+def test_the_running_jobs_writing_a_topics_tier_are_found_by_their_work() -> None:
+    spec = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
+    copy = copy_job(ACTION, CLUSTER, BROKER, OWNER, "node-a", "r1")
+    cleanup = cleanup_job(
+        CleanupAction("c", "kafka/orders", "orders", spec),
+        CLUSTER,
+        Owner("TieredTopic", "orders", "kafka", "u"),
+        "r",
+    )
+    other = copy_job(
+        CopyAction("c", 2, "kafka/broker-2", (TopicPartitions("kafka/other", "other", (0,)),)),
+        CLUSTER,
+        BROKER,
+        OWNER,
+        "node-a",
+        "r2",
+    )
+    done = copy_job(ACTION, CLUSTER, BROKER, OWNER, "node-a", "r3")
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    jobs = [copy, cleanup, other, done]
+    assert tier_writers(jobs, "kafka/orders") == sorted(
+        [copy["metadata"]["name"], cleanup["metadata"]["name"]]
+    )
+    assert tier_writers(jobs, "kafka/other") == [other["metadata"]["name"]]
+    assert tier_writers(jobs, "kafka/gone") == []
 
 
 def test_job_state_and_termination_message() -> None:

@@ -31,3 +31,18 @@ def test_only_delete_needs_the_finalizer(policy: str | None, needed: bool) -> No
     # Retain (the default) and an unparsable spec have nothing to do at deletion: no finalizer, so
     # creating them costs no write and deleting them never waits for the operator.
     assert needs_finalizer(policy) is needed
+
+
+def test_the_delete_waits_for_the_copies_and_cleanups_of_the_topic_still_running() -> None:
+    # A copy or cleanup Job created before the TieredTopic was deleted still writes its tier (segments,
+    # markers, a manifest, the partition state); a delete beside it would leave what it writes afterwards
+    # in the bucket for ever, with the finalizer released. Found while building the campaign's
+    # TieredTopic delete (docs/reliability.md, the operator mode).
+    waiting = decide_deletion("Delete", False, "id", "none", writers=("tk-copy-broker-1-x",))
+    assert waiting.step == "wait" and "tk-copy-broker-1-x" in waiting.reason
+    assert decide_deletion("Delete", False, "id", "failed", writers=("tk-cleanup-t-y",)).step == "wait"
+    assert decide_deletion("Delete", False, "id", "none", writers=()).step == "start-delete"
+    # The way out, Retain and a never-tiered topic release as before: they delete nothing.
+    assert decide_deletion("Delete", True, "id", "none", writers=("c",)).step == "release"
+    assert decide_deletion("Retain", False, "id", "none", writers=("c",)).step == "release"
+    assert decide_deletion("Delete", False, None, "none", writers=("c",)).step == "release"
