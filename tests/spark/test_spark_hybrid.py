@@ -55,6 +55,17 @@ def _direct(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, int, 
     )
 
 
+TOPIC_CONFIG = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
+
+
+def _new_topic(bootstrap: str, prefix: str) -> str:
+    """A fresh two-partition topic of 32 KiB segments that Kafka never deletes from."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1, config=TOPIC_CONFIG)])[topic].result(60)
+    return topic
+
+
 def _tiered(data: Dataset, broker: KafkaCluster, topic: str, tmp_path: Path) -> Tier:
     """``topic`` tiered by the real CLI to a file:// tier of the test's own (the active segment stays)."""
     tier = Tier(f"file://{tmp_path / 'tier'}", {}, {}, ["--remote", f"file://{tmp_path / 'tier'}"], {})
@@ -118,10 +129,7 @@ def test_a_byte_limited_stream_reads_the_tier_in_bounded_batches_then_the_broker
     spark_dataset: Dataset, kafka_broker: KafkaCluster, tmp_path: Path
 ) -> None:
     bootstrap = spark_dataset.bootstrap
-    topic = f"hybrid-bytes-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
-    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
+    topic = _new_topic(bootstrap, "hybrid-bytes")
     _produce_transactions(bootstrap, topic, 0, 2000)
     tier = _tiered(spark_dataset, kafka_broker, topic, tmp_path)
     with RemoteReader(tier.store()) as remote:
@@ -198,11 +206,7 @@ def test_kafka_options_reach_the_consumer_and_never_show() -> None:
 
 @pytest.fixture(scope="module")
 def hybrid_topic(spark_dataset: Dataset) -> str:
-    topic = f"hybrid-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
-    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
-    for fut in admin.create_topics([NewTopic(topic, 2, 1, config=config)]).values():
-        fut.result(60)
+    topic = _new_topic(spark_dataset.bootstrap, "hybrid")
     _produce_transactions(spark_dataset.bootstrap, topic, 0, 3000)
     return topic
 
@@ -283,17 +287,15 @@ def test_a_topic_created_again_is_read_from_the_brokers_never_joined_to_its_pred
     brokers' incarnation, whose offsets start again at 0: planned from the brokers alone, never the old
     tier data in front of the new tail. Naming the old incarnation with ``topicId`` is refused."""
     bootstrap = spark_dataset.bootstrap
-    topic = f"reborn-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
-    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
+    topic = _new_topic(bootstrap, "reborn")
     _produce_transactions(bootstrap, topic, 0, 1500)
     tier = _tiered(spark_dataset, kafka_broker, topic, tmp_path)
     old_id = KafkaAdmin(bootstrap).describe([topic])[(topic, 0)].topic_id
     assert tier.remote_end(topic, 0) > 0, "the old incarnation is tiered"
 
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.delete_topics([topic])[topic].result(60)
-    create_again(admin, NewTopic(topic, 2, 1, config=config))
+    create_again(admin, NewTopic(topic, 2, 1, config=TOPIC_CONFIG))
     _produce_transactions(bootstrap, topic, 0, 300)
     assert KafkaAdmin(bootstrap).describe([topic])[(topic, 0)].topic_id != old_id
 
@@ -342,10 +344,7 @@ def test_timestamps_start_and_end_a_hybrid_read_in_the_tier_or_on_the_brokers(
     indexes, a later one on the brokers (offsetsForTimes over the tail), as Spark's Kafka source would
     find them on brokers that kept everything."""
     bootstrap = spark_dataset.bootstrap
-    topic = f"stamped-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"internal.segment.bytes": "32768", "retention.ms": "-1"}
-    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(60)
+    topic = _new_topic(bootstrap, "stamped")
     _produce_stamped(bootstrap, topic, 1200)
     tier = _tiered(spark_dataset, kafka_broker, topic, tmp_path)
     ends = KafkaAdmin(bootstrap).high_watermarks([(topic, 0), (topic, 1)])
