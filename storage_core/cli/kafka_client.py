@@ -37,9 +37,8 @@ def add_kafka_client_args(parser: argparse.ArgumentParser) -> None:
 
 def kafka_client_config(args: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The client properties: the directory's, then ``--kafka-property`` (which wins)."""
-    env = dict(os.environ) if environ is None else environ
     properties: dict[str, str] = {}
-    directory = getattr(args, "kafka_config_dir", None) or env.get(CONFIG_DIR_ENV)
+    directory = _config_dir(args, environ)
     for n, item in enumerate(getattr(args, "kafka_property", None) or [], 1):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -52,11 +51,16 @@ def kafka_client_config(args: argparse.Namespace, environ: dict[str, str] | None
     return merged_client_config(properties, Path(directory) if directory else None)
 
 
+def _config_dir(args: argparse.Namespace, environ: dict[str, str] | None) -> str | None:
+    """``--kafka-config-dir``, else ``$TIERKEEPER_KAFKA_CONFIG_DIR``."""
+    env = os.environ if environ is None else environ
+    return getattr(args, "kafka_config_dir", None) or env.get(CONFIG_DIR_ENV)
+
+
 def kafka_client_files(args: argparse.Namespace, environ: dict[str, str] | None = None) -> list[str]:
     """The directory :func:`kafka_client_config` reads and its property files (for a process that reads
     them again when they change); empty without a directory."""
-    env = dict(os.environ) if environ is None else environ
-    directory = getattr(args, "kafka_config_dir", None) or env.get(CONFIG_DIR_ENV)
+    directory = _config_dir(args, environ)
     if not directory:
         return []
     try:

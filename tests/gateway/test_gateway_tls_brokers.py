@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import ssl
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.gateway import GatewayProcess, tier_and_trim
+from harness.k8s import wait_until
 from harness.kafka import KafkaCluster
 from harness.tls import client_certificate, loopback_certificates
 from storage_core.adapters.kafka_features import KafkaFeaturesError, read_features
@@ -28,7 +28,7 @@ from storage_core.api.cluster import credential_like
 from .conftest import SEGMENT_BYTES, Record, produce, read_all
 
 TOPIC = "tls-history"
-T = TypeVar("T")
+DEADLINE = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,8 @@ def test_pem_properties_from_a_mounted_secret_and_certificates_replaced_while_ru
         own.publish({"tls.crt": renewed_cert.read_text(), "tls.key": renewed_key.read_text()})
         assert gateway.proc is not None
         gateway.proc.send_signal(signal.SIGHUP)
-        renewed = _poll(lambda: _served_certificate(gateway, renewed_ca), "the renewed certificate served")
+        renewed = wait_until(lambda: _served_certificate(gateway, renewed_ca), DEADLINE)
+        assert renewed, f"the renewed certificate not served within {DEADLINE} s"
         assert renewed != before
         assert (
             read_all(gateway.bootstrap, TOPIC, 1, **{**over_tls, "ssl.ca.location": str(renewed_ca)})
@@ -146,8 +147,8 @@ def test_pem_properties_from_a_mounted_secret_and_certificates_replaced_while_ru
         cert2, key2 = client_certificate(pki, "gateway-client-2")
         properties.publish({**client_properties, "ssl.certificate.pem": cert2, "ssl.key.pem": key2})
         gateway.proc.send_signal(signal.SIGHUP)
-        _poll(
-            lambda: _reloads(gateway, "Kafka client", "loaded") >= 1 or None, "the client properties reloaded"
+        assert wait_until(lambda: _reloads(gateway, "Kafka client", "loaded") >= 1, DEADLINE), (
+            "the client properties not reloaded"
         )
         tls_now = {**over_tls, "ssl.ca.location": str(renewed_ca)}
         assert read_all(gateway.bootstrap, TOPIC, 1, **tls_now) == expected
@@ -157,7 +158,9 @@ def test_pem_properties_from_a_mounted_secret_and_certificates_replaced_while_ru
         _, wrong_key = client_certificate(pki, "unrelated")
         properties.publish({**client_properties, "ssl.certificate.pem": cert2, "ssl.key.pem": wrong_key})
         gateway.proc.send_signal(signal.SIGHUP)
-        _poll(lambda: _reloads(gateway, "Kafka client", "failed") >= 1 or None, "the broken rotation refused")
+        assert wait_until(lambda: _reloads(gateway, "Kafka client", "failed") >= 1, DEADLINE), (
+            "the broken rotation not refused"
+        )
         assert "cannot be loaded, so the previous one stays in use" in gateway.log()
         assert "ssl.certificate.pem/ssl.key.pem" in gateway.log()
         assert "BEGIN" not in gateway.log(), "a key's text reached the log"
@@ -193,8 +196,6 @@ class _SecretVolume:
 
 def _served_certificate(gateway: GatewayProcess, ca: Path) -> bytes | None:
     """The certificate a new TLS connection to the gateway gets, if it verifies against ``ca``."""
-    import socket
-
     context = ssl.create_default_context(cafile=str(ca))
     try:
         with (
@@ -212,13 +213,3 @@ def _reloads(gateway: GatewayProcess, what: str, outcome: str) -> float:
         if line.startswith("tierkeeper_gateway_reloads_total{") and what in line and f'"{outcome}"' in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
-
-
-def _poll(probe: Callable[[], T | None], what: str, deadline_s: float = 60.0) -> T:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found is not None:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"not seen within {deadline_s:.0f} s: {what}")
