@@ -159,11 +159,14 @@ class KafkaAdmin:
             try:
                 return future.result(max(0.0, min(POLL_S, deadline - time.monotonic())))
             except concurrent.futures.TimeoutError:
-                self._admin.poll(0)  # librdkafka tells error_cb only when polled
-                if self._connection.refused_since(began):
-                    raise BrokerRefused() from None
+                self._raise_if_refused(began)
                 if time.monotonic() >= deadline:
                     raise
+
+    def _raise_if_refused(self, began: float) -> None:
+        self._admin.poll(0)  # librdkafka tells error_cb only when polled
+        if self._connection.refused_since(began):
+            raise BrokerRefused() from None
 
     def _metadata(self, timeout: float = TIMEOUT_S) -> Any:
         """``list_topics(timeout)``, asked in slices so that a refusal ends the wait (as :meth:`_result`)."""
@@ -173,9 +176,7 @@ class KafkaAdmin:
             try:
                 return self._admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
             except Exception:
-                self._admin.poll(0)
-                if self._connection.refused_since(began):
-                    raise BrokerRefused() from None
+                self._raise_if_refused(began)
                 if time.monotonic() >= deadline:
                     raise
 
