@@ -47,6 +47,9 @@ class _ConnectionErrors:
 
     last: str = ""
     all_down: bool = False
+    hung_up: bool = False
+    """The latest error was the connection failing (closed, reset, refused) rather than the broker saying
+    why: what a client without SASL or TLS sees at a listener that requires them."""
     at: float = -1e9
     """time.monotonic() of the latest error: older ones are not about the request that just failed."""
     refused_at: float = -1e9
@@ -62,6 +65,7 @@ class _ConnectionErrors:
             self.all_down = True
         else:
             self.last = str(error.str())[:300]
+            self.hung_up = error.code() == KafkaError._TRANSPORT
         self.at = time.monotonic()
         if error.code() in (
             KafkaError._AUTHENTICATION,
@@ -122,15 +126,16 @@ class KafkaAdmin:
             self._admin.poll(0.2)  # the error may be on its way from librdkafka's broker thread
         if not self._connection.recent():
             return ""
-        if self._connection.last:
-            return f"; broker connection: {self._connection.last}"
-        if self._connection.all_down and not self._secured:
-            # What a plaintext client sees at a SASL listener: the broker hangs up, nothing more.
-            return (
+        said = f"; broker connection: {self._connection.last}" if self._connection.last else ""
+        hung_up = self._connection.hung_up if self._connection.last else self._connection.all_down
+        if hung_up and not self._secured:
+            # What a plaintext client sees at a SASL listener: the broker hangs up (librdkafka reports a
+            # closed connection or a broken pipe, whichever it meets first), nothing more.
+            said += (
                 "; no security.protocol is configured: if the broker's listener requires SASL or TLS, "
                 "the client needs security.protocol and its sasl.* / ssl.* properties"
             )
-        return ""
+        return said
 
     def _failure(self, what: str, exc: BaseException, diagnosis: str | None = None) -> str:
         """One line for a failed request: what, where, Kafka's reason (a timeout's is empty) and the
