@@ -18,6 +18,8 @@ from storage_core.adapters.kafka_features import KafkaFeatures, read_features
 from storage_core.errors import KafkaAdminError
 
 TIMEOUT_S = 30.0
+"""How long a request waits for Kafka's answer unless the client properties set librdkafka's
+``socket.timeout.ms`` (its timeout for admin requests), which then counts instead."""
 POLL_S = 0.5
 """How often a wait looks at what librdkafka said of its broker connections (see ``_ConnectionErrors``)."""
 
@@ -77,8 +79,8 @@ class _ConnectionErrors:
     def refused_since(self, began: float) -> bool:
         return self.refused_at >= began
 
-    def recent(self) -> bool:
-        return time.monotonic() - self.at <= TIMEOUT_S + 5
+    def recent(self, window: float) -> bool:
+        return time.monotonic() - self.at <= window + 5
 
 
 def admin_client(
@@ -117,14 +119,17 @@ class KafkaAdmin:
         # Not a bound method of self: the client would hold self, and a cycle outlives its last use.
         self._connection = _ConnectionErrors()
         self._admin = admin_client(bootstrap_servers, config, {"error_cb": self._connection.record})
+        # librdkafka has accepted the value by now (an integer of milliseconds within its range).
+        configured = self._config.get("socket.timeout.ms")
+        self._timeout = int(configured) / 1000 if configured else TIMEOUT_S
 
     def _diagnosis(self) -> str:
         """Why the broker connections failed, when librdkafka said so: it tells only ``error_cb``, which
         runs when the client is polled ("" when it said nothing)."""
         self._admin.poll(0)
-        if not self._connection.recent():
+        if not self._connection.recent(self._timeout):
             self._admin.poll(0.2)  # the error may be on its way from librdkafka's broker thread
-        if not self._connection.recent():
+        if not self._connection.recent(self._timeout):
             return ""
         said = f"; broker connection: {self._connection.last}" if self._connection.last else ""
         hung_up = self._connection.hung_up if self._connection.last else self._connection.all_down
@@ -140,7 +145,7 @@ class KafkaAdmin:
     def _failure(self, what: str, exc: BaseException, diagnosis: str | None = None) -> str:
         """One line for a failed request: what, where, Kafka's reason (a timeout's is empty) and the
         :meth:`_diagnosis` (``diagnosis``: already made for this request's other failures)."""
-        reason = str(exc) or f"no answer within {TIMEOUT_S:.0f} s ({type(exc).__name__})"
+        reason = str(exc) or f"no answer within {self._timeout:.0f} s ({type(exc).__name__})"
         note = self._diagnosis() if diagnosis is None else diagnosis
         return f"{what} on {self.bootstrap_servers}: {reason}{note}"
 
@@ -154,12 +159,12 @@ class KafkaAdmin:
                 raise KafkaAdminError(self._failure(f"{what} {key}", exc)) from exc
         return out
 
-    def _result(self, future: Any, began: float, timeout: float = TIMEOUT_S) -> Any:
+    def _result(self, future: Any, began: float) -> Any:
         """``future.result(timeout)``, but a refusal no retry can change (``_ConnectionErrors``) ends the
         wait at once with :class:`BrokerRefused`."""
         import concurrent.futures
 
-        deadline = began + timeout
+        deadline = began + self._timeout
         while True:
             try:
                 return future.result(max(0.0, min(POLL_S, deadline - time.monotonic())))
@@ -173,10 +178,10 @@ class KafkaAdmin:
         if self._connection.refused_since(began):
             raise BrokerRefused() from None
 
-    def _metadata(self, timeout: float = TIMEOUT_S) -> Any:
+    def _metadata(self, timeout: float | None = None) -> Any:
         """``list_topics(timeout)``, asked in slices so that a refusal ends the wait (as :meth:`_result`)."""
         began = time.monotonic()
-        deadline = began + timeout
+        deadline = began + (self._timeout if timeout is None else timeout)
         while True:
             try:
                 return self._admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
@@ -221,7 +226,7 @@ class KafkaAdmin:
         if not request:
             return {}
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-        futures = self._admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT_S)
+        futures = self._admin.list_offsets(request, isolation_level=level, request_timeout=self._timeout)
         done = self._wait(futures, "list offsets")
         return {(tp.topic, tp.partition): int(info.offset) for tp, info in done.items()}
 
@@ -252,7 +257,7 @@ class KafkaAdmin:
         if not request:
             return {}
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-        futures = self._admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT_S)
+        futures = self._admin.list_offsets(request, isolation_level=level, request_timeout=self._timeout)
         done = self._wait(futures, "list offsets for times")
         return {
             (tp.topic, tp.partition): (int(info.offset) if info.offset >= 0 else None)
@@ -267,8 +272,8 @@ class KafkaAdmin:
             return {}
         futures = self._admin.delete_records(
             [TopicPartition(t, p, o) for (t, p), o in before.items()],
-            request_timeout=TIMEOUT_S,
-            operation_timeout=TIMEOUT_S,
+            request_timeout=self._timeout,
+            operation_timeout=self._timeout,
         )
         done = self._wait(futures, "delete records")
         return {(tp.topic, tp.partition): int(res.low_watermark) for tp, res in done.items()}
@@ -286,7 +291,7 @@ class KafkaAdmin:
         request: what a TieredCluster's status says of the cluster). A shorter wait than other requests:
         an unreachable cluster must not hold up the round for every other cluster."""
         try:
-            md = self._metadata(timeout)
+            md = self._metadata(min(timeout, self._timeout))
         except Exception as exc:
             raise KafkaAdminError(self._failure("cannot reach Kafka: list topics", exc)) from exc
         controller = md.controller_id if isinstance(md.controller_id, int) and md.controller_id >= 0 else None
@@ -335,7 +340,7 @@ class KafkaAdmin:
         if not names:
             return {}, {}
         try:
-            futures = self._admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
+            futures = self._admin.describe_topics(TopicCollection(names), request_timeout=self._timeout)
         except Exception as exc:  # noqa: BLE001 - reported for every topic asked
             line = self._failure("describe topics", exc)
             return {}, dict.fromkeys(names, line)
@@ -368,7 +373,7 @@ class KafkaAdmin:
             return {}, {}
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
         try:
-            futures = self._admin.describe_configs(resources, request_timeout=TIMEOUT_S)
+            futures = self._admin.describe_configs(resources, request_timeout=self._timeout)
         except Exception as exc:  # noqa: BLE001 - reported for every topic asked
             line = self._failure("describe configs", exc)
             return {}, dict.fromkeys(names, line)
@@ -393,7 +398,7 @@ class KafkaAdmin:
         from confluent_kafka.cimpl import NewTopic
 
         new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
-        self._wait(self._admin.create_topics([new], request_timeout=TIMEOUT_S), "create topic")
+        self._wait(self._admin.create_topics([new], request_timeout=self._timeout), "create topic")
         return self._wait_for_leaders(topic, partitions)
 
     def create_partitions(self, topic: str, total: int) -> dict[tuple[str, int], PartitionInfo]:
@@ -401,13 +406,13 @@ class KafkaAdmin:
         from confluent_kafka.cimpl import NewPartitions
 
         self._wait(
-            self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=TIMEOUT_S),
+            self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=self._timeout),
             "create partitions",
         )
         return self._wait_for_leaders(topic, total)
 
     def _wait_for_leaders(self, topic: str, partitions: int) -> dict[tuple[str, int], PartitionInfo]:
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + self._timeout
         while True:
             described = self.describe_if_exists(topic)
             if len(described) >= partitions and all(i.leader is not None for i in described.values()):
@@ -415,7 +420,7 @@ class KafkaAdmin:
             if time.monotonic() > deadline:
                 raise KafkaAdminError(
                     f"topic {topic} on {self.bootstrap_servers}: partitions have no leader "
-                    f"after {TIMEOUT_S:.0f}s"
+                    f"after {self._timeout:.0f}s"
                 )
             time.sleep(0.2)
 
@@ -425,7 +430,7 @@ class KafkaAdmin:
 
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         done = self._wait(
-            self._admin.describe_configs([resource], request_timeout=TIMEOUT_S), "describe configs"
+            self._admin.describe_configs([resource], request_timeout=self._timeout), "describe configs"
         )
         entries = next(iter(done.values()))
         return {name: entry.value for name, entry in entries.items() if entry.value is not None}

@@ -83,7 +83,13 @@ def values_file(tmp_path: Path, **extra: Any) -> tuple[Path, str]:
     share the host's network here). Returns the file and the cluster's remote URL."""
     port, readiness_port, metrics_port, kafka_port = free_ports(4)
     remote = f"file://{tmp_path / 'remote'}"
-    cluster = {"name": "my-cluster", "bootstrapServers": f"127.0.0.1:{kafka_port}", "remote": {"url": remote}}
+    cluster = {
+        "name": "my-cluster",
+        "bootstrapServers": f"127.0.0.1:{kafka_port}",
+        "remote": {"url": remote},
+        # How long the operator waits for the absent Kafka before it says so (its default is 30 s).
+        "clientConfig": {"socket.timeout.ms": "5000"},
+    }
     values = {
         "clusters": [cluster],
         "probes": {"port": port, "readiness": {"port": readiness_port}},

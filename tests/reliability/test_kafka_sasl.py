@@ -57,7 +57,9 @@ def test_the_broker_refuses_clients_without_the_right_credentials(sasl_broker: K
 
 def test_a_refused_client_is_told_why(sasl_broker: KafkaCluster) -> None:
     """librdkafka tells only its error callback why a connection failed; the adapter's errors say it."""
-    plain = KafkaAdmin(sasl_broker.bootstrap_servers)
+    # The broker hangs up on a client without SASL, which librdkafka retries until the request's timeout:
+    # the cluster's socket.timeout.ms sets it (the adapter's default is 30 s).
+    plain = KafkaAdmin(sasl_broker.bootstrap_servers, {"socket.timeout.ms": "8000"})
     with pytest.raises(KafkaAdminError) as unauthenticated:
         plain.topic_names()
     assert "no security.protocol is configured" in str(unauthenticated.value), unauthenticated.value
@@ -100,9 +102,11 @@ def test_copy_and_cleanup_authenticate_with_the_mounted_secret_dir(
             # The broker only hangs up on a client that does not speak SASL: the line says what to check.
             assert "no security.protocol is configured" in last, last
 
-    # Without the Secret's files: refused.
+    # Without the Secret's files: refused. A client without SASL is only hung up on, and retries until its
+    # socket.timeout.ms.
+    hung_up = ["--kafka-property", "socket.timeout.ms=8000"]
     refused("copy", *log_dir, *common, *flags)
-    refused("copy", *log_dir, *common)
+    refused("copy", *log_dir, *common, *hung_up)
     copied = run_cli("copy", *log_dir, *common, *flags, "--kafka-config-dir", str(mounted), "--json")
     outputs.append(copied.stdout + copied.stderr)
     assert copied.returncode == 0, copied.stderr
@@ -110,7 +114,7 @@ def test_copy_and_cleanup_authenticate_with_the_mounted_secret_dir(
     assert summary["copied_segments"] >= 2, summary
     # Cleanup talks to Kafka once the tier holds the topic (log start offsets, DeleteRecords).
     refused("cleanup", *common, *flags, "--topic", topic)
-    refused("cleanup", *common, "--topic", topic)
+    refused("cleanup", *common, *hung_up, "--topic", topic)
     cleaned = run_cli(
         "cleanup", *common, *flags, "--kafka-config-dir", str(mounted), "--topic", topic, "--json"
     )
@@ -122,7 +126,7 @@ def test_copy_and_cleanup_authenticate_with_the_mounted_secret_dir(
     shutil.copy(sasl_broker.log_dir(1) / "meta.properties", tmp_path / "replaced")
     new_dir = ["--log-dir", str(tmp_path / "replaced"), "--broker-id", "1", "--dry-run"]
     refused("rebuild", *new_dir, *common, *flags)
-    refused("rebuild", *new_dir, *common)
+    refused("rebuild", *new_dir, *common, *hung_up)
     planned = run_cli(
         "rebuild", *new_dir, *common, *flags, "--kafka-config-dir", str(mounted), "--json", timeout=240
     )
