@@ -1,24 +1,23 @@
 #!/bin/sh
 # Install Tierkeeper into a virtual environment, pinned by constraints.txt.
 #
-#   docker/install-venv.sh TARGET VENV WHEEL CONSTRAINTS      # a whole environment (tests/packaging)
-#   docker/install-venv.sh STEP VENV WHEEL|- CONSTRAINTS [ROOT]  # one step of it (the Dockerfile)
+#   docker/install-venv.sh STEP VENV WHEEL|- CONSTRAINTS [ROOT]
 #
-# TARGET is `pipeline` (every dependency: the Jobs run Spark) or `operator` (everything except the
-# Spark-only distributions, so the operator image carries no PySpark and needs no JVM). Each is made of
-# the steps below, in this order; the Dockerfile runs them in stages of their own, so the layers of the
-# dependencies are keyed by constraints.txt alone and a source change reinstalls only the project:
+# The pipeline image is made of all three steps below, in this order (the Jobs run Spark); the operator
+# image of `deps` and `project` (no PySpark, so it needs no JVM). The Dockerfile runs them in stages of
+# their own, so the layers of the dependencies are keyed by constraints.txt alone and a source change
+# reinstalls only the project:
 #   deps     a new VENV with every pinned dependency except the Spark-only ones (WHEEL is `-`)
 #   spark    the Spark-only pinned distributions, into an existing deps VENV (WHEEL is `-`)
 #   project  the project's WHEEL, without dependencies, into an existing VENV
 # With ROOT, `spark` and `project` install under ROOT (pip's --root: ROOT/VENV/...), so a build stage
 # can copy exactly the files of that step over the deps layer.
 # The image build sets PIP_NO_INDEX and PIP_FIND_LINKS to a directory of prebuilt wheels and
-# PIP_NO_CACHE_DIR; tests/packaging uses the index through pip's cache. Same script, same pins.
+# PIP_NO_CACHE_DIR. tests/packaging checks the built images' environments against the pins.
 set -eu
 
 if [ "$#" -lt 4 ] || [ "$#" -gt 5 ]; then
-    echo "usage: $0 pipeline|operator|deps|spark|project VENV WHEEL|- CONSTRAINTS [ROOT]" >&2
+    echo "usage: $0 deps|spark|project VENV WHEEL|- CONSTRAINTS [ROOT]" >&2
     exit 2
 fi
 target=$1
@@ -26,7 +25,7 @@ venv=$2
 wheel=$3
 constraints=$4
 root=${5:-}
-# Distributions only the Spark jobs need; the operator target leaves them out.
+# Distributions only the Spark jobs need; the operator image leaves them out.
 spark_only='^(pyspark|py4j)=='
 
 pip_install() {
@@ -58,11 +57,9 @@ if [ -n "$root" ] && [ "$target" != spark ] && [ "$target" != project ]; then
     exit 2
 fi
 case "$target" in
-pipeline) deps && spark && project ;;
-operator) deps && project ;;
 deps | spark | project) "$target" ;;
 *)
-    echo "$0: unknown target '$target' (want pipeline, operator, deps, spark or project)" >&2
+    echo "$0: unknown step '$target' (want deps, spark or project)" >&2
     exit 2
     ;;
 esac

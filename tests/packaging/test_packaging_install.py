@@ -1,87 +1,47 @@
-"""Install the wheel the way the Dockerfile does (docker/install-venv.sh, constraints.txt, clean venvs) and
-run both entry points in each target's environment.
-
-No Docker engine runs here, so this is the closest check of the images: same script, same pins, same
-wheel build; only where pip fetches files differs (the image build is offline from prebuilt wheels,
-this test reads PyPI through pip's warm cache).
+"""The images `make images` built (Dockerfile: docker/install-venv.sh's steps, constraints.txt) hold
+exactly the pinned distributions and run both entry points: each check runs in a container of the image
+itself, as the kubelet would start it (podman through runc, or docker where a Docker engine built them).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import os
 import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name
 
 from harness.paths import REPO_ROOT
+from harness.pod_container import ContainerEngine, engine_for
 
 pytestmark = pytest.mark.slow
 
-INSTALL_SCRIPT = REPO_ROOT / "docker" / "install-venv.sh"
 CONSTRAINTS = REPO_ROOT / "constraints.txt"
+VENV = "/opt/tierkeeper"
+"""Where the Dockerfile's venv lives (install-venv.sh's VENV in every stage)."""
 
 
 @dataclass(frozen=True)
 class Installed:
     target: str
-    venv: Path
+    image: str
+    engine: ContainerEngine
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        # A clean environment: nothing from the test venv or the repository may leak onto sys.path.
-        env = {"PATH": f"{self.venv / 'bin'}:/usr/bin:/bin", "HOME": str(self.venv)}
-        return subprocess.run(
-            argv, capture_output=True, text=True, env=env, cwd=self.venv, timeout=300, check=False
-        )
-
-
-def _build_wheel(out: Path) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--quiet",
-            "--wheel-dir",
-            str(out),
-            str(REPO_ROOT),
-        ],
-        check=True,
-        timeout=600,
-    )
-    (wheel,) = out.glob("tierkeeper-*.whl")
-    return wheel
-
-
-def _install(target: str, root: Path, wheel: Path) -> Installed:
-    venv = root / target
-    proc = subprocess.run(
-        ["sh", str(INSTALL_SCRIPT), target, str(venv), str(wheel), str(CONSTRAINTS)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHON": sys.executable},
-        timeout=1200,
-        check=False,
-    )
-    assert proc.returncode == 0, f"install-venv.sh {target} failed:\n{proc.stdout}\n{proc.stderr}"
-    return Installed(target, venv)
+        # The image's own environment, user and working directory; nothing of the host's but the network.
+        command = [*self.engine.base(), "--rm", "--network", "host"]
+        command += ["--entrypoint", json.dumps(argv[:1]), self.image, *argv[1:]]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Installed]:
-    root = tmp_path_factory.mktemp("images")
-    wheel = _build_wheel(root / "dist")
-    # Two independent installs; pip spends most of its time unpacking, so they overlap well.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {t: pool.submit(_install, t, root, wheel) for t in ("operator", "pipeline")}
-        return {t: f.result() for t, f in futures.items()}
+def installed(built_images: tuple[str, dict[str, str]]) -> dict[str, Installed]:
+    engine, images = built_images
+    tool = engine_for("docker" if engine == "docker" else "podman")
+    return {
+        target: Installed(target, images[f"tierkeeper/{target}"], tool) for target in ("operator", "pipeline")
+    }
 
 
 @pytest.mark.parametrize("target", ["operator", "pipeline"])
@@ -140,4 +100,8 @@ def test_operator_holds_the_pins_without_spark(installed: dict[str, Installed]) 
 
 def test_environments_carry_no_installer(installed: dict[str, Installed]) -> None:
     for env in installed.values():
-        assert not (env.venv / "bin" / "pip").exists()
+        proc = env.run(
+            "python", "-c", "import pathlib, sys; print(sorted(pathlib.Path(sys.prefix, 'bin').iterdir()))"
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert f"{VENV}/bin/tierkeeper" in proc.stdout and "/pip" not in proc.stdout, proc.stdout

@@ -257,6 +257,9 @@ def test_cleanup_with_kafka_unreachable_fails_clearly_and_trims_nothing(
         "0",
         "--remote",
         remote,
+        # Only how long the adapter waits for Kafka before it gives up (30 s when not set).
+        "--kafka-property",
+        "socket.timeout.ms=5000",
         timeout=300,
     )
     assert proc.returncode != 0, proc.stdout
