@@ -43,7 +43,6 @@ def sync_gateway(
     kube: Kube,
     cluster: KafkaClusterConfig,
     gateway: GatewaySpec,
-    namespace: str,
     broker_ids: Iterable[int],
     owner: Owner,
     settings: GatewaySettings | None = None,
@@ -51,9 +50,9 @@ def sync_gateway(
     """Apply the gateway's objects (idempotent: server-side apply) and delete those no longer wanted
     (all of them when the gateway is disabled, the ServiceMonitor when the chart stops asking for them).
     ``broker_ids``: the brokers Kafka reports now. API errors propagate (:class:`~kube.KubeError`)."""
-    name = gateway_name(cluster.name)
+    name, namespace = gateway_name(cluster.name), owner.namespace
     try:
-        wanted = gateway_objects(cluster, gateway, namespace, broker_ids, owner, settings)
+        wanted = gateway_objects(cluster, gateway, broker_ids, owner, settings)
     except GatewayPortError as exc:
         return GatewayOutcome(0, None, str(exc))
     for obj in wanted:

@@ -21,19 +21,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from storage_core.adapters.kafka_features import KafkaFeatures, KafkaFeaturesError
+from storage_core.api import tiered_cluster as api
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import StrimziRef
 from storage_core.api.parse import Parsed, parse_spec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
-from storage_core.api.tiered_cluster import (
-    PLURAL,
-    BucketCheck,
-    GatewayState,
-    KafkaCheck,
-    StrimziSummary,
-    TieredClusterSpec,
-    TieredClusterStatus,
-)
 from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.reconcile import tiered_clusters as decide
 from storage_core.reconcile.conditions import Health, rfc3339
@@ -79,11 +71,11 @@ class LiveClusters(Mapping[str, KafkaClusterConfig]):
         return len(self._current)
 
 
-def _status(obj: Mapping[str, Any]) -> TieredClusterStatus:
+def _status(obj: Mapping[str, Any]) -> api.TieredClusterStatus:
     try:
-        return TieredClusterStatus.model_validate(obj.get("status") or {})
+        return api.TieredClusterStatus.model_validate(obj.get("status") or {})
     except ValueError:
-        return TieredClusterStatus()  # a status another writer broke is rebuilt
+        return api.TieredClusterStatus()  # a status another writer broke is rebuilt
 
 
 class ClusterRounds:
@@ -109,7 +101,7 @@ class ClusterRounds:
         """True once a round has listed the TieredClusters (before, a clusterRef may name one unseen)."""
         self._objects: dict[str, decide.ClusterObject] = {}
         self._raw: dict[str, dict[str, Any]] = {}
-        self._strimzi: dict[str, StrimziSummary] = {}
+        self._strimzi: dict[str, api.StrimziSummary] = {}
         self._strimzi_problems: dict[str, str] = {}
 
     # ---- start of a full round ---------------------------------------------------------------------
@@ -118,7 +110,7 @@ class ClusterRounds:
         objects: dict[str, decide.ClusterObject] = {}
         raw: dict[str, dict[str, Any]] = {}
         try:
-            listed = self.kube.list_resources(PLURAL)
+            listed = self.kube.list_resources(api.PLURAL)
         except KubeError as exc:
             # E.g. 403 from RBAC older than the operator, or the CRD not installed yet: the file entries and
             # the TieredClusters last listed stay in effect, and the rest of the round goes on.
@@ -127,7 +119,7 @@ class ClusterRounds:
         self._strimzi_problems = {}
         for obj in listed:
             meta = obj["metadata"]
-            parsed = parse_spec(TieredClusterSpec, obj.get("spec") or {})
+            parsed = parse_spec(api.TieredClusterSpec, obj.get("spec") or {})
             strimzi = parsed.value.strimzi if parsed.value is not None else None
             generation = meta.get("generation")
             item = decide.ClusterObject(
@@ -159,7 +151,7 @@ class ClusterRounds:
             if refused is None and not item.deleting:
                 self._strimzi[key] = self._sync_strimzi(item, spec.strimzi)
             elif problem:
-                self._strimzi[key] = StrimziSummary(kafka=spec.strimzi.kafka, problems=[problem])
+                self._strimzi[key] = api.StrimziSummary(kafka=spec.strimzi.kafka, problems=[problem])
         self.live.replace(self.directory.clusters)
         self.resolved = True
         return self.directory
@@ -181,14 +173,14 @@ class ClusterRounds:
             self._strimzi_problems[key] = problem
         return address
 
-    def _sync_strimzi(self, item: decide.ClusterObject, ref: StrimziRef) -> StrimziSummary:
+    def _sync_strimzi(self, item: decide.ClusterObject, ref: StrimziRef) -> api.StrimziSummary:
         """Keep a TieredBroker for every broker of the Strimzi cluster (a user's own TieredBroker wins)."""
         owner = Owner("TieredCluster", item.name, item.namespace, self._raw[item.key]["metadata"]["uid"])
         try:
             state = sync_strimzi_brokers(self.kube, ref, item.namespace, owner)
         except KubeError as exc:
-            return StrimziSummary(kafka=ref.kafka, problems=[f"TieredBrokers not kept: {exc}"[:300]])
-        return StrimziSummary(
+            return api.StrimziSummary(kafka=ref.kafka, problems=[f"TieredBrokers not kept: {exc}"[:300]])
+        return api.StrimziSummary(
             kafka=ref.kafka,
             brokers=sorted(state.view.brokers),
             user_brokers=sorted(state.changes.users),
@@ -196,7 +188,7 @@ class ClusterRounds:
         )
 
     def _gateway(
-        self, obj: decide.ClusterObject, cluster: KafkaClusterConfig, kafka: KafkaCheck | None
+        self, obj: decide.ClusterObject, cluster: KafkaClusterConfig, kafka: api.KafkaCheck | None
     ) -> decide.GatewayOutlook | None:
         """Keep the gateway's objects (``spec.gateway.enabled``; removed once it is turned off) and say
         how it stands. Nothing is asked of the API server for a cluster that never had a gateway."""
@@ -206,14 +198,12 @@ class ClusterRounds:
         owner = Owner("TieredCluster", obj.name, obj.namespace, self._raw[obj.key]["metadata"]["uid"])
         brokers = kafka.broker_ids if kafka is not None else []
         try:
-            outcome = sync_gateway(
-                self.kube, cluster, spec.gateway, obj.namespace, brokers, owner, self.gateway_settings
-            )
+            outcome = sync_gateway(self.kube, cluster, spec.gateway, brokers, owner, self.gateway_settings)
         except KubeError as exc:
             return decide.GatewayOutlook(problem=f"{exc}"[:300], lasting=False)
         if not spec.gateway.enabled:
             return None
-        state = GatewayState(ready_replicas=outcome.ready_replicas, bootstrap=outcome.bootstrap)
+        state = api.GatewayState(ready_replicas=outcome.ready_replicas, bootstrap=outcome.bootstrap)
         return decide.GatewayOutlook(state=state, problem=outcome.problem)
 
     def secret_for(self, name: str) -> dict[str, str] | None:
@@ -250,7 +240,7 @@ class ClusterRounds:
         now = self.clock()
         verdicts, running = self._bucket_jobs(jobs)
         members = self._members(topic_specs, broker_specs, topic_status, broker_status)
-        kafka_seen: dict[str, KafkaCheck] = {}
+        kafka_seen: dict[str, api.KafkaCheck] = {}
         created = []
         for key, obj in self._objects.items():
             in_effect = key not in self.directory.refused
@@ -309,9 +299,9 @@ class ClusterRounds:
         self,
         cluster: KafkaClusterConfig,
         kafka_client: Callable[[str], Any],
-        previous: KafkaCheck | None,
+        previous: api.KafkaCheck | None,
         now: datetime.datetime,
-    ) -> KafkaCheck:
+    ) -> api.KafkaCheck:
         try:
             client = kafka_client(cluster.name)
             cluster_id, controller, brokers = client.cluster_summary()
@@ -322,7 +312,7 @@ class ClusterRounds:
                 # reachable even where this raw connection is not (a keystore only librdkafka reads).
                 log.info("cluster %s: Kafka version unknown: %s", cluster.name, exc)
                 features = None
-            seen = KafkaCheck(
+            seen = api.KafkaCheck(
                 reachable=True,
                 bootstrap_servers=cluster.bootstrap_servers,
                 cluster_id=cluster_id,
@@ -332,16 +322,18 @@ class ClusterRounds:
                 broker_release=features.broker_release if features else None,
             )
         except TierkeeperError as exc:
-            seen = KafkaCheck(reachable=False, bootstrap_servers=cluster.bootstrap_servers, message=str(exc))
+            seen = api.KafkaCheck(
+                reachable=False, bootstrap_servers=cluster.bootstrap_servers, message=str(exc)
+            )
         # checkedAt is when this answer was first seen: an unchanged answer writes no new status.
         if previous is not None and previous.model_copy(update={"checked_at": None}) == seen:
             return previous
         return seen.model_copy(update={"checked_at": rfc3339(now)})
 
-    def _bucket_jobs(self, jobs: list[dict[str, Any]]) -> tuple[dict[str, BucketCheck], set[str]]:
+    def _bucket_jobs(self, jobs: list[dict[str, Any]]) -> tuple[dict[str, api.BucketCheck], set[str]]:
         """Verdicts of finished, unrecorded bucket-check Jobs (by TieredCluster key), and the keys whose
         check still runs."""
-        verdicts: dict[str, BucketCheck] = {}
+        verdicts: dict[str, api.BucketCheck] = {}
         running: set[str] = set()
         for job in jobs:
             meta = job["metadata"]
@@ -369,10 +361,10 @@ class ClusterRounds:
         self,
         obj: decide.ClusterObject,
         cluster: KafkaClusterConfig,
-        bucket: BucketCheck | None,
+        bucket: api.BucketCheck | None,
         bucket_key: str,
         now: datetime.datetime,
-    ) -> tuple[BucketCheck | None, str | None]:
+    ) -> tuple[api.BucketCheck | None, str | None]:
         raw = self._raw[obj.key]["metadata"]
         owner = Owner("TieredCluster", obj.name, obj.namespace, raw["uid"])
         job = bucket_check_job(cluster, owner, f"{bucket_key}/{rfc3339(now)}")
@@ -384,17 +376,17 @@ class ClusterRounds:
             return bucket, None
         if bucket is None or bucket.spec_key != bucket_key:
             # New settings: the old verdict says nothing about them.
-            return BucketCheck(url=cluster.remote.url, job=name, spec_key=bucket_key), name
+            return api.BucketCheck(url=cluster.remote.url, job=name, spec_key=bucket_key), name
         return bucket.model_copy(update={"job": name}), name  # a repeat keeps the verdict until it ends
 
-    def _write(self, obj: decide.ClusterObject, status: TieredClusterStatus, verdict: Health) -> None:
+    def _write(self, obj: decide.ClusterObject, status: api.TieredClusterStatus, verdict: Health) -> None:
         raw = self._raw[obj.key]
         new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         patch = status_patch(raw.get("status") or {}, new)  # a field gone (the gateway turned off): null
         if not patch:
             return
         try:
-            self.kube.patch_status(PLURAL, obj.namespace, obj.name, patch)
+            self.kube.patch_status(api.PLURAL, obj.namespace, obj.name, patch)
         except KubeError as exc:
             if exc.status != 404:  # deleted during the round
                 raise
@@ -417,7 +409,7 @@ class ClusterRounds:
         else:
             return
         try:
-            self.kube.set_finalizers(PLURAL, raw, finalizers)
+            self.kube.set_finalizers(api.PLURAL, raw, finalizers)
         except KubeError as exc:
             if exc.status not in (404, 409):
                 raise

@@ -357,15 +357,16 @@ GATEWAY_KINDS = ("Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"
 def gateway_objects(
     cluster: KafkaClusterConfig,
     gateway: GatewaySpec,
-    namespace: str,
     broker_ids: Iterable[int],
     owner: Owner,
     settings: GatewaySettings | None = None,
 ) -> list[dict[str, Any]]:
-    """Every object the gateway of ``cluster`` should have now (none when ``gateway.enabled`` is false:
-    the caller deletes what exists). Raises :class:`GatewayPortError` (one line) for an impossible port."""
+    """Every object the gateway of ``cluster`` should have now, in the namespace of its ``owner`` (an
+    ownerReference reaches only its own namespace); none when ``gateway.enabled`` is false: the caller
+    deletes what exists. Raises :class:`GatewayPortError` (one line) for an impossible port."""
     if not gateway.enabled:
         return []
+    namespace = owner.namespace
     settings = settings or GatewaySettings()
     ports = served_ports(gateway, sorted(set(broker_ids)), settings.metrics_port)
     objects = [

@@ -10,9 +10,9 @@ import base64
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from storage_core.adapters.kafka_features import KafkaFeatures, read_features
 from storage_core.errors import KafkaAdminError
@@ -22,6 +22,7 @@ TIMEOUT_S = 30.0
 ``socket.timeout.ms`` (its timeout for admin requests), which then counts instead."""
 POLL_S = 0.5
 """How often a wait looks at what librdkafka said of its broker connections (see ``_ConnectionErrors``)."""
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -312,20 +313,14 @@ class KafkaAdmin:
 
     def describe_if_exists(self, topic: str) -> dict[tuple[str, int], PartitionInfo]:
         """Like ``describe([topic])``, but empty when the topic does not exist (or is being deleted)."""
-        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+        from confluent_kafka import TopicCollection
 
         future = self._admin.describe_topics(TopicCollection([topic]))[topic]
         try:
             desc = self._result(future, time.monotonic())
-        except KafkaException as exc:
-            if (
-                exc.args
-                and isinstance(exc.args[0], KafkaError)
-                and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-            ):
-                return {}
-            raise KafkaAdminError(self._failure(f"describe topic {topic}", exc)) from exc
         except Exception as exc:
+            if _unknown_topic(exc):
+                return {}
             raise KafkaAdminError(self._failure(f"describe topic {topic}", exc)) from exc
         return _partitions(topic, desc)
 
@@ -334,7 +329,7 @@ class KafkaAdmin:
     ) -> tuple[dict[str, dict[tuple[str, int], PartitionInfo]], dict[str, str]]:
         """Describe many topics with one request: (existing topics' partitions by topic, error line by
         topic for those that could not be described). Missing topics are in neither."""
-        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+        from confluent_kafka import TopicCollection
 
         names = sorted(set(topics))
         if not names:
@@ -344,25 +339,7 @@ class KafkaAdmin:
         except Exception as exc:  # noqa: BLE001 - reported for every topic asked
             line = self._failure("describe topics", exc)
             return {}, dict.fromkeys(names, line)
-        found: dict[str, dict[tuple[str, int], PartitionInfo]] = {}
-        errors: dict[str, str] = {}
-        note: str | None = None  # one diagnosis for all of the request's failures
-        began = time.monotonic()
-        for name, future in futures.items():
-            try:
-                desc = self._result(future, began)
-            except KafkaException as exc:
-                code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if code != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    note = self._diagnosis() if note is None else note
-                    errors[name] = self._failure(f"describe topic {name}", exc, note)
-                continue
-            except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
-                note = self._diagnosis() if note is None else note
-                errors[name] = self._failure(f"describe topic {name}", exc, note)
-                continue
-            found[name] = _partitions(name, desc)
-        return found, errors
+        return self._per_topic(futures, "describe topic", _partitions, unknown_is_missing=True)
 
     def topic_configs_many(self, topics: Iterable[str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
         """Effective configurations of many topics with one request: (configs by topic, error by topic)."""
@@ -377,19 +354,37 @@ class KafkaAdmin:
         except Exception as exc:  # noqa: BLE001 - reported for every topic asked
             line = self._failure("describe configs", exc)
             return {}, dict.fromkeys(names, line)
-        configs: dict[str, dict[str, str]] = {}
+        return self._per_topic(
+            {resource.name: future for resource, future in futures.items()},
+            "describe configs",
+            _config_values,
+        )
+
+    def _per_topic(
+        self,
+        futures: Mapping[str, Any],
+        what: str,
+        convert: Callable[[str, Any], _T],
+        unknown_is_missing: bool = False,
+    ) -> tuple[dict[str, _T], dict[str, str]]:
+        """The answers of one request for many topics (futures by topic): (``convert(topic, answer)`` by
+        topic, one error line by topic that failed, the others going on). With ``unknown_is_missing``, a
+        topic Kafka does not know is in neither."""
+        found: dict[str, _T] = {}
         errors: dict[str, str] = {}
         note: str | None = None  # one diagnosis for all of the request's failures
         began = time.monotonic()
-        for resource, future in futures.items():
+        for name, future in futures.items():
             try:
-                entries = self._result(future, began)
+                answer = self._result(future, began)
             except Exception as exc:  # noqa: BLE001 - reported for this topic; the others go on
+                if unknown_is_missing and _unknown_topic(exc):
+                    continue
                 note = self._diagnosis() if note is None else note
-                errors[resource.name] = self._failure(f"describe configs {resource.name}", exc, note)
+                errors[name] = self._failure(f"{what} {name}", exc, note)
                 continue
-            configs[resource.name] = {n: e.value for n, e in entries.items() if e.value is not None}
-        return configs, errors
+            found[name] = convert(name, answer)
+        return found, errors
 
     def create_topic(
         self, topic: str, partitions: int, replication_factor: int, config: dict[str, str] | None = None
@@ -432,8 +427,20 @@ class KafkaAdmin:
         done = self._wait(
             self._admin.describe_configs([resource], request_timeout=self._timeout), "describe configs"
         )
-        entries = next(iter(done.values()))
-        return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+        return _config_values(topic, next(iter(done.values())))
+
+
+def _unknown_topic(exc: BaseException) -> bool:
+    """Whether ``exc`` is Kafka saying the topic does not exist (or is being deleted)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def _config_values(_topic: str, entries: Mapping[str, Any]) -> dict[str, str]:
+    """The set values of one topic's ``describe_configs`` answer (explicit and inherited)."""
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
 def _partitions(topic: str, desc: Any) -> dict[tuple[str, int], PartitionInfo]:

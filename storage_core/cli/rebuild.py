@@ -165,6 +165,7 @@ def _write_result(args: argparse.Namespace, outcome: Any = None, failure: str | 
 
 def _run(args: argparse.Namespace, started: float) -> int:
     from storage_core.jobs.rebuild import RebuildOptions, RebuildOutcome, rebuild_log_dirs
+    from storage_core.rebuild.restore import RestoreProgress
 
     for name in ("local_retention_ms", "local_retention_bytes"):
         value = getattr(args, name)
@@ -218,8 +219,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
                 store,
                 _cluster_view(target, set(args.exclude_topic)),
                 options,
-                progress=limited(bar.update, limiter),
-                on_start=start,
+                RestoreProgress(advanced=limited(bar.update, limiter), started=start),
             )
         except OSError as exc:
             # The log dir is left as it was or resumable; say which file failed, in one line.

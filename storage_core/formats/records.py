@@ -108,20 +108,8 @@ def _parse_record(buf: bytes, pos: int, end: int) -> _RecordFields:
     pos += 1  # record attributes: unused since magic 2
     ts_delta, pos = decode_varlong(buf, pos)
     offset_delta, pos = decode_varint(buf, pos)
-    key_len, pos = decode_varint(buf, pos)
-    key: bytes | None = None
-    if key_len >= 0:
-        if pos + key_len > end:
-            raise _Malformed(f"key of {key_len} bytes runs past the record")
-        key = bytes(buf[pos : pos + key_len])  # no copy when buf is already bytes
-        pos += key_len
-    value_len, pos = decode_varint(buf, pos)
-    value: bytes | None = None
-    if value_len >= 0:
-        if pos + value_len > end:
-            raise _Malformed(f"value of {value_len} bytes runs past the record")
-        value = bytes(buf[pos : pos + value_len])
-        pos += value_len
+    key, pos = _nullable_bytes(buf, pos, end, "key")
+    value, pos = _nullable_bytes(buf, pos, end, "value")
     if pos < end and buf[pos] == 0:  # no headers, the common case
         pos += 1
         headers: tuple[Header, ...] = ()
@@ -146,15 +134,19 @@ def _parse_headers(buf: bytes, pos: int, end: int) -> tuple[tuple[Header, ...], 
         # Java decodes header keys leniently (malformed bytes become U+FFFD); do the same.
         hkey = bytes(buf[pos : pos + hkey_len]).decode("utf-8", errors="replace")
         pos += hkey_len
-        hval_len, pos = decode_varint(buf, pos)
-        hval: bytes | None = None
-        if hval_len >= 0:
-            if pos + hval_len > end:
-                raise _Malformed(f"header value of {hval_len} bytes runs past the record")
-            hval = bytes(buf[pos : pos + hval_len])
-            pos += hval_len
+        hval, pos = _nullable_bytes(buf, pos, end, "header value")
         headers.append((hkey, hval))
     return tuple(headers), pos
+
+
+def _nullable_bytes(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
+    """A varint length and that many bytes (length -1: null), which must end by ``end``."""
+    length, pos = decode_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise _Malformed(f"{what} of {length} bytes runs past the record")
+    return bytes(buf[pos : pos + length]), pos + length  # no copy when buf is already bytes
 
 
 def _record_bodies_uncompressed(data: bytes, count: int) -> Iterator[tuple[bytes, int, int]]:

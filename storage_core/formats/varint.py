@@ -66,17 +66,17 @@ def _encode(value: int, out: Callable[[int], None]) -> None:
 
 def encode_varint(value: int) -> bytes:
     """Zigzag-encode a signed 32-bit value."""
-    if not _INT32_MIN <= value <= _INT32_MAX:
-        raise ValueError(f"{value} does not fit a varint (signed 32-bit)")
-    out = bytearray()
-    _encode(value, out.append)
-    return bytes(out)
+    return _encode_checked(value, _INT32_MIN, _INT32_MAX, "a varint (signed 32-bit)")
 
 
 def encode_varlong(value: int) -> bytes:
     """Zigzag-encode a signed 64-bit value."""
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"{value} does not fit a varlong (signed 64-bit)")
+    return _encode_checked(value, _INT64_MIN, _INT64_MAX, "a varlong (signed 64-bit)")
+
+
+def _encode_checked(value: int, low: int, high: int, kind: str) -> bytes:
+    if not low <= value <= high:
+        raise ValueError(f"{value} does not fit {kind}")
     out = bytearray()
     _encode(value, out.append)
     return bytes(out)

@@ -22,7 +22,13 @@ from storage_core.remote.store_api import ObjectStore
 from storage_core.retention.local_trim import plan_local_trim
 from storage_core.retention.policy import UNLIMITED, RetentionPolicy
 from storage_core.retention.remote_cleanup import cleanup_partition, delete_partition_tier
-from storage_core.tiering.eligibility import Refusal, TrimTiming, copy_refusal, local_trim_refusal
+from storage_core.tiering.eligibility import (
+    Refusal,
+    TrimTiming,
+    config_int,
+    copy_refusal,
+    local_trim_refusal,
+)
 
 
 @dataclass
@@ -95,23 +101,15 @@ class _TopicView:
     """Why Tierkeeper must leave this topic alone (tiering.eligibility); the cleanup skips it."""
 
 
-def _int(configs: dict[str, str], key: str) -> int | None:
-    value = configs.get(key)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _policies(
     options: CleanupOptions, configs: dict[str, str]
 ) -> tuple[RetentionPolicy, RetentionPolicy | None]:
     remote = RetentionPolicy(
-        retention_ms=_pick(options.remote_retention_ms, _int(configs, "retention.ms")),
-        retention_bytes=_pick(options.remote_retention_bytes, _int(configs, "retention.bytes")),
+        retention_ms=_pick(options.remote_retention_ms, config_int(configs, "retention.ms")),
+        retention_bytes=_pick(options.remote_retention_bytes, config_int(configs, "retention.bytes")),
     )
-    local_ms = _pick(options.local_retention_ms, _local(_int(configs, "local.retention.ms")))
-    local_bytes = _pick(options.local_retention_bytes, _local(_int(configs, "local.retention.bytes")))
+    local_ms = _pick(options.local_retention_ms, _local(config_int(configs, "local.retention.ms")))
+    local_bytes = _pick(options.local_retention_bytes, _local(config_int(configs, "local.retention.bytes")))
     local = (
         None
         if local_ms == UNLIMITED and local_bytes == UNLIMITED

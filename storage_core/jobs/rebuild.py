@@ -24,7 +24,7 @@ from storage_core.rebuild.plan import (
     plan_rebuild,
     resolve_policy,
 )
-from storage_core.rebuild.restore import Progress, RestoreResult, restore
+from storage_core.rebuild.restore import NO_PROGRESS, RestoreProgress, RestoreResult, restore
 from storage_core.rebuild.state import (
     PartitionSummary,
     RebuildDir,
@@ -139,8 +139,7 @@ def rebuild_log_dir(
     store: ObjectStore,
     cluster: ClusterView,
     options: RebuildOptions,
-    progress: Progress | None = None,
-    on_start: Progress | None = None,
+    progress: RestoreProgress = NO_PROGRESS,
 ) -> RebuildOutcome:
     """Run (or resume, or confirm) the rebuild of one log dir; raises TierkeeperError on refusal/failure."""
     if options.if_empty:
@@ -190,7 +189,6 @@ def rebuild_log_dir(
             store,
             parallelism=options.parallelism,
             progress=progress,
-            on_start=on_start,
         )
         summaries = [summarize(p) for p in plan.partitions]
         installing = rdir.mark_installing(summaries)
@@ -224,8 +222,7 @@ def rebuild_log_dirs(
     store: ObjectStore,
     cluster: ClusterView,
     options: RebuildOptions,
-    progress: Progress | None = None,
-    on_start: Progress | None = None,
+    progress: RestoreProgress = NO_PROGRESS,
 ) -> RebuildOutcome:
     """Rebuild every log dir of a broker (JBOD: several). Each partition goes into one dir
     (:func:`dir_index`) and each dir is rebuilt on its own, with its own lock, marker and resume.
@@ -234,7 +231,7 @@ def rebuild_log_dirs(
     a restored partition could land beside its live copy in another dir (Kafka refuses to start then),
     so ``if_empty`` skips and otherwise the non-empty dir is refused, before any dir is touched."""
     if len(log_dirs) == 1:
-        return rebuild_log_dir(log_dirs[0], store, cluster, options, progress, on_start)
+        return rebuild_log_dir(log_dirs[0], store, cluster, options, progress)
     paths = [Path(d) for d in log_dirs]
     if len(set(paths)) != len(paths):
         raise RebuildRefused(f"a log dir is named twice: {', '.join(map(str, paths))}")
@@ -258,7 +255,7 @@ def rebuild_log_dirs(
         def share(i: int = i) -> list[AssignedPartition]:
             return [a for a in cluster() if dir_index(a.topic, a.partition, len(paths)) == i]
 
-        outcomes.append(rebuild_log_dir(path, store, share, options, progress, on_start))
+        outcomes.append(rebuild_log_dir(path, store, share, options, progress))
     actions = {o.action for o in outcomes}
     action = next(a for a in _ACTION_RANK if a in actions) if len(actions) > 1 else actions.pop()
     total = RestoreResult()

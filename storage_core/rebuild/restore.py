@@ -39,6 +39,19 @@ TMP_SUFFIX = ".tierkeeper-tmp"
 Progress = Callable[[int], None]
 
 
+@dataclass(frozen=True)
+class RestoreProgress:
+    """Where a restore reports how far it is (a progress bar, a rate limit)."""
+
+    advanced: Progress | None = None
+    """Called with each chunk's size as it arrives (from worker threads, serialised)."""
+    started: Progress | None = None
+    """Learns the number of bytes still to download once the staged dirs are reconciled."""
+
+
+NO_PROGRESS = RestoreProgress()
+
+
 @dataclass
 class RestoreResult:
     downloaded_files: int = 0
@@ -133,13 +146,9 @@ def restore(
     store: ObjectStore,
     *,
     parallelism: int,
-    progress: Progress | None = None,
-    on_start: Progress | None = None,
+    progress: RestoreProgress = NO_PROGRESS,
 ) -> RestoreResult:
-    """Bring every planned partition's staged directory to exactly what its plan describes.
-
-    ``on_start`` learns the number of bytes still to download once the staged dirs are reconciled;
-    ``progress`` is called (from worker threads, serialised) as chunks arrive."""
+    """Bring every planned partition's staged directory to exactly what its plan describes."""
     result = RestoreResult()
     jobs: list[tuple[RestoreFile, Path]] = []
     dirs: dict[str, Path] = {}
@@ -150,12 +159,12 @@ def restore(
         result.kept_files += kept
         result.removed_files += removed
         jobs.extend((f, pdir / f.name) for f in missing)
-    if on_start is not None:
-        on_start(sum(f.size for f, _ in jobs))
+    if progress.started is not None:
+        progress.started(sum(f.size for f, _ in jobs))
     # Largest first: the long downloads start early, the small ones fill the gaps at the end.
     jobs.sort(key=lambda job: job[0].size, reverse=True)
     lock = threading.Lock()
-    report = progress or (lambda _n: None)
+    report = progress.advanced or (lambda _n: None)
 
     def tick(n: int) -> None:
         with lock:

@@ -77,7 +77,8 @@ TIERING_CONFIG_KEYS = frozenset(
 configs of many topics (the operator, 10,000 topics) keeps these and drops the ~30 others."""
 
 
-def _int(configs: Mapping[str, str], key: str) -> int | None:
+def config_int(configs: Mapping[str, str], key: str) -> int | None:
+    """A topic config as a number; None when it is not set or not a number (Kafka's own default holds)."""
     value = configs.get(key)
     try:
         return int(value) if value is not None else None
@@ -184,7 +185,7 @@ def local_trim_refusal(
     by_time = _kafka_limit_refusal(
         topic,
         "retention.ms",
-        _int(configs, "retention.ms"),
+        config_int(configs, "retention.ms"),
         local.retention_ms,
         None if remote is None else remote.retention_ms,
         margin,
@@ -193,11 +194,11 @@ def local_trim_refusal(
     )
     if by_time is not None:
         return by_time
-    segment = _int(configs, "segment.bytes") or 0
+    segment = config_int(configs, "segment.bytes") or 0
     return _kafka_limit_refusal(
         topic,
         "retention.bytes",
-        _int(configs, "retention.bytes"),
+        config_int(configs, "retention.bytes"),
         local.retention_bytes,
         None if remote is None else remote.retention_bytes,
         UNTIERED_SEGMENTS * segment,

@@ -457,15 +457,13 @@ def test_gateway_objects_run_and_serve_history_under_the_restricted_profile(
         settings = GatewaySettings(metrics_port=base + 11)
         owner = owner_cluster(plane, ns)
         kube = Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,))
-        state = sync_gateway(kube, cluster, gateway, ns, kafka_broker.node_ids, owner, settings)
+        state = sync_gateway(kube, cluster, gateway, kafka_broker.node_ids, owner, settings)
         assert state.problem is None and state.bootstrap == f"127.0.0.1:{base}"
 
         name = gateway_name("tiered")
 
         def ready() -> int:
-            return sync_gateway(
-                kube, cluster, gateway, ns, kafka_broker.node_ids, owner, settings
-            ).ready_replicas
+            return sync_gateway(kube, cluster, gateway, kafka_broker.node_ids, owner, settings).ready_replicas
 
         assert wait_until(ready, 180, 1.0) == 1, plane.request("GET", f"/api/v1/namespaces/{ns}/pods")
         (pod,) = plane.request(
@@ -483,10 +481,10 @@ def test_gateway_objects_run_and_serve_history_under_the_restricted_profile(
         assert_service_reaches_pod(svc, pod)
         deployment = plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}")
         # A broker joins, then leaves: the Service's ports follow, the pod template stays (no rollout).
-        sync_gateway(kube, cluster, gateway, ns, [1, 4], owner, settings)
+        sync_gateway(kube, cluster, gateway, [1, 4], owner, settings)
         ports = {p["name"]: p["port"] for p in plane.request("GET", service)["spec"]["ports"]}
         assert ports == {"bootstrap": base, "broker-1": base + 1, "broker-4": base + 4, "metrics": base + 11}
-        sync_gateway(kube, cluster, gateway, ns, [1], owner, settings)
+        sync_gateway(kube, cluster, gateway, [1], owner, settings)
         ports = {p["name"]: p["port"] for p in plane.request("GET", service)["spec"]["ports"]}
         assert "broker-4" not in ports
         policy = plane.request("GET", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{name}")
@@ -495,9 +493,7 @@ def test_gateway_objects_run_and_serve_history_under_the_restricted_profile(
         assert after["metadata"]["generation"] == deployment["metadata"]["generation"]
 
         # Disabled: every object goes.
-        off = sync_gateway(
-            kube, cluster, gateway.model_copy(update={"enabled": False}), ns, [1], owner, settings
-        )
+        off = sync_gateway(kube, cluster, gateway.model_copy(update={"enabled": False}), [1], owner, settings)
         assert off.bootstrap is None
         for path in (
             service,

@@ -56,7 +56,7 @@ def objects(
     cluster: KafkaClusterConfig = CLUSTER,
     settings: GatewaySettings | None = None,
 ) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o for o in gateway_objects(cluster, gateway, "kafka", brokers, OWNER, settings)}
+    return {o["kind"]: o for o in gateway_objects(cluster, gateway, brokers, OWNER, settings)}
 
 
 def pod(objs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def parsed_args(objs: dict[str, dict[str, Any]]) -> argparse.Namespace:
 
 
 def test_disabled_gateway_has_no_objects() -> None:
-    assert gateway_objects(CLUSTER, GatewaySpec(), "kafka", [0], OWNER) == []
+    assert gateway_objects(CLUSTER, GatewaySpec(), [0], OWNER) == []
 
 
 def test_every_object_is_named_labelled_and_owned_by_the_tiered_cluster() -> None:

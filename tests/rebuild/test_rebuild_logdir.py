@@ -20,7 +20,7 @@ from storage_core.formats.checkpoints import (
 )
 from storage_core.jobs.rebuild import RebuildOptions, RebuildOutcome, rebuild_log_dir
 from storage_core.rebuild.plan import RebuildRefused
-from storage_core.rebuild.restore import CHUNK, TMP_SUFFIX
+from storage_core.rebuild.restore import CHUNK, TMP_SUFFIX, RestoreProgress
 from storage_core.rebuild.state import (
     CLEAN_SHUTDOWN,
     MARKER,
@@ -317,7 +317,7 @@ def test_a_rate_limited_rebuild_waits_for_its_rate_and_restores_the_same(tmp_pat
         tier.store,
         tier.cluster,
         OPTIONS,
-        progress=limited(seen.append, RateLimiter(rate, clock=lambda: 0.0, sleep=sleep)),
+        RestoreProgress(advanced=limited(seen.append, RateLimiter(rate, clock=lambda: 0.0, sleep=sleep))),
     )
     assert outcome.action == "rebuilt" and outcome.restore.downloaded_bytes == total == sum(seen)
     assert max(slept) == pytest.approx((total - rate) / rate)
