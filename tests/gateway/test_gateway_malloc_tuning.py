@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 # An answer's life in the gateway: a buffer of a partition's fetch limit (+ a batch header), filled, kept
-# while two more are read ahead, freed. Prints minor page faults per buffer after a warm-up round.
+# while the next one is read ahead, freed. Prints minor page faults per buffer after a warm-up round.
 CHILD = textwrap.dedent(
     """
     import json, resource, sys
