@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage_core.adapters.kafka_tls import client_tls as kafka_tls
 from storage_core.adapters.kafka_tls import tls_files
+from storage_core.adapters.malloc_tuning import keep_freed_buffers
 from storage_core.cli.common import add_remote_args, open_store, require_positive
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config, kafka_client_files
 from storage_core.errors import ConfigError
@@ -289,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
         "the Kafka client properties", functools.partial(_kafka_client, args), outcome=metrics.reloaded
     )
     store = open_store(args, existing=True)
+    keep_freed_buffers()  # answer buffers reused, not fresh pages per fetch (adapters/malloc_tuning.py)
     tier_pool = ThreadPoolExecutor(
         max_workers=args.tier_threads, thread_name_prefix="tierkeeper-gateway-tier"
     )
