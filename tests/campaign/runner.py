@@ -9,6 +9,7 @@ and each fault happens at a step: nothing depends on how fast the machine is.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import sys
 import time
@@ -233,8 +234,10 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
     plain, txn, kept = result.topics
     # The orphan sweep, then no object of the round's topics (any incarnation) unreferenced by metadata;
     # the reads below prove the sweep took nothing still needed.
+    # The CLI runs below are independent processes (one topic's sweep, one partition's read): side by side.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=PARTITIONS) as pool:
+        list(pool.map(system.sweep, result.topics))
     for topic in result.topics:
-        system.sweep(topic)
         findings += [Finding(ORPHAN, topic, -1, -1, key) for key in system.unreferenced_objects(topic)]
     # Remote retention: one pass between two clock readings; what it deleted is checked against the
     # window computed from the producer's stamps and the bucket's sizes.
@@ -301,13 +304,16 @@ def check_round(system: CampaignSystem, result: RoundResult) -> list[Finding]:
     # a recreated topic only the live incarnation's records.
     for topic in (plain, txn, kept):
         live_id = system.topic_id(topic) if topic in system.deleted else None
-        for partition in range(PARTITIONS):
-            start = 0
-            if topic == kept:  # retention deletes: from where the tier begins, if it holds anything
-                if not after[partition]:
-                    continue
-                start = after[partition][0][0]
-            tiered = system.read_tier(topic, partition, live_id, from_offset=start)
+        starts = dict.fromkeys(range(PARTITIONS), 0)
+        if topic == kept:  # retention deletes: from where the tier begins, if it holds anything
+            starts = {partition: rows[0][0] for partition, rows in after.items() if rows}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=PARTITIONS) as pool:
+            reads = {
+                partition: pool.submit(system.read_tier, topic, partition, live_id, from_offset=start)
+                for partition, start in starts.items()
+            }
+        for partition, read in reads.items():
+            tiered = read.result()
             result.records_checked += len(tiered)
             end = max((r.offset for r in tiered), default=-1)
             upto = Ledger(aborted=system.ledger.aborted, deleted_values=system.ledger.deleted_values)
