@@ -46,6 +46,125 @@ def _offsets(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
+def _synthetic_source() -> type:
+    """A Python streaming source that reads nothing: its offsets advance by ``maxOffsetsPerTrigger`` up to
+    ``end`` and each micro-batch is cut into tasks of ``splitOffsets``, as the hybrid's history is. With
+    ``arrow=true`` each task hands Spark ready-made Arrow batches of 1 KB values (built once per worker);
+    else none. Its micro-batches are Spark's own cost of a Python source (planner calls, task launch,
+    Python workers, the Arrow into rows), the floor under any Python source's, the hybrid's included."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from storage_core.formats.arrow_records import kafka_schema
+
+    class Reader(DataSourceStreamReader):  # type: ignore[misc]
+        def __init__(self, options: dict[str, str]) -> None:
+            self.end, self.per = int(options["end"]), int(options["maxOffsetsPerTrigger"])
+            self.split, self.arrow = int(options["splitOffsets"]), options["arrow"] == "true"
+            self.at = 0
+
+        def initialOffset(self) -> dict[str, Any]:
+            return {"t": {"0": 0}}
+
+        def latestOffset(self) -> dict[str, Any]:
+            self.at = min(self.end, self.at + self.per)
+            return {"t": {"0": self.at}}
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+            a, b = int(start["t"]["0"]), int(end["t"]["0"])
+            return [InputPartition((lo, min(lo + self.split, b))) for lo in range(a, b, self.split)]
+
+        def read(self, partition: Any) -> Any:
+            if not self.arrow:
+                return
+            lo, hi = partition.value
+            rows = 4096
+            values = pa.array([b"x" * 1000] * rows, pa.binary())
+            for at in range(lo, hi, rows):
+                n = min(rows, hi - at)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.nulls(n, pa.binary()),
+                        values.slice(0, n),
+                        pa.array(["t"] * n, pa.string()),
+                        pa.array([0] * n, pa.int32()),
+                        pa.array(range(at, at + n), pa.int64()),
+                        pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                        pa.array([0] * n, pa.int32()),
+                    ],
+                    schema=kafka_schema(),
+                )
+
+        def commit(self, end: dict[str, Any]) -> None:
+            pass
+
+    class Source(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bench_synthetic"
+
+        def schema(self) -> str:
+            from storage_core.spark.source import SCHEMA
+
+            return SCHEMA
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader(self.options)
+
+    return Source
+
+
+def _traced_source(trace: str) -> type:
+    """The tierkeeper source with each stream-reader call timed: a JSON line per call appended to
+    ``trace`` (driver-side planner calls and each task's read in the Python workers, with their pid)."""
+    import time
+
+    from storage_core.spark.source import TierkeeperDataSource, _StreamReader
+
+    def note(call: str, began: float, **extra: Any) -> None:
+        span = {"call": call, "pid": os.getpid(), "at": began, "s": round(time.time() - began, 4), **extra}
+        with open(trace, "a") as f:
+            f.write(json.dumps(span) + "\n")
+
+    class Reader(_StreamReader):  # type: ignore[misc]
+        def latestOffset(self) -> Any:
+            began = time.time()
+            out = super().latestOffset()
+            note("latestOffset", began)
+            return out
+
+        def partitions(self, start: Any, end: Any) -> Any:
+            began = time.time()
+            out = super().partitions(start, end)
+            note("partitions", began, tasks=len(out))
+            return out
+
+        def commit(self, end: Any) -> None:
+            began = time.time()
+            super().commit(end)
+            note("commit", began)
+
+        def read(self, partition: Any) -> Any:
+            began = time.time()
+            rows = 0
+            for batch in super().read(partition):
+                rows += batch.num_rows
+                yield batch
+            note("read", began, rows=rows)
+
+    class Source(TierkeeperDataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "tierkeeper_traced"
+
+        def streamReader(self, schema: Any) -> Any:
+            from storage_core.spark.options import parse_options
+
+            return Reader(parse_options(self.options, streaming=True))
+
+    return Source
+
+
 def stream_child(ns: argparse.Namespace) -> int:
     """One stream in this process's own Spark session; prints a JSON line of its batches."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -60,7 +179,16 @@ def stream_child(ns: argparse.Namespace) -> int:
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
-    if ns.source == "hybrid":
+    synthetic = ns.source in ("python-empty", "python-arrow")
+    if synthetic:
+        spark.dataSource.register(_synthetic_source())
+        options = {
+            "end": str(ns.end),
+            "splitOffsets": str(ns.split_offsets),
+            "arrow": str(ns.source == "python-arrow").lower(),
+        }
+        fmt = "bench_synthetic"
+    elif ns.source == "hybrid":
         options = {
             "remote": ns.remote,
             "topic": ns.topic,
@@ -68,12 +196,16 @@ def stream_child(ns: argparse.Namespace) -> int:
             "kafka.bootstrap.servers": ns.bootstrap,
         }
         fmt = "tierkeeper"
+        if ns.trace:
+            spark.dataSource.register(_traced_source(ns.trace))
+            fmt = "tierkeeper_traced"
     else:
         options = {"kafka.bootstrap.servers": ns.bootstrap, "subscribe": ns.topic}
         fmt = "kafka"
     # Warm: the JVM's classes, the Python workers (a small batch read of the same source).
     warm = {"endingOffsets": json.dumps({ns.topic: {"0": 1000}}), "startingOffsets": "earliest"}
-    spark.read.format(fmt).options(**options, **warm).load().count()
+    if not synthetic:
+        spark.read.format(fmt).options(**options, **warm).load().count()
     from spark.conftest import StreamRun  # restarts a query Spark's fixed 10 s connect-back wait failed
 
     def start() -> Any:
@@ -101,8 +233,9 @@ def stream_child(ns: argparse.Namespace) -> int:
         source = p["sources"][0]
         if not source.get("endOffset"):
             continue
-        begin = _offsets(source.get("startOffset")).get(ns.topic, {})
-        end = _offsets(source["endOffset"])[ns.topic]
+        topic = "t" if synthetic else ns.topic
+        begin = _offsets(source.get("startOffset")).get(topic, {})
+        end = _offsets(source["endOffset"])[topic]
         offsets = int(end["0"]) - int(begin.get("0", 0))
         if offsets == 0:
             continue
@@ -113,6 +246,7 @@ def stream_child(ns: argparse.Namespace) -> int:
                 "rows": p["numInputRows"],
                 "trigger_s": p["durationMs"]["triggerExecution"] / 1000,
                 "add_batch_s": p["durationMs"].get("addBatch", 0) / 1000,
+                "phases_ms": p["durationMs"],
             }
         )
     print(json.dumps({"source": ns.source, "batches": batches}))
@@ -120,13 +254,22 @@ def stream_child(ns: argparse.Namespace) -> int:
 
 
 def run_stream(
-    source: str, ns: argparse.Namespace, remote: str, bootstrap: str, max_offsets: int, work: Path
+    source: str,
+    ns: argparse.Namespace,
+    remote: str,
+    bootstrap: str,
+    max_offsets: int,
+    work: Path,
+    history: int = 0,
 ) -> Any:
+    split = ns.segment_mib * MiB // 1000  # about one segment's records: the hybrid's history splits
     args = [
         sys.executable, __file__, "stream-child", "--source", source, "--remote", remote, "--topic", ns.topic,
         "--bootstrap", bootstrap, "--max-offsets", str(max_offsets),
-        "--checkpoint", str(work / f"ckpt-{source}"),
+        "--checkpoint", str(work / f"ckpt-{source}"), "--end", str(history), "--split-offsets", str(split),
     ]  # fmt: skip
+    if source == "hybrid" and ns.trace:
+        args += ["--trace", ns.trace]
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -173,6 +316,9 @@ def main() -> int:
     for name in ("--source", "--remote", "--topic", "--bootstrap", "--checkpoint"):
         child.add_argument(name, required=True)
     child.add_argument("--max-offsets", type=int, required=True)
+    child.add_argument("--end", type=int, default=0)
+    child.add_argument("--trace", help="hybrid: append a JSON line per stream-reader call here")
+    child.add_argument("--split-offsets", type=int, default=1)
     parser.add_argument("--history-mib", type=int, default=128)
     parser.add_argument(
         "--history-batches", type=int, default=4, help="micro-batches the history is read in (>= 3)"
@@ -181,6 +327,7 @@ def main() -> int:
     parser.add_argument("--segment-mib", type=int, default=16)
     parser.add_argument("--topic", default="bench-hybrid")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--trace", help="append the hybrid stream's timed calls here (JSON lines)")
     ns = parser.parse_args()
     if ns.mode == "stream-child":
         return stream_child(ns)
@@ -207,6 +354,11 @@ def main() -> int:
             per_batch = -(-history // ns.history_batches)
             runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in ("hybrid", "kafka")}
             results["runs"] = runs
+            for s in ("python-empty", "python-arrow"):
+                warm = run_stream(s, ns, remote, bootstrap, per_batch, work, history)["batches"][1:]
+                results[f"{s}_warm_batch_s"] = [b["trigger_s"] for b in warm]
+                seconds = sum(b["trigger_s"] for b in warm)
+                results[f"{s}_mib_per_s"] = round(sum(b["offsets"] for b in warm) * 1000 / MiB / seconds, 1)
             results["load_avg_after"] = os.getloadavg()
             results.update(compare(runs["hybrid"]["batches"], runs["kafka"]["batches"], history, end))
         finally:
