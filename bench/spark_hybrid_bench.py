@@ -16,7 +16,16 @@ Throughput is a rate, so it is taken over the micro-batches after the first (the
 stream's Python planner and workers; it is reported apart, ``first_batch_ratio``): ``history_ratio`` over
 the batches wholly inside the history, ``tail_ratio`` over those wholly in the tail, each the Kafka
 source's seconds over the hybrid's for the same offsets, from one run; the issue's goals are >= 2x over
-history and >= 0.9x over the tail.
+history and >= 0.9x over the tail. ``per_segment_tasks``: the same ratios for the hybrid with one task
+per 16 MiB segment (``maxBytesPerSplit`` = the segment size: how micro-batches were planned before their
+splits were packed into one task per partition), an A/B of the packing in the same run.
+
+The floor under any Python source: two sources of Spark's Python DataSource API that read nothing, run
+the same way over the history's offsets (``python-empty``: one task per segment's worth of offsets,
+``python-empty-1task``: one per batch, both yielding no rows; ``python-arrow-1task``: one task per batch
+handing Spark ready-made Arrow batches of 1 KB values), their warm micro-batches' seconds reported.
+``--trace FILE`` appends a JSON line per call of the hybrid's stream reader (planner calls in the driver's
+Python runner, each task's read in the Python workers, with pids).
 """
 
 from __future__ import annotations
@@ -179,22 +188,25 @@ def stream_child(ns: argparse.Namespace) -> int:
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
-    synthetic = ns.source in ("python-empty", "python-arrow")
+    synthetic = ns.source.startswith("python-")
     if synthetic:
         spark.dataSource.register(_synthetic_source())
         options = {
             "end": str(ns.end),
             "splitOffsets": str(ns.split_offsets),
-            "arrow": str(ns.source == "python-arrow").lower(),
+            "arrow": str(ns.source.startswith("python-arrow")).lower(),
         }
         fmt = "bench_synthetic"
-    elif ns.source == "hybrid":
+    elif ns.source.startswith("hybrid"):
         options = {
             "remote": ns.remote,
             "topic": ns.topic,
             "continueFromKafka": "true",
             "kafka.bootstrap.servers": ns.bootstrap,
         }
+        if ns.source == "hybrid-per-segment":
+            # One task per segment, as micro-batches were planned before their splits were packed.
+            options["maxBytesPerSplit"] = str(ns.segment_bytes)
         fmt = "tierkeeper"
         if ns.trace:
             spark.dataSource.register(_traced_source(ns.trace))
@@ -262,11 +274,13 @@ def run_stream(
     work: Path,
     history: int = 0,
 ) -> Any:
-    split = ns.segment_mib * MiB // 1000  # about one segment's records: the hybrid's history splits
+    # About one segment's records (the history's splits before they were packed), or the batch whole.
+    split = max_offsets if source.endswith("-1task") else ns.segment_mib * MiB // 1000
     args = [
         sys.executable, __file__, "stream-child", "--source", source, "--remote", remote, "--topic", ns.topic,
         "--bootstrap", bootstrap, "--max-offsets", str(max_offsets),
         "--checkpoint", str(work / f"ckpt-{source}"), "--end", str(history), "--split-offsets", str(split),
+        "--segment-bytes", str(ns.segment_mib * MiB),
     ]  # fmt: skip
     if source == "hybrid" and ns.trace:
         args += ["--trace", ns.trace]
@@ -317,6 +331,7 @@ def main() -> int:
         child.add_argument(name, required=True)
     child.add_argument("--max-offsets", type=int, required=True)
     child.add_argument("--end", type=int, default=0)
+    child.add_argument("--segment-bytes", type=int, default=16 * MiB)
     child.add_argument("--trace", help="hybrid: append a JSON line per stream-reader call here")
     child.add_argument("--split-offsets", type=int, default=1)
     parser.add_argument("--history-mib", type=int, default=128)
@@ -352,15 +367,20 @@ def main() -> int:
             end = KafkaAdmin(bootstrap).high_watermarks([(ns.topic, 0)])[(ns.topic, 0)]
             results["offsets"] = {"history": history, "tail": end - history}
             per_batch = -(-history // ns.history_batches)
-            runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in ("hybrid", "kafka")}
+            sources = ("hybrid", "hybrid-per-segment", "kafka")
+            runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in sources}
             results["runs"] = runs
-            for s in ("python-empty", "python-arrow"):
+            for s in ("python-empty", "python-empty-1task", "python-arrow-1task"):
                 warm = run_stream(s, ns, remote, bootstrap, per_batch, work, history)["batches"][1:]
                 results[f"{s}_warm_batch_s"] = [b["trigger_s"] for b in warm]
                 seconds = sum(b["trigger_s"] for b in warm)
                 results[f"{s}_mib_per_s"] = round(sum(b["offsets"] for b in warm) * 1000 / MiB / seconds, 1)
             results["load_avg_after"] = os.getloadavg()
             results.update(compare(runs["hybrid"]["batches"], runs["kafka"]["batches"], history, end))
+            per_segment = compare(
+                runs["hybrid-per-segment"]["batches"], runs["kafka"]["batches"], history, end
+            )
+            results["per_segment_tasks"] = per_segment
         finally:
             cluster.stop()
     return report(results, ns.json)
