@@ -126,6 +126,7 @@ def _read(opts: ScanOptions, partition: InputPartition) -> Iterator[pa.RecordBat
             include_headers=opts.include_headers,
         )
         return
+    assert isinstance(partition, SplitPartition)
     with _open_reader(opts) as reader:
         for split in partition.splits:
             yield from read_split(reader, split, include_headers=opts.include_headers)
