@@ -9,8 +9,8 @@ produced and left on the brokers (the tail). Nothing is trimmed: Spark's Kafka s
 record from the broker. Each source runs in a child process of its own (own JVM, local[2]) as one
 stream, ``startingOffsets=earliest``, ``maxOffsetsPerTrigger=ceil(H / --history-batches)``, to the
 ``noop`` sink until all is processed, and is timed from its own progress reports (``triggerExecution``
-of each micro-batch; ``addBatch`` is the read alone). A batch query of the same source warms the JVM and
-the Python workers first.
+of each micro-batch; ``addBatch`` is the read alone). A batch query of the same source in two tasks warms
+the JVM and both Python workers first.
 
 Throughput is a rate, so it is taken over the micro-batches after the first (the first also starts the
 stream's Python planner and workers; it is reported apart, ``first_batch_ratio``): ``history_ratio`` over
@@ -215,7 +215,11 @@ def stream_child(ns: argparse.Namespace) -> int:
         options = {"kafka.bootstrap.servers": ns.bootstrap, "subscribe": ns.topic}
         fmt = "kafka"
     # Warm: the JVM's classes, the Python workers (a small batch read of the same source).
+    # Two tasks, so that both of local[2]'s Python workers have started before the stream (a stream whose
+    # batches are one task each would otherwise start the second one in its first batch of two tasks).
     warm = {"endingOffsets": json.dumps({ns.topic: {"0": 1000}}), "startingOffsets": "earliest"}
+    # (the hybrid's batch read ignores minPartitions; its ~1 MB of splits cut at 512 KiB are two)
+    warm.update({"maxBytesPerSplit": str(512 << 10)} if fmt != "kafka" else {"minPartitions": "2"})
     if not synthetic:
         spark.read.format(fmt).options(**options, **warm).load().count()
     from spark.conftest import StreamRun  # restarts a query Spark's fixed 10 s connect-back wait failed
