@@ -221,7 +221,7 @@ def stream_child(ns: argparse.Namespace) -> int:
     # (the hybrid's batch read ignores minPartitions; its ~1 MB of splits cut at 512 KiB are two)
     warm.update({"maxBytesPerSplit": str(512 << 10)} if fmt != "kafka" else {"minPartitions": "2"})
     if not synthetic:
-        spark.read.format(fmt).options(**options, **warm).load().count()
+        spark.read.format(fmt).options(**{**options, **warm}).load().count()
     from spark.conftest import StreamRun  # restarts a query Spark's fixed 10 s connect-back wait failed
 
     def start() -> Any:
