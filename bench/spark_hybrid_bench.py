@@ -9,14 +9,23 @@ produced and left on the brokers (the tail). Nothing is trimmed: Spark's Kafka s
 record from the broker. Each source runs in a child process of its own (own JVM, local[2]) as one
 stream, ``startingOffsets=earliest``, ``maxOffsetsPerTrigger=ceil(H / --history-batches)``, to the
 ``noop`` sink until all is processed, and is timed from its own progress reports (``triggerExecution``
-of each micro-batch; ``addBatch`` is the read alone). A batch query of the same source warms the JVM and
-the Python workers first.
+of each micro-batch; ``addBatch`` is the read alone). A batch query of the same source in two tasks warms
+the JVM and both Python workers first.
 
 Throughput is a rate, so it is taken over the micro-batches after the first (the first also starts the
 stream's Python planner and workers; it is reported apart, ``first_batch_ratio``): ``history_ratio`` over
 the batches wholly inside the history, ``tail_ratio`` over those wholly in the tail, each the Kafka
 source's seconds over the hybrid's for the same offsets, from one run; the issue's goals are >= 2x over
-history and >= 0.9x over the tail.
+history and >= 0.9x over the tail. ``per_segment_tasks``: the same ratios for the hybrid with one task
+per 16 MiB segment (``maxBytesPerSplit`` = the segment size: how micro-batches were planned before their
+splits were packed into one task per partition), an A/B of the packing in the same run.
+
+The floor under any Python source: two sources of Spark's Python DataSource API that read nothing, run
+the same way over the history's offsets (``python-empty``: one task per segment's worth of offsets,
+``python-empty-1task``: one per batch, both yielding no rows; ``python-arrow-1task``: one task per batch
+handing Spark ready-made Arrow batches of 1 KB values), their warm micro-batches' seconds reported.
+``--trace FILE`` appends a JSON line per call of the hybrid's stream reader (planner calls in the driver's
+Python runner, each task's read in the Python workers, with pids).
 """
 
 from __future__ import annotations
@@ -46,6 +55,125 @@ def _offsets(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
+def _synthetic_source() -> type:
+    """A Python streaming source that reads nothing: its offsets advance by ``maxOffsetsPerTrigger`` up to
+    ``end`` and each micro-batch is cut into tasks of ``splitOffsets``, as the hybrid's history is. With
+    ``arrow=true`` each task hands Spark ready-made Arrow batches of 1 KB values (built once per worker);
+    else none. Its micro-batches are Spark's own cost of a Python source (planner calls, task launch,
+    Python workers, the Arrow into rows), the floor under any Python source's, the hybrid's included."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from storage_core.formats.arrow_records import kafka_schema
+
+    class Reader(DataSourceStreamReader):  # type: ignore[misc]
+        def __init__(self, options: dict[str, str]) -> None:
+            self.end, self.per = int(options["end"]), int(options["maxOffsetsPerTrigger"])
+            self.split, self.arrow = int(options["splitOffsets"]), options["arrow"] == "true"
+            self.at = 0
+
+        def initialOffset(self) -> dict[str, Any]:
+            return {"t": {"0": 0}}
+
+        def latestOffset(self) -> dict[str, Any]:
+            self.at = min(self.end, self.at + self.per)
+            return {"t": {"0": self.at}}
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+            a, b = int(start["t"]["0"]), int(end["t"]["0"])
+            return [InputPartition((lo, min(lo + self.split, b))) for lo in range(a, b, self.split)]
+
+        def read(self, partition: Any) -> Any:
+            if not self.arrow:
+                return
+            lo, hi = partition.value
+            rows = 4096
+            values = pa.array([b"x" * 1000] * rows, pa.binary())
+            for at in range(lo, hi, rows):
+                n = min(rows, hi - at)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.nulls(n, pa.binary()),
+                        values.slice(0, n),
+                        pa.array(["t"] * n, pa.string()),
+                        pa.array([0] * n, pa.int32()),
+                        pa.array(range(at, at + n), pa.int64()),
+                        pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                        pa.array([0] * n, pa.int32()),
+                    ],
+                    schema=kafka_schema(),
+                )
+
+        def commit(self, end: dict[str, Any]) -> None:
+            pass
+
+    class Source(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bench_synthetic"
+
+        def schema(self) -> str:
+            from storage_core.spark.source import SCHEMA
+
+            return SCHEMA
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader(self.options)
+
+    return Source
+
+
+def _traced_source(trace: str) -> type:
+    """The tierkeeper source with each stream-reader call timed: a JSON line per call appended to
+    ``trace`` (driver-side planner calls and each task's read in the Python workers, with their pid)."""
+    import time
+
+    from storage_core.spark.source import TierkeeperDataSource, _StreamReader
+
+    def note(call: str, began: float, **extra: Any) -> None:
+        span = {"call": call, "pid": os.getpid(), "at": began, "s": round(time.time() - began, 4), **extra}
+        with open(trace, "a") as f:
+            f.write(json.dumps(span) + "\n")
+
+    class Reader(_StreamReader):  # type: ignore[misc]
+        def latestOffset(self) -> Any:
+            began = time.time()
+            out = super().latestOffset()
+            note("latestOffset", began)
+            return out
+
+        def partitions(self, start: Any, end: Any) -> Any:
+            began = time.time()
+            out = super().partitions(start, end)
+            note("partitions", began, tasks=len(out))
+            return out
+
+        def commit(self, end: Any) -> None:
+            began = time.time()
+            super().commit(end)
+            note("commit", began)
+
+        def read(self, partition: Any) -> Any:
+            began = time.time()
+            rows = 0
+            for batch in super().read(partition):
+                rows += batch.num_rows
+                yield batch
+            note("read", began, rows=rows)
+
+    class Source(TierkeeperDataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "tierkeeper_traced"
+
+        def streamReader(self, schema: Any) -> Any:
+            from storage_core.spark.options import parse_options
+
+            return Reader(parse_options(self.options, streaming=True))
+
+    return Source
+
+
 def stream_child(ns: argparse.Namespace) -> int:
     """One stream in this process's own Spark session; prints a JSON line of its batches."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -60,20 +188,40 @@ def stream_child(ns: argparse.Namespace) -> int:
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
-    if ns.source == "hybrid":
+    synthetic = ns.source.startswith("python-")
+    if synthetic:
+        spark.dataSource.register(_synthetic_source())
+        options = {
+            "end": str(ns.end),
+            "splitOffsets": str(ns.split_offsets),
+            "arrow": str(ns.source.startswith("python-arrow")).lower(),
+        }
+        fmt = "bench_synthetic"
+    elif ns.source.startswith("hybrid"):
         options = {
             "remote": ns.remote,
             "topic": ns.topic,
             "continueFromKafka": "true",
             "kafka.bootstrap.servers": ns.bootstrap,
         }
+        if ns.source == "hybrid-per-segment":
+            # One task per segment, as micro-batches were planned before their splits were packed.
+            options["maxBytesPerSplit"] = str(ns.segment_bytes)
         fmt = "tierkeeper"
+        if ns.trace:
+            spark.dataSource.register(_traced_source(ns.trace))
+            fmt = "tierkeeper_traced"
     else:
         options = {"kafka.bootstrap.servers": ns.bootstrap, "subscribe": ns.topic}
         fmt = "kafka"
     # Warm: the JVM's classes, the Python workers (a small batch read of the same source).
+    # Two tasks, so that both of local[2]'s Python workers have started before the stream (a stream whose
+    # batches are one task each would otherwise start the second one in its first batch of two tasks).
     warm = {"endingOffsets": json.dumps({ns.topic: {"0": 1000}}), "startingOffsets": "earliest"}
-    spark.read.format(fmt).options(**options, **warm).load().count()
+    # (the hybrid's batch read ignores minPartitions; its ~1 MB of splits cut at 512 KiB are two)
+    warm.update({"maxBytesPerSplit": str(512 << 10)} if fmt != "kafka" else {"minPartitions": "2"})
+    if not synthetic:
+        spark.read.format(fmt).options(**{**options, **warm}).load().count()
     from spark.conftest import StreamRun  # restarts a query Spark's fixed 10 s connect-back wait failed
 
     def start() -> Any:
@@ -101,8 +249,9 @@ def stream_child(ns: argparse.Namespace) -> int:
         source = p["sources"][0]
         if not source.get("endOffset"):
             continue
-        begin = _offsets(source.get("startOffset")).get(ns.topic, {})
-        end = _offsets(source["endOffset"])[ns.topic]
+        topic = "t" if synthetic else ns.topic
+        begin = _offsets(source.get("startOffset")).get(topic, {})
+        end = _offsets(source["endOffset"])[topic]
         offsets = int(end["0"]) - int(begin.get("0", 0))
         if offsets == 0:
             continue
@@ -113,6 +262,7 @@ def stream_child(ns: argparse.Namespace) -> int:
                 "rows": p["numInputRows"],
                 "trigger_s": p["durationMs"]["triggerExecution"] / 1000,
                 "add_batch_s": p["durationMs"].get("addBatch", 0) / 1000,
+                "phases_ms": p["durationMs"],
             }
         )
     print(json.dumps({"source": ns.source, "batches": batches}))
@@ -120,13 +270,24 @@ def stream_child(ns: argparse.Namespace) -> int:
 
 
 def run_stream(
-    source: str, ns: argparse.Namespace, remote: str, bootstrap: str, max_offsets: int, work: Path
+    source: str,
+    ns: argparse.Namespace,
+    remote: str,
+    bootstrap: str,
+    max_offsets: int,
+    work: Path,
+    history: int = 0,
 ) -> Any:
+    # About one segment's records (the history's splits before they were packed), or the batch whole.
+    split = max_offsets if source.endswith("-1task") else ns.segment_mib * MiB // 1000
     args = [
         sys.executable, __file__, "stream-child", "--source", source, "--remote", remote, "--topic", ns.topic,
         "--bootstrap", bootstrap, "--max-offsets", str(max_offsets),
-        "--checkpoint", str(work / f"ckpt-{source}"),
+        "--checkpoint", str(work / f"ckpt-{source}"), "--end", str(history), "--split-offsets", str(split),
+        "--segment-bytes", str(ns.segment_mib * MiB),
     ]  # fmt: skip
+    if source == "hybrid" and ns.trace:
+        args += ["--trace", ns.trace]
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{REPO / 'bench'}"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -173,6 +334,10 @@ def main() -> int:
     for name in ("--source", "--remote", "--topic", "--bootstrap", "--checkpoint"):
         child.add_argument(name, required=True)
     child.add_argument("--max-offsets", type=int, required=True)
+    child.add_argument("--end", type=int, default=0)
+    child.add_argument("--segment-bytes", type=int, default=16 * MiB)
+    child.add_argument("--trace", help="hybrid: append a JSON line per stream-reader call here")
+    child.add_argument("--split-offsets", type=int, default=1)
     parser.add_argument("--history-mib", type=int, default=128)
     parser.add_argument(
         "--history-batches", type=int, default=4, help="micro-batches the history is read in (>= 3)"
@@ -181,6 +346,7 @@ def main() -> int:
     parser.add_argument("--segment-mib", type=int, default=16)
     parser.add_argument("--topic", default="bench-hybrid")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--trace", help="append the hybrid stream's timed calls here (JSON lines)")
     ns = parser.parse_args()
     if ns.mode == "stream-child":
         return stream_child(ns)
@@ -205,10 +371,20 @@ def main() -> int:
             end = KafkaAdmin(bootstrap).high_watermarks([(ns.topic, 0)])[(ns.topic, 0)]
             results["offsets"] = {"history": history, "tail": end - history}
             per_batch = -(-history // ns.history_batches)
-            runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in ("hybrid", "kafka")}
+            sources = ("hybrid", "hybrid-per-segment", "kafka")
+            runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in sources}
             results["runs"] = runs
+            for s in ("python-empty", "python-empty-1task", "python-arrow-1task"):
+                warm = run_stream(s, ns, remote, bootstrap, per_batch, work, history)["batches"][1:]
+                results[f"{s}_warm_batch_s"] = [b["trigger_s"] for b in warm]
+                seconds = sum(b["trigger_s"] for b in warm)
+                results[f"{s}_mib_per_s"] = round(sum(b["offsets"] for b in warm) * 1000 / MiB / seconds, 1)
             results["load_avg_after"] = os.getloadavg()
             results.update(compare(runs["hybrid"]["batches"], runs["kafka"]["batches"], history, end))
+            per_segment = compare(
+                runs["hybrid-per-segment"]["batches"], runs["kafka"]["batches"], history, end
+            )
+            results["per_segment_tasks"] = per_segment
         finally:
             cluster.stop()
     return report(results, ns.json)

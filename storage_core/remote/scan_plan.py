@@ -158,6 +158,37 @@ def _entry_splits(
     return out
 
 
+def split_bytes(split: ScanSplit) -> int:
+    """The stored bytes ``split`` reads."""
+    end = split.end_position
+    if end is None:
+        end = SegmentMetadata.model_validate_json(split.segment_json).objects[SegmentObject.LOG].size
+    return end - split.start_position
+
+
+def pack_splits(splits: list[ScanSplit], max_bytes: int) -> list[list[ScanSplit]]:
+    """Consecutive splits of one partition grouped into runs of at most ``max_bytes`` stored bytes (a
+    split larger than that alone), order kept. A task reading a run pays the per-task cost of its
+    engine once, not once per segment."""
+    out: list[list[ScanSplit]] = []
+    held = 0
+    for split in splits:
+        size = split_bytes(split)
+        last = out[-1][-1] if out else None
+        same = last is not None and (last.topic, last.topic_id, last.partition) == (
+            split.topic,
+            split.topic_id,
+            split.partition,
+        )
+        if same and held + size <= max_bytes:
+            out[-1].append(split)
+            held += size
+        else:
+            out.append([split])
+            held = size
+    return out
+
+
 def read_split(reader: RemoteReader, split: ScanSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The records of one split as Arrow batches with the Kafka source's columns."""
     # Imported here, not at the top: the decoder loads numba (over 100 MB and seconds of a loaded machine),

@@ -35,7 +35,13 @@ from storage_core.errors import ConfigError, DataLossError
 from storage_core.remote.layout import TopicPartitionId
 from storage_core.remote.metadata import Manifest
 from storage_core.remote.reader import Isolation, ReadOptions, RemoteReader
-from storage_core.remote.scan_plan import PartitionWindow, ScanSplit, plan_partition, read_split
+from storage_core.remote.scan_plan import (
+    PartitionWindow,
+    ScanSplit,
+    pack_splits,
+    plan_partition,
+    read_split,
+)
 from storage_core.spark.admission import Pending, admit
 from storage_core.spark.hybrid import (
     KAFKA,
@@ -69,15 +75,27 @@ _log = logging.getLogger(__name__)
 
 
 class SplitPartition(InputPartition):  # type: ignore[misc]
-    """One task: a split plus what the task needs to open the store. Its repr names the split only."""
+    """One task: consecutive splits of one partition, read in order, plus what the task needs to open
+    the store. Its repr names the splits' offsets only.
 
-    def __init__(self, split: ScanSplit) -> None:
-        super().__init__(split)
-        self.split = split
+    A batch read plans one split per task (its splits spread over the cores). A micro-batch packs a
+    partition's splits into as few tasks as ``maxBytesPerSplit`` allows, as the Kafka source reads a
+    partition's range of a batch in one task: each task of a Python source costs Spark a launch and a
+    Python worker round trip, more than reading a 16 MiB segment (docs/benchmarks.md, issue 31)."""
+
+    def __init__(self, splits: Sequence[ScanSplit]) -> None:
+        super().__init__(tuple(splits))
+        self.splits = tuple(splits)
 
     def __repr__(self) -> str:
-        s = self.split
-        return f"SplitPartition({s.topic}-{s.partition} offsets [{s.start_offset}, {s.end_offset}))"
+        first, last = self.splits[0], self.splits[-1]
+        many = f" in {len(self.splits)} splits" if len(self.splits) > 1 else ""
+        offsets = f"offsets [{first.start_offset}, {last.end_offset})"
+        return f"SplitPartition({first.topic}-{first.partition} {offsets}{many})"
+
+
+def _runs(splits: list[ScanSplit], max_bytes: int) -> list[InputPartition]:
+    return [SplitPartition(run) for run in pack_splits(splits, max_bytes)]
 
 
 class KafkaRangePartition(InputPartition):  # type: ignore[misc]
@@ -110,7 +128,8 @@ def _read(opts: ScanOptions, partition: InputPartition) -> Iterator[pa.RecordBat
         return
     assert isinstance(partition, SplitPartition)
     with _open_reader(opts) as reader:
-        yield from read_split(reader, partition.split, include_headers=opts.include_headers)
+        for split in partition.splits:
+            yield from read_split(reader, split, include_headers=opts.include_headers)
 
 
 def _kafka_ranges(key: tuple[str, int], start: int, end: int, step: int | None) -> list[InputPartition]:
@@ -159,7 +178,7 @@ class _BatchReader(DataSourceReader):  # type: ignore[misc]
         with _open_reader(self.opts) as reader:
             if self.opts.kafka is not None:
                 return _plan_hybrid_batch(reader, self.opts, self.pruning)
-            return [SplitPartition(s) for s in plan_batch(reader, self.opts, self.pruning)]
+            return [SplitPartition([s]) for s in plan_batch(reader, self.opts, self.pruning)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SplitPartition | KafkaRangePartition):
@@ -206,7 +225,7 @@ def _plan_hybrid_batch(reader: RemoteReader, opts: ScanOptions, pruning: Pruning
                 assert tp is not None and manifest is not None
                 window = PartitionWindow(tp, piece.start, piece.end, pruning.min_timestamp)
                 out.extend(
-                    SplitPartition(s)
+                    SplitPartition([s])
                     for s in plan_partition(reader, manifest, window, max_split_bytes=opts.max_split_bytes)
                 )
             elif piece.source == KAFKA:
@@ -435,6 +454,29 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._brokers = Brokers(opts.kafka, opts.isolation) if opts.kafka is not None else None
         """continueFromKafka: the brokers' partitions and offsets (the tail past the tier's end)."""
         self._broker_keys: set[Key] = set()
+        self._driver_reader: RemoteReader | None = None
+        """The planner's reader, kept from call to call (Spark calls latestOffset and partitions of one
+        reader object in one long-lived driver process): one store client, and the remote indexes of the
+        segments a batch boundary cuts read once for the two batches that share them (the index cache
+        is keyed by segment id, never stale)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles a stream reader's ``read`` for its tasks: they open their own store and clients.
+        state = dict(self.__dict__)
+        state["_driver_reader"] = None
+        if self.opts.kafka is not None:
+            state["_brokers"] = Brokers(self.opts.kafka, self.opts.isolation)
+        return state
+
+    def _reader(self) -> RemoteReader:
+        if self._driver_reader is None:
+            self._driver_reader = _open_reader(self.opts)
+        return self._driver_reader
+
+    def stop(self) -> None:
+        if self._driver_reader is not None:
+            self._driver_reader.close()
+            self._driver_reader = None
 
     def _keys(self, offsets: dict[str, Any]) -> dict[Key, int]:
         """Spark's offsets (Kafka's JSON) keyed by (topic, partition). A flat ``{"0": n}`` is a checkpoint
@@ -490,23 +532,23 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def _initial(self) -> dict[Key, int]:
         out: dict[Key, int] = {}
         if self._brokers is not None:
-            with _open_reader(self.opts) as reader:
-                self._refresh(reader, force=True)
-                bounds = self._bounds(starts=True)
-                tiered = {key: tp for key, (tp, _) in self._manifests.items()}
-                asked = _times_asked(self.opts, bounds, start=True)
-                at_times = _offsets_at(reader, self._brokers, tiered, self._broker_keys, asked)
+            reader = self._reader()
+            self._refresh(reader, force=True)
+            bounds = self._bounds(starts=True)
+            tiered = {key: tp for key, (tp, _) in self._manifests.items()}
+            asked = _times_asked(self.opts, bounds, start=True)
+            at_times = _offsets_at(reader, self._brokers, tiered, self._broker_keys, asked)
             for key, (first, after_last) in bounds.items():
                 out[key] = _hybrid_start(self.opts, key, first, after_last, at_times)
             self._raise_high(out)
             self._based = True
             return out
-        with _open_reader(self.opts) as reader:
-            for key, (tp, manifest) in self._refresh(reader, force=True).items():
-                if manifest.start_offset is None or manifest.end_offset is None:
-                    continue
-                window = partition_window(reader, self.opts, tp, manifest, Pruning())
-                out[key] = window.start if window is not None else manifest.end_offset + 1
+        reader = self._reader()
+        for key, (tp, manifest) in self._refresh(reader, force=True).items():
+            if manifest.start_offset is None or manifest.end_offset is None:
+                continue
+            window = partition_window(reader, self.opts, tp, manifest, Pruning())
+            out[key] = window.start if window is not None else manifest.end_offset + 1
         self._raise_high(out)
         self._based = True
         return out
@@ -522,8 +564,8 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
             # setLatestSeenOffset -> partitions(X, X); without that, a base below the checkpoint only
             # gives one empty batch, see _plan.)
             self._initial()
-        with _open_reader(self.opts) as reader:
-            manifests = self._refresh(reader)
+        reader = self._reader()
+        manifests = self._refresh(reader)
         if self._brokers is not None:
             ends = {k: after_last for k, (_, after_last) in self._bounds().items()}
             if limited:
@@ -552,15 +594,15 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._raise_high(end_at)
         self._raise_high(begin_at)
         out: list[InputPartition] = []
-        with _open_reader(self.opts) as reader:
-            if self._brokers is not None:
-                return self._plan_hybrid(reader, begin_at, end_at)
-            manifests = self._manifests
-            if any(k not in manifests for k in end_at):
-                manifests = self._refresh(reader, force=True)
-            for key, stop in sorted(end_at.items()):
-                planned = self._plan(reader, manifests.get(key), key, begin_at.get(key), stop)
-                out.extend(SplitPartition(s) for s in planned)
+        reader = self._reader()
+        if self._brokers is not None:
+            return self._plan_hybrid(reader, begin_at, end_at)
+        manifests = self._manifests
+        if any(k not in manifests for k in end_at):
+            manifests = self._refresh(reader, force=True)
+        for key, stop in sorted(end_at.items()):
+            planned = self._plan(reader, manifests.get(key), key, begin_at.get(key), stop)
+            out.extend(_runs(planned, self.opts.max_split_bytes))
         return out
 
     def _plan(
@@ -619,8 +661,9 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         for fresh in (False, True):
             missing = any(k not in self._manifests and k not in self._broker_keys for k in end_at)
             self._refresh(reader, force=fresh or missing)
-            keys = [k for k in end_at if k in self._broker_keys]
-            lows, highs = self._brokers.starts(keys), self._brokers.ends(keys)
+            # Asked once per pass, and only when a range leaves the tier: a batch of history the tier
+            # holds whole needs no broker round trip.
+            offsets: tuple[dict[Key, int], dict[Key, int]] | None = None
             planned: list[tuple[Key, Any]] = []
             for key, stop in sorted(end_at.items()):
                 begin = begin_at.get(key)
@@ -628,8 +671,19 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
                     if stop < begin:  # after a restart, an end gone back: see _plan
                         self._read_to[key] = max(begin, self._read_to.get(key, begin))
                     begin = max(begin, self._read_to.get(key, begin))
+                    if begin >= stop:
+                        continue
                 known = self._manifests.get(key)
                 manifest = known[1] if known is not None else None
+                if begin is not None:
+                    tier_only = pieces(begin, stop, held(manifest), None, None)
+                    if all(piece.source == TIER for piece in tier_only):
+                        planned.extend((key, (TIER, piece.start, piece.end)) for piece in tier_only)
+                        continue
+                if offsets is None:
+                    on_brokers = [k for k in end_at if k in self._broker_keys]
+                    offsets = self._brokers.starts(on_brokers), self._brokers.ends(on_brokers)
+                lows, highs = offsets
                 if begin is None:
                     # A partition that appeared after the query started: from its start, as Kafka's source.
                     first, _ = _hybrid_bounds(manifest, lows.get(key), highs.get(key))
@@ -647,12 +701,10 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
             if source == TIER:
                 tp, manifest = self._manifests[key]
                 window = PartitionWindow(tp, lo, hi)
-                out.extend(
-                    SplitPartition(s)
-                    for s in plan_partition(
-                        reader, manifest, window, max_split_bytes=self.opts.max_split_bytes
-                    )
+                planned_splits = plan_partition(
+                    reader, manifest, window, max_split_bytes=self.opts.max_split_bytes
                 )
+                out.extend(_runs(planned_splits, self.opts.max_split_bytes))
             elif source == KAFKA:
                 out.extend(_kafka_ranges(key, lo, hi, None))
             else:

@@ -109,10 +109,10 @@ def _offsets_planned(parts: Any) -> dict[int, tuple[int, int]]:
     out: dict[int, tuple[int, int]] = {}
     for part in parts:
         assert isinstance(part, SplitPartition)
-        s = part.split
-        lo, hi = out.get(s.partition, (s.start_offset, s.end_offset))
-        assert s.start_offset <= hi, "the planned splits leave a gap"
-        out[s.partition] = (min(lo, s.start_offset), max(hi, s.end_offset))
+        for s in part.splits:
+            lo, hi = out.get(s.partition, (s.start_offset, s.end_offset))
+            assert s.start_offset <= hi, "the planned splits leave a gap"
+            out[s.partition] = (min(lo, s.start_offset), max(hi, s.end_offset))
     return out
 
 
@@ -472,6 +472,30 @@ def test_max_bytes_per_trigger_takes_whole_segments_within_the_limit(
     tiny = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxBytesPerTrigger="1")
     first = tiny.partitions(tiny.initialOffset(), tiny.latestOffset())
     assert len(first) == 1
+
+
+def test_a_batch_reads_each_partition_in_as_few_tasks_as_max_bytes_per_split_allows(
+    own_tier: Tier, tiered_topic: str
+) -> None:
+    """A micro-batch of many segments is one task per partition (the Kafka source's shape: a Python
+    source's task costs more than reading a segment), cut where ``maxBytesPerSplit`` says; the tasks'
+    splits still cover every offset once, in order."""
+    ends = {p: own_tier.remote_end(tiered_topic, p) + 1 for p in (0, 1)}
+    reader = _reader(own_tier, tiered_topic, startingOffsets="earliest")
+    tasks = list(reader.partitions(reader.initialOffset(), reader.latestOffset()))
+    assert sorted(t.splits[0].partition for t in tasks) == [0, 1]
+    assert all(len(t.splits) > 5 for t in tasks), "the ~30 segments of each partition in one task"
+    assert _offsets_planned(tasks) == {p: (0, end) for p, end in ends.items()}
+    sizes = [m.size_bytes for m in _manifest(own_tier, tiered_topic, 0)[1].segments]
+    limit = 3 * max(sizes)
+    bounded = _reader(own_tier, tiered_topic, startingOffsets="earliest", maxBytesPerSplit=str(limit))
+    tasks = list(bounded.partitions(bounded.initialOffset(), bounded.latestOffset()))
+    assert len(tasks) >= 2 * (sum(sizes) // limit), "maxBytesPerSplit cut the partitions into tasks"
+    assert all(1 <= len(t.splits) <= 3 for t in tasks)
+    assert _offsets_planned(tasks) == {p: (0, end) for p, end in ends.items()}
+    for task in tasks:  # each task's splits follow each other in offset order
+        pairs = zip(task.splits, task.splits[1:], strict=False)
+        assert all(a.partition == b.partition and a.end_offset <= b.start_offset for a, b in pairs)
 
 
 # ---- 9. Kafka's subscriptions and offsets JSON ---
