@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.kafka_tail import KafkaSpec
@@ -100,6 +101,10 @@ class Brokers:
         self._spec = spec
         self._committed = isolation is Isolation.READ_COMMITTED
         self._admin: KafkaAdmin | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A reader Spark pickles for its tasks after the driver used it: the copy opens its own client.
+        return {**self.__dict__, "_admin": None}
 
     def _client(self) -> KafkaAdmin:
         if self._admin is None:

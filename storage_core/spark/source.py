@@ -462,11 +462,7 @@ class _StreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles a stream reader's ``read`` for its tasks: they open their own store and clients.
-        state = dict(self.__dict__)
-        state["_driver_reader"] = None
-        if self.opts.kafka is not None:
-            state["_brokers"] = Brokers(self.opts.kafka, self.opts.isolation)
-        return state
+        return {**self.__dict__, "_driver_reader": None}
 
     def _reader(self) -> RemoteReader:
         if self._driver_reader is None:
