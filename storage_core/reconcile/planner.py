@@ -12,7 +12,8 @@ Rules:
   action per broker per round covers the due partitions that broker leads, over all topics; none is
   planned for a broker whose previous copy still runs.
 - Cleanup (remote retention, orphan sweep, local trim): per topic, on its own interval, one at a time,
-  from the first finished copy round on.
+  from the first finished copy round on: the first waits until no broker leading the topic has a copy
+  running, so it trims behind every leader's first copy rather than only the first one recorded.
 - Conditions (kstatus, :mod:`storage_core.reconcile.conditions`): Reconciling until the topic's first copy
   round finished, while Kafka cannot be reached, and while the last runs failed fewer than
   ``FAILURES_BEFORE_STALLED`` times in a row; Stalled while a refusal stands or past that bound; Ready
@@ -278,14 +279,23 @@ def plan(
         elif not empty:
             result.due_at(copy_due_next(spec.copy_policy, topic.status.last_copy, now), now)
         # Cleanup starts once a copy round has finished: before that there is nothing tiered to trim
-        # behind, and a cleanup racing the first copies would spend its interval on nothing.
+        # behind, and a cleanup racing the first copies would spend its interval on nothing. lastCopy is
+        # set by the first copy Job recorded, so the first cleanup also waits for the other leaders'.
+        first_copies_running = topic.status.last_cleanup is None and any(
+            (cluster, b) in running.copy_brokers for b in leaders.by_broker
+        )
         if (
             topic.status.last_copy is not None
+            and not first_copies_running
             and topic.key not in running.cleanup_topics
             and interval_due(spec.cleanup.interval_seconds, topic.status.last_cleanup, now)
         ):
             result.cleanups.append(CleanupAction(cluster, topic.key, spec.topic, spec))
-        elif topic.status.last_copy is not None and topic.key not in running.cleanup_topics:
+        elif (
+            topic.status.last_copy is not None
+            and not first_copies_running
+            and topic.key not in running.cleanup_topics
+        ):
             result.due_at(interval_due_next(spec.cleanup.interval_seconds, topic.status.last_cleanup), now)
         if spec.table is not None:
             decision = decide_table(spec.table, topic.status, topic.key in running.table_topics, now)

@@ -100,6 +100,27 @@ def test_no_second_copy_for_a_busy_broker_nor_second_cleanup() -> None:
     assert result.cleanups == []
 
 
+def test_the_first_cleanup_waits_for_every_leaders_first_copy() -> None:
+    """lastCopy is set by the first copy Job recorded: a first cleanup then would trim only behind that
+    broker's partitions and wait its whole interval before trimming the others."""
+    one_broker = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(0), copy_result(3)], T0)
+    still = RunningWork(copy_brokers=frozenset({("c", 2), ("c", 3)}))
+    waiting = plan(CLUSTERS, [topic(status=one_broker)], BROKERS, still, T0)
+    assert waiting.cleanups == []
+    other_topics = RunningWork(copy_brokers=frozenset({("c", 9)}))
+    assert [
+        c.topic for c in plan(CLUSTERS, [topic(status=one_broker)], BROKERS, other_topics, T0).cleanups
+    ] == ["orders"]
+    # After the first cleanup, a copy in progress no longer holds one back (it would starve on a busy broker).
+    cleaned = outcomes.topic_after_cleanup(
+        one_broker, {"partitions": [], "errors": [], "bytes_deleted": 0}, T0
+    )
+    later = T0 + datetime.timedelta(hours=2)
+    assert [c.topic for c in plan(CLUSTERS, [topic(status=cleaned)], BROKERS, still, later).cleanups] == [
+        "orders"
+    ]
+
+
 @pytest.mark.parametrize(
     ("configs", "reason", "words"),
     [
