@@ -29,8 +29,14 @@ lint: setup
 	$(PY) -m tierkeeper_operator.crdgen --out charts/tierkeeper/files/crds/ --check
 	$(PY) -m tierkeeper_operator.chartgen --check
 
+# The whole suite as two pytest runs side by side (tests/run_suite.py: control-plane and data groups);
+# with PYTEST_ARGS (a path, -k ...) one pytest run of just that.
 test: harness lint images
+ifeq ($(strip $(PYTEST_ARGS)),)
+	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) tests/run_suite.py --durations=25
+else
 	env -u AWS_DEFAULT_REGION -u AWS_PROFILE $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+endif
 
 # The fast lane for whoever changes the code: everything `lint` checks, then the tests that need no Kafka,
 # Spark, control plane or harness-built tool (tests/conftest.py, --fast-lane). Under 3 minutes here;
