@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage_core.errors import ConfigError
@@ -136,6 +136,19 @@ def require_positive(args: argparse.Namespace, *names: str, flags: dict[str, str
         if value is not None and value < 1:
             flag = (flags or {}).get(name, f"--{name.replace('_', '-')}")
             raise ConfigError(f"{flag} must be >= 1, got {value}")
+
+
+def key_values(items: Sequence[str], flag: str) -> dict[str, str]:
+    """The ``KEY=VALUE`` items of a repeatable ``flag`` (``--spark-conf``, ``--catalog-property``,
+    ``--config``) as a dictionary, the last of a key winning. The message quotes the item: these flags
+    take no credentials (``--storage-option`` and ``--kafka-property`` parse their own, never quoting)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
 
 
 def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:
