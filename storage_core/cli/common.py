@@ -138,6 +138,15 @@ def require_positive(args: argparse.Namespace, *names: str, flags: dict[str, str
             raise ConfigError(f"{flag} must be >= 1, got {value}")
 
 
+def require_above_zero(args: argparse.Namespace, *names: str) -> None:
+    """Refuse an amount flag (``args.<name>``: seconds, bytes per second) given as 0 or below; not given
+    (None) passes."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+
+
 def key_values(items: Sequence[str], flag: str) -> dict[str, str]:
     """The ``KEY=VALUE`` items of a repeatable ``flag`` (``--spark-conf``, ``--catalog-property``,
     ``--config``) as a dictionary, the last of a key winning. The message quotes the item: these flags
@@ -159,9 +168,8 @@ def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:
     """The ``RateLimiter`` that ``--max-bytes-per-second`` asks for, or None when there is no limit."""
     from storage_core.throttle import RateLimiter
 
+    require_above_zero(args, "max_bytes_per_second")
     rate = args.max_bytes_per_second
-    if rate is not None and rate <= 0:
-        raise ConfigError(f"--max-bytes-per-second must be > 0, got {rate}")
     return RateLimiter(rate) if rate else None
 
 
