@@ -71,7 +71,7 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
     variables (``<KEY>`` lower-cased: ``..._KEY``, ``..._SECRET``, ``..._TOKEN``), the remote flags and
     ``--storage-option``. The environment is read here and nowhere else. No message ever quotes a value.
     """
-    from storage_core.adapters.store import storage_options_from_flags
+    from storage_core.adapters.store import storage_option_value, storage_options_from_flags
 
     env = os.environ if environ is None else environ
     options: dict[str, Any] = {}
@@ -80,7 +80,7 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
         options.update(_options_file(path))
     for name, raw in sorted(env.items()):
         if name.startswith(OPTION_ENV_PREFIX) and len(name) > len(OPTION_ENV_PREFIX):
-            options[name[len(OPTION_ENV_PREFIX) :].lower()] = _value(raw)
+            options[name[len(OPTION_ENV_PREFIX) :].lower()] = storage_option_value(raw)
     options.update(
         storage_options_from_flags(
             endpoint_url=args.endpoint_url,
@@ -94,7 +94,7 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
         if not sep or not key:
             # Not even the key is quoted: without '=' the whole item may be a secret pasted by mistake.
             raise ConfigError(f"--storage-option number {n}: expected KEY=VALUE")
-        options[key] = _value(raw)
+        options[key] = storage_option_value(raw)
     return options
 
 
@@ -103,13 +103,6 @@ def is_credential_option(name: str) -> bool:
     from storage_core.api.cluster import credential_like
 
     return credential_like(name, strict=True)
-
-
-def _value(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
 
 
 def _options_file(path: str) -> dict[str, Any]:

@@ -118,8 +118,7 @@ def catalog_config(args: argparse.Namespace) -> Any:
 
 def target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str, Any]:
     """``--to-storage-option``s, or the remote tier's options when the scheme is the same."""
-    import json
-
+    from storage_core.adapters.store import storage_option_value
     from storage_core.jobs.table_runs import table_storage
 
     if not args.to_storage_option:
@@ -127,10 +126,7 @@ def target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str
     out: dict[str, Any] = {}
     for item in args.to_storage_option:
         key, _, raw = item.partition("=")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        out[key] = storage_option_value(raw)
     return out
 
 
