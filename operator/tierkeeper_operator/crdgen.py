@@ -90,8 +90,6 @@ class ResourceKind:
     """Everything about one custom resource that the models do not say."""
 
     kind: str
-    plural: str
-    singular: str
     short_names: tuple[str, ...]
     spec_model: type[BaseModel]
     status_model: type[BaseModel]
@@ -99,7 +97,13 @@ class ResourceKind:
 
     @property
     def crd_name(self) -> str:
-        return f"{self.plural}.{GROUP}"
+        return f"{_names(self.kind)['plural']}.{GROUP}"
+
+
+def _names(kind: str) -> dict[str, str]:
+    """A custom resource's names as Kubernetes spells them (``spec.names``): its list kind, and singular
+    and plural in lower case."""
+    return {"kind": kind, "listKind": f"{kind}List", "plural": f"{kind.lower()}s", "singular": kind.lower()}
 
 
 _READY = PrinterColumn(
@@ -112,8 +116,6 @@ _AGE = PrinterColumn("Age", ".metadata.creationTimestamp", type="date")
 KINDS: tuple[ResourceKind, ...] = (
     ResourceKind(
         kind="TieredTopic",
-        plural="tieredtopics",
-        singular="tieredtopic",
         short_names=("ttopic",),
         spec_model=TieredTopicSpec,
         status_model=TieredTopicStatus,
@@ -130,8 +132,6 @@ KINDS: tuple[ResourceKind, ...] = (
     ),
     ResourceKind(
         kind="TieredBroker",
-        plural="tieredbrokers",
-        singular="tieredbroker",
         short_names=("tbroker",),
         spec_model=TieredBrokerSpec,
         status_model=TieredBrokerStatus,
@@ -145,8 +145,6 @@ KINDS: tuple[ResourceKind, ...] = (
     ),
     ResourceKind(
         kind="TieredCluster",
-        plural="tieredclusters",
-        singular="tieredcluster",
         short_names=("tcluster",),
         spec_model=TieredClusterSpec,
         status_model=TieredClusterStatus,
@@ -285,10 +283,7 @@ def build_crd(kind: ResourceKind) -> dict[str, Any]:
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": kind.kind,
-                "listKind": f"{kind.kind}List",
-                "plural": kind.plural,
-                "singular": kind.singular,
+                **_names(kind.kind),
                 "shortNames": list(kind.short_names),
                 "categories": ["tierkeeper"],
             },
@@ -317,18 +312,13 @@ def peering_crd(namespaced: bool) -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "annotations": dict(GITOPS_ANNOTATIONS),
-            "name": f"{kind.lower()}s.{PEERING_GROUP}",
+            "name": f"{_names(kind)['plural']}.{PEERING_GROUP}",
             "labels": {"app.kubernetes.io/name": "tierkeeper", "app.kubernetes.io/part-of": "tierkeeper"},
         },
         "spec": {
             "group": PEERING_GROUP,
             "scope": "Namespaced" if namespaced else "Cluster",
-            "names": {
-                "kind": kind,
-                "listKind": f"{kind}List",
-                "plural": f"{kind.lower()}s",
-                "singular": kind.lower(),
-            },
+            "names": _names(kind),
             "versions": [
                 {
                     "name": PEERING_VERSION,

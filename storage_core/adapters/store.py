@@ -7,6 +7,7 @@ Spark tasks and worker processes open their own connections.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections import deque
@@ -504,6 +505,15 @@ def _settle(pending: deque[tuple[Future[Any], int]]) -> int:
 def _protocols(fs: Any) -> tuple[str, ...]:
     proto = fs.protocol
     return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+def storage_option_value(raw: str) -> Any:
+    """A storage option's value given as text (a flag, a variable, a Spark option): its JSON when it
+    parses (``true``, ``3``, ``{"s3": ...}``), else the text itself."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
 
 
 def storage_options_from_flags(

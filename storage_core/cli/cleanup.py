@@ -11,6 +11,7 @@ from storage_core.cli.common import (
     add_remote_args,
     add_result_file_arg,
     emit_json,
+    key_values,
     open_store,
     require_positive,
     write_result_file,
@@ -126,7 +127,6 @@ def cleanup_options_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from storage_core.jobs.cleanup import delete_topic, run_cleanup, run_cleanup_on_spark
-    from storage_core.jobs.spark_session import parse_conf
 
     require_positive(args, "copy_interval_ms")
     store = open_store(args)
@@ -137,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         options = cleanup_options_from_args(args)
         if args.engine == "spark":
-            report = run_cleanup_on_spark(store, options, args.spark_master, parse_conf(args.spark_conf))
+            report = run_cleanup_on_spark(
+                store, options, args.spark_master, key_values(args.spark_conf, "--spark-conf")
+            )
         else:
             report = run_cleanup(store, options)
     if args.result_file:

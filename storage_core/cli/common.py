@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage_core.errors import ConfigError
@@ -71,7 +71,7 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
     variables (``<KEY>`` lower-cased: ``..._KEY``, ``..._SECRET``, ``..._TOKEN``), the remote flags and
     ``--storage-option``. The environment is read here and nowhere else. No message ever quotes a value.
     """
-    from storage_core.adapters.store import storage_options_from_flags
+    from storage_core.adapters.store import storage_option_value, storage_options_from_flags
 
     env = os.environ if environ is None else environ
     options: dict[str, Any] = {}
@@ -80,7 +80,7 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
         options.update(_options_file(path))
     for name, raw in sorted(env.items()):
         if name.startswith(OPTION_ENV_PREFIX) and len(name) > len(OPTION_ENV_PREFIX):
-            options[name[len(OPTION_ENV_PREFIX) :].lower()] = _value(raw)
+            options[name[len(OPTION_ENV_PREFIX) :].lower()] = storage_option_value(raw)
     options.update(
         storage_options_from_flags(
             endpoint_url=args.endpoint_url,
@@ -94,7 +94,7 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
         if not sep or not key:
             # Not even the key is quoted: without '=' the whole item may be a secret pasted by mistake.
             raise ConfigError(f"--storage-option number {n}: expected KEY=VALUE")
-        options[key] = _value(raw)
+        options[key] = storage_option_value(raw)
     return options
 
 
@@ -103,13 +103,6 @@ def is_credential_option(name: str) -> bool:
     from storage_core.api.cluster import credential_like
 
     return credential_like(name, strict=True)
-
-
-def _value(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
 
 
 def _options_file(path: str) -> dict[str, Any]:
@@ -138,6 +131,28 @@ def require_positive(args: argparse.Namespace, *names: str, flags: dict[str, str
             raise ConfigError(f"{flag} must be >= 1, got {value}")
 
 
+def require_above_zero(args: argparse.Namespace, *names: str) -> None:
+    """Refuse an amount flag (``args.<name>``: seconds, bytes per second) given as 0 or below; not given
+    (None) passes."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+
+
+def key_values(items: Sequence[str], flag: str) -> dict[str, str]:
+    """The ``KEY=VALUE`` items of a repeatable ``flag`` (``--spark-conf``, ``--catalog-property``,
+    ``--config``) as a dictionary, the last of a key winning. The message quotes the item: these flags
+    take no credentials (``--storage-option`` and ``--kafka-property`` parse their own, never quoting)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
 def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--max-bytes-per-second", type=int, metavar="B", help=help)
 
@@ -146,9 +161,8 @@ def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:
     """The ``RateLimiter`` that ``--max-bytes-per-second`` asks for, or None when there is no limit."""
     from storage_core.throttle import RateLimiter
 
+    require_above_zero(args, "max_bytes_per_second")
     rate = args.max_bytes_per_second
-    if rate is not None and rate <= 0:
-        raise ConfigError(f"--max-bytes-per-second must be > 0, got {rate}")
     return RateLimiter(rate) if rate else None
 
 

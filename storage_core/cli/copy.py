@@ -11,6 +11,7 @@ from storage_core.cli.common import (
     add_remote_args,
     add_result_file_arg,
     emit_json,
+    key_values,
     open_store,
     progress_bar,
     rate_limiter,
@@ -103,7 +104,6 @@ def copy_options_from_args(args: argparse.Namespace) -> Any:
     """The :class:`~storage_core.jobs.copy.CopyOptions` these flags ask for (the operator's copy Jobs
     pass a ``CopyRequest``'s arguments; a test proves they come back as the in-process executor's)."""
     from storage_core.jobs.copy import CopyOptions
-    from storage_core.jobs.spark_session import parse_conf
 
     require_positive(args, "parallelism", "segments_in_flight")
     rate_limiter(args)  # refuses a rate <= 0
@@ -123,7 +123,7 @@ def copy_options_from_args(args: argparse.Namespace) -> Any:
         assignment=tuple(parse_assignments(args.assignment)) if args.assignment else None,
         topics=frozenset(args.topic) if args.topic else None,
         fsync=not args.no_fsync,
-        spark_conf=parse_conf(args.spark_conf),
+        spark_conf=key_values(args.spark_conf, "--spark-conf"),
         **{name: getattr(args, name) for name in same},
     )
 

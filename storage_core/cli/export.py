@@ -11,6 +11,7 @@ from storage_core.cli.common import (
     add_remote_args,
     add_result_file_arg,
     emit_json,
+    key_values,
     require_positive,
     storage_options,
     write_result_file,
@@ -112,19 +113,12 @@ def catalog_config(args: argparse.Namespace) -> Any:
         raise ConfigError("--catalog-property needs --catalog (the embedded catalog takes no properties)")
     if not args.catalog:
         return None
-    props: dict[str, str] = {}
-    for item in args.catalog_property:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--catalog-property {item!r}: expected KEY=VALUE")
-        props[key.strip()] = value
-    return CatalogConfig(args.catalog, props)
+    return CatalogConfig(args.catalog, key_values(args.catalog_property, "--catalog-property"))
 
 
 def target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str, Any]:
     """``--to-storage-option``s, or the remote tier's options when the scheme is the same."""
-    import json
-
+    from storage_core.adapters.store import storage_option_value
     from storage_core.jobs.table_runs import table_storage
 
     if not args.to_storage_option:
@@ -132,10 +126,7 @@ def target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str
     out: dict[str, Any] = {}
     for item in args.to_storage_option:
         key, _, raw = item.partition("=")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        out[key] = storage_option_value(raw)
     return out
 
 
@@ -176,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _on_spark(args: argparse.Namespace, export: Callable[[Any], T]) -> T:
     """``export`` run with a Spark session of ``--spark-master`` and ``--spark-conf``, stopped after."""
-    from storage_core.jobs.spark_session import parse_conf, spark_session
+    from storage_core.jobs.spark_session import spark_session
 
-    spark = spark_session("tierkeeper-export", args.spark_master, parse_conf(args.spark_conf))
+    spark = spark_session("tierkeeper-export", args.spark_master, key_values(args.spark_conf, "--spark-conf"))
     try:
         return export(spark)
     finally:

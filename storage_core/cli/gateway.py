@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from storage_core.adapters.kafka_tls import client_tls as kafka_tls
 from storage_core.adapters.kafka_tls import tls_files
 from storage_core.adapters.malloc_tuning import keep_freed_buffers
-from storage_core.cli.common import add_remote_args, open_store, require_positive
+from storage_core.cli.common import add_remote_args, open_store, require_above_zero, require_positive
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config, kafka_client_files
 from storage_core.errors import ConfigError
 from storage_core.gateway_server.reloading import Loaded, Reloading, server_certificate, serving_context
@@ -274,8 +274,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
-    if args.reload_interval_seconds <= 0:
-        raise ConfigError(f"--reload-interval-seconds must be > 0, got {args.reload_interval_seconds}")
+    require_above_zero(args, "reload_interval_seconds")
     metrics = GatewayMetrics()
     certificate = (
         Reloading(
@@ -326,8 +325,7 @@ def run(args: argparse.Namespace) -> int:
     metrics_at = (
         Address(*_host_port(args.metrics_listen, "--metrics-listen")) if args.metrics_listen else None
     )
-    if args.discovery_interval_seconds <= 0:
-        raise ConfigError(f"--discovery-interval-seconds must be > 0, got {args.discovery_interval_seconds}")
+    require_above_zero(args, "discovery_interval_seconds")
     listen = Listen(
         host,
         port,

@@ -12,12 +12,12 @@ from storage_core.cli.common import (
     add_remote_args,
     emit_json,
     is_credential_option,
+    key_values,
     open_store,
     rate_limiter,
     require_positive,
 )
 from storage_core.cli.export import add_spark_args
-from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from storage_core.jobs.recover import RecoverySummary
@@ -96,16 +96,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _topic_config(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--config {item!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
-
-
 class _Bars:
     """One progress bar per partition, in offsets of the old log, on stderr."""
 
@@ -182,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             allow_non_empty=args.allow_non_empty,
             restore=not args.no_restore,
         ),
-        topic_config=_topic_config(args.config),
+        topic_config=key_values(args.config, "--config"),
         dry_run=args.dry_run,
         limits=ChunkLimits(records=args.transaction_records, bytes=args.transaction_bytes),
         limiter=rate_limiter(args),
@@ -191,9 +181,9 @@ def run(args: argparse.Namespace) -> int:
     runner = None
     if args.engine == "spark":
         from storage_core.jobs.recover_spark import spark_runner
-        from storage_core.jobs.spark_session import parse_conf, spark_session
+        from storage_core.jobs.spark_session import spark_session
 
-        conf = parse_conf(args.spark_conf)
+        conf = key_values(args.spark_conf, "--spark-conf")
 
         def session() -> Any:
             sessions.append(spark_session("tierkeeper-recover", args.spark_master, conf))

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from storage_core.cli.common import emit_json
+from storage_core.cli.common import emit_json, require_above_zero
 
 
 def register(subparsers: Any) -> None:
@@ -150,10 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from storage_core.jobs.resource_files import load_clusters, load_manifests, manifest_clusters
     from storage_core.jobs.standalone import Standalone
 
-    if args.poll_seconds <= 0:
-        from storage_core.errors import ConfigError
-
-        raise ConfigError(f"--poll-seconds must be > 0, got {args.poll_seconds}")
+    require_above_zero(args, "poll_seconds")
     mounted = {item.partition("=")[0] for item in args.kafka_config_dir}
     manifests = load_manifests(args.manifests)
     clusters = manifest_clusters(manifests, load_clusters(args.cluster, mounted=mounted), mounted=mounted)

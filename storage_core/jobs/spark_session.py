@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from storage_core.errors import ConfigError
-
 DEFAULT_MASTER = "local[*]"
-
-
-def parse_conf(items: Sequence[str]) -> dict[str, str]:
-    conf: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--spark-conf {item!r}: expected KEY=VALUE")
-        conf[key.strip()] = value
-    return conf
 
 
 def workers_python(conf: dict[str, str], environ: dict[str, str], executable: str) -> str:

@@ -39,6 +39,22 @@ def _failed(previous: RunOutcome | None, now: datetime.datetime, message: str, j
     )
 
 
+def _outcome(
+    previous: RunOutcome | None, now: datetime.datetime, job: str | None, problem: str | None, done: str
+) -> RunOutcome:
+    """Failed with ``problem`` as its message; or, with no problem, succeeded: ``done`` says what it did."""
+    if problem is not None:
+        return _failed(previous, now, problem, job)
+    return RunOutcome(time=rfc3339(now), result="Succeeded", message=done, job=job)
+
+
+def _problem(failure: str | None, errors: Sequence[str]) -> str | None:
+    """A run's failure as a whole and its per-partition errors as one message; None when it had neither."""
+    if failure is None and not errors:
+        return None
+    return "; ".join([*filter(None, [failure]), *errors])
+
+
 def _with_partitions(status: TieredTopicStatus, tiers: Mapping[int, PartitionTier]) -> dict[str, Any]:
     ordered = [tiers[p] for p in sorted(tiers)]
     return {
@@ -83,15 +99,8 @@ def topic_after_copy(
         )
     copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
     copied_bytes = sum(int(p.get("copied_bytes", 0)) for p in partitions)
-    if failure is not None or errors:
-        outcome = _failed(status.last_copy, now, "; ".join([*filter(None, [failure]), *errors]), job)
-    else:
-        outcome = RunOutcome(
-            time=rfc3339(now),
-            result="Succeeded",
-            message=f"copied {copied} segments ({copied_bytes} bytes) from {len(partitions)} partitions",
-            job=job,
-        )
+    done = f"copied {copied} segments ({copied_bytes} bytes) from {len(partitions)} partitions"
+    outcome = _outcome(status.last_copy, now, job, _problem(failure, errors), done)
     update: dict[str, Any] = {"last_copy": outcome, **_with_partitions(status, tiers)}
     if topic_id is not None:
         update["topic_id"] = topic_id
@@ -106,17 +115,12 @@ def broker_after_copy(
     failure: str | None = None,
 ) -> TieredBrokerStatus:
     failed = [p for p in partitions if p.get("error")]
+    problem = None
     if failure is not None or failed:
-        message = failure or f"{len(failed)} of {len(partitions)} partitions failed"
-        outcome = _failed(status.last_copy, now, message, job)
-    else:
-        copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
-        outcome = RunOutcome(
-            time=rfc3339(now),
-            result="Succeeded",
-            message=f"copied {copied} segments from {len(partitions)} partitions",
-            job=job,
-        )
+        problem = failure or f"{len(failed)} of {len(partitions)} partitions failed"
+    copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
+    done = f"copied {copied} segments from {len(partitions)} partitions"
+    outcome = _outcome(status.last_copy, now, job, problem, done)
     return status.model_copy(update={"last_copy": outcome})
 
 
@@ -145,16 +149,9 @@ def topic_after_cleanup(
             )
         if p.get("local_trim"):
             trimmed += 1
-    if failure is not None or errors:
-        outcome = _failed(status.last_cleanup, now, "; ".join([*filter(None, [failure]), *errors]), job)
-    else:
-        deleted_bytes = int(report.get("bytes_deleted", 0))
-        outcome = RunOutcome(
-            time=rfc3339(now),
-            result="Succeeded",
-            message=f"deleted {deleted_bytes} remote bytes; local data trimmed on {trimmed} partitions",
-            job=job,
-        )
+    deleted_bytes = int(report.get("bytes_deleted", 0))
+    done = f"deleted {deleted_bytes} remote bytes; local data trimmed on {trimmed} partitions"
+    outcome = _outcome(status.last_cleanup, now, job, _problem(failure, errors), done)
     update: dict[str, Any] = {"last_cleanup": outcome}
     if status.remote is not None:
         update.update(_with_partitions(status, tiers))

@@ -76,6 +76,14 @@ def _pairs(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple((key, value) for key, _, value in (item.partition("=") for item in items or ()))
 
 
+def _spark_args(master: str | None, conf: Sequence[tuple[str, str]]) -> list[str]:
+    """``--spark-master`` (when set) and one ``--spark-conf KEY=VALUE`` per setting."""
+    out = ["--spark-master", master] if master else []
+    for key, value in conf:
+        out += ["--spark-conf", f"{key}={value}"]
+    return out
+
+
 def _broker_dir_args(
     verb: str, log_dirs: Sequence[str], kafka: KafkaClient, broker_id: int, parallelism: int
 ) -> list[str]:
@@ -167,11 +175,7 @@ class CleanupRequest:
             *self.remote.args(),
         ]
         if self.engine != "local":
-            out += ["--engine", self.engine]
-            if self.spark_master:
-                out += ["--spark-master", self.spark_master]
-            for key, value in self.spark_conf:
-                out += ["--spark-conf", f"{key}={value}"]
+            out += ["--engine", self.engine, *_spark_args(self.spark_master, self.spark_conf)]
         return out + self.kafka.args()
 
     @classmethod
@@ -326,11 +330,7 @@ class ExportRequest:
             out += ["--value-format", self.value_format]
         if self.schema_registry:
             out += ["--schema-registry", self.schema_registry]
-        if self.spark_master:
-            out += ["--spark-master", self.spark_master]
-        for key, value in self.spark_conf:
-            out += ["--spark-conf", f"{key}={value}"]
-        return out
+        return out + _spark_args(self.spark_master, self.spark_conf)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExportRequest:

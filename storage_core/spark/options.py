@@ -226,7 +226,7 @@ def _offsets(name: str, raw: str | None, default: str, topic: str) -> OffsetSpec
 
 
 def _storage(opts: Mapping[str, str]) -> StorageSpec:
-    from storage_core.adapters.store import storage_options_from_flags
+    from storage_core.adapters.store import storage_option_value, storage_options_from_flags
 
     url = opts.get("remote") or opts.get("path")
     if not url:
@@ -239,10 +239,7 @@ def _storage(opts: Mapping[str, str]) -> StorageSpec:
     )
     for key, raw in opts.items():
         if key.startswith("storage."):
-            try:
-                options[key[len("storage.") :]] = json.loads(raw)
-            except json.JSONDecodeError:
-                options[key[len("storage.") :]] = raw
+            options[key[len("storage.") :]] = storage_option_value(raw)
     return StorageSpec(url, options)
 
 

@@ -17,6 +17,7 @@ from storage_core.cli.main import main
         (["--readahead-blocks", "-1"], "--readahead-blocks must be >= 0"),
         (["--listen", "127.0.0.1"], "--listen '127.0.0.1': expected HOST:PORT"),
         (["--discovery-interval-seconds", "0"], "--discovery-interval-seconds must be > 0"),
+        (["--reload-interval-seconds", "-1"], "--reload-interval-seconds must be > 0, got -1.0"),
         (["--tls-cert", "cert.pem"], "--tls-cert and --tls-key go together"),
     ],
 )

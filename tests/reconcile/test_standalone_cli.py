@@ -137,3 +137,11 @@ def test_a_tiered_cluster_and_a_file_of_one_name_are_refused(
 ) -> None:
     code, err = run(tmp_path, GOOD_CLUSTER, {"c.yaml": CLUSTER_RESOURCE, "t.yaml": TOPIC}, capsys)
     assert code == 1 and "is also defined by a --cluster file; keep one" in err, err
+
+
+def test_a_poll_interval_of_zero_is_refused_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["standalone", "--manifests", str(tmp_path), "--poll-seconds", "0"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "tierkeeper standalone: error: --poll-seconds must be > 0, got 0.0", err
