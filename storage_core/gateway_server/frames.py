@@ -12,7 +12,7 @@ from storage_core.gateway.protocol import SIZE, ProtocolError
 LARGE_CHUNK = 64 << 10
 _IOV_MAX = 1024
 """Linux's limit on one ``writev``'s pieces (a frame with more goes through the transport)."""
-_PLAIN_TRANSPORT = selector_events._SelectorSocketTransport  # noqa: SLF001 - asyncio's plain TCP transport
+_PLAIN_TRANSPORT = selector_events._SelectorSocketTransport  # type: ignore[attr-defined]  # asyncio's plain TCP one
 
 
 async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:

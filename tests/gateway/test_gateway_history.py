@@ -231,8 +231,8 @@ def test_the_next_read_resumes_where_the_last_one_ended_without_the_indexes(
 ) -> None:
     """A consumer reading history asks next for the offset after what it was served: that read starts at the
     byte where the last one ended (the segment's indexes are not parsed again) and answers exactly what a
-    read from the indexes answers (within a segment: the next segment's first read uses its indexes); any other
-    offset is found in the indexes."""
+    read from the indexes answers (within a segment: the next segment's first read uses its indexes); any
+    other offset is found in the indexes."""
     history = _history(tiered.remote, pool, source=source)
     fresh = _history(tiered.remote, pool, source=source)
     tp = _tps(tiered.remote, tiered.topic)[0]
