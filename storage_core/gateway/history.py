@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.remote.store_api import ObjectStore
 
 Clock = Callable[[], float]
+RESUME_POSITIONS = 4096
+"""Where reads ended, remembered for the next read of each (a few per partition being read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,10 @@ class TierHistory:
         self._topics: tuple[float, dict[str, str]] | None = None
         """(when listed, topic id -> topic name)."""
         self._manifests: dict[TopicPartitionId, _Cached] = {}
+        self._resume: OrderedDict[tuple[str, int], int] = OrderedDict()
+        """(segment object, offset) -> the byte position of the first batch holding it or later: where the
+        last read of that object ended. A consumer reading history asks next for exactly that offset, and
+        the position is then known without parsing the segment's indexes again."""
 
     # ---- which topic incarnation ----------------------------------------------------------------
     def topic_name(self, topic_id: str) -> str | None:
@@ -253,7 +260,9 @@ class TierHistory:
         meta = served.segment
         key = self.layout.object_key(meta.tp, meta.base_offset, meta.segment_id, SegmentObject.LOG)
         size = meta.objects[SegmentObject.LOG].size
-        position = self._position(meta, offset, None, nowait)
+        with self._index_lock:
+            resume = self._resume.get((key, offset))
+        position = self._position(meta, offset, None, nowait) if resume is None else resume
         # One read for the whole answer as a rule (the index's position, then up to the byte limit and the
         # next header): the batches served are contiguous in the object, so they go out as one slice of it.
         window = _Window(self.ranges, key, size, nowait, max(max_bytes, 0) + HEADER_SIZE)
@@ -286,6 +295,11 @@ class TierHistory:
             if header.is_transactional and not header.is_control:
                 producers.add(header.producer_id)
             position += batch_size
+        if first >= 0:
+            with self._index_lock:
+                self._resume[(key, upper)] = end
+                while len(self._resume) > RESUME_POSITIONS:
+                    self._resume.popitem(last=False)
         return (window.get(first, end) if first >= 0 else b""), upper, producers
 
     def _index(self, meta: SegmentMetadata, obj: SegmentObject, nowait: bool) -> bytes:

@@ -186,7 +186,7 @@ class TierAnswers:
             want = wanted[key]
             if sent_at is not None and want.offset < mark.local_start:
                 self.grants.grant(key, sent_at, mark.local_start, tp.topic_id)
-            self.ctx.metrics.tier_partitions.labels(outcome="served").inc()
+            self.ctx.metrics.tier_served.inc()
             self.ctx.metrics.tier_bytes.inc(len(found.records))
         return answers
 

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,3 +223,46 @@ def test_a_read_that_must_not_wait_answers_from_memory_or_says_not_ready(
         read(True)
     refreshed = read(False)
     assert refreshed is not None and bytes(refreshed.records) == bytes(expected.records)
+
+
+@SOURCES
+def test_the_next_read_resumes_where_the_last_one_ended_without_the_indexes(
+    tiered: Tiered, pool: ThreadPoolExecutor, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer reading history asks next for the offset after what it was served: that read starts at the
+    byte where the last one ended (the segment's indexes are not parsed again) and answers exactly what a
+    read from the indexes answers (within a segment: the next segment's first read uses its indexes); any
+    other offset is found in the indexes."""
+    history = _history(tiered.remote, pool, source=source)
+    fresh = _history(tiered.remote, pool, source=source)
+    tp = _tps(tiered.remote, tiered.topic)[0]
+    first = history.read(tp, 0, 20000, min_one=True, read_committed=False)
+    assert first is not None and first.records
+    looked_up: list[int | None] = []
+    real_position = history._position
+
+    def position(meta: Any, offset: int | None, timestamp: int | None, nowait: bool = False) -> int:
+        looked_up.append(offset)
+        return real_position(meta, offset, timestamp, nowait)
+
+    monkeypatch.setattr(history, "_position", position)
+    segment_starts = {r.first_offset for r in history.cover(tp).ranges}
+    offset, last = first.upper_offset, history.latest_tiered(tp)
+    assert last is not None and last > offset
+    for _ in range(8):
+        if offset > last:
+            break
+        found = history.read(tp, offset, 20000, min_one=True, read_committed=False)
+        expected = fresh.read(tp, offset, 20000, min_one=True, read_committed=False)
+        assert found is not None and expected is not None and found.records
+        assert bytes(found.records) == bytes(expected.records) and found.upper_offset == expected.upper_offset
+        offset = found.upper_offset
+    assert all(o in segment_starts for o in looked_up), "each read in a segment resumed where the last ended"
+    assert len(looked_up) < 4
+    looked_up.clear()
+    inside = first.upper_offset + 1  # inside the batch after the first answer: not where a read ended
+    found = history.read(tp, inside, 20000, min_one=True, read_committed=False)
+    expected = fresh.read(tp, inside, 20000, min_one=True, read_committed=False)
+    assert found is not None and expected is not None
+    assert bytes(found.records) == bytes(expected.records)
+    assert looked_up == [inside]
