@@ -36,6 +36,9 @@ CONTROL_PLANE_GROUP = (
     "tests/fetchers",
     "tests/crash",
     "tests/overlap",
+    "tests/formats",
+    "tests/recovery",
+    "tests/retention",
 )
 """What runs beside the data group: everything on the control plane, and enough Kafka-only suites to
 balance the two groups' times (measured on clean clones)."""
