@@ -39,7 +39,6 @@ CONTROL_PLANE_GROUP = (
     "tests/formats",
     "tests/recovery",
     "tests/retention",
-    "tests/storage",
 )
 """What runs beside the data group: everything on the control plane, and enough Kafka-only suites to
 balance the two groups' times (measured on clean clones)."""
