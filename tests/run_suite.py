@@ -67,8 +67,15 @@ def _groups(extra: list[str], log_dir: Path) -> list[Group]:
 def _start(group: Group) -> None:
     out = group.log.open("wb") if group.log is not None else None
     group.started = time.monotonic()
+    # A session of its own: a terminal's Ctrl-C reaches only this runner, which forwards it once. In the
+    # terminal's process group each pytest would get it twice (from the terminal and forwarded), and a
+    # second SIGINT stops pytest's teardown, leaving its brokers and control plane running.
     group.process = subprocess.Popen(
-        group.args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT if out else None
+        group.args,
+        cwd=ROOT,
+        stdout=out,
+        stderr=subprocess.STDOUT if out else None,
+        start_new_session=True,
     )
     if out is not None:
         out.close()
