@@ -44,6 +44,8 @@ from spark_bench import REPO, log, report, tier, tiered_end
 
 from harness.kafka import KafkaCluster
 from harness.spark_kafka import connector_jars
+from storage_core.spark.daemon import DAEMON_CONF
+from storage_core.spark.daemon import MODULE as DAEMON_MODULE
 
 MiB = 1 << 20
 
@@ -186,6 +188,9 @@ def stream_child(ns: argparse.Namespace) -> int:
         .config("spark.jars", jars)
         .config("spark.driver.memory", "1g")
         .config("spark.sql.shuffle.partitions", "2")
+        # The Python daemon the README tells users to set on Python < 3.12 (storage_core/spark/daemon.py);
+        # the "-stock-daemon" run keeps pyspark's, for the A/B.
+        .config(DAEMON_CONF, "pyspark.daemon" if ns.source.endswith("-stock-daemon") else DAEMON_MODULE)
         .getOrCreate()
     )
     synthetic = ns.source.startswith("python-")
@@ -204,7 +209,7 @@ def stream_child(ns: argparse.Namespace) -> int:
             "continueFromKafka": "true",
             "kafka.bootstrap.servers": ns.bootstrap,
         }
-        if ns.source == "hybrid-per-segment":
+        if ns.source.startswith("hybrid-per-segment"):
             # One task per segment, as micro-batches were planned before their splits were packed.
             options["maxBytesPerSplit"] = str(ns.segment_bytes)
         fmt = "tierkeeper"
@@ -371,7 +376,7 @@ def main() -> int:
             end = KafkaAdmin(bootstrap).high_watermarks([(ns.topic, 0)])[(ns.topic, 0)]
             results["offsets"] = {"history": history, "tail": end - history}
             per_batch = -(-history // ns.history_batches)
-            sources = ("hybrid", "hybrid-per-segment", "kafka")
+            sources = ("hybrid", "hybrid-per-segment", "hybrid-stock-daemon", "kafka")
             runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in sources}
             results["runs"] = runs
             for s in ("python-empty", "python-empty-1task", "python-arrow-1task"):
@@ -385,6 +390,8 @@ def main() -> int:
                 runs["hybrid-per-segment"]["batches"], runs["kafka"]["batches"], history, end
             )
             results["per_segment_tasks"] = per_segment
+            stock = compare(runs["hybrid-stock-daemon"]["batches"], runs["kafka"]["batches"], history, end)
+            results["stock_daemon"] = stock
         finally:
             cluster.stop()
     return report(results, ns.json)

@@ -20,14 +20,22 @@ def workers_python(conf: dict[str, str], environ: dict[str, str], executable: st
     return conf.get("spark.pyspark.python") or environ.get("PYSPARK_PYTHON") or executable
 
 
+def session_conf(conf: dict[str, str]) -> dict[str, str]:
+    """The settings a job's session starts with: Tierkeeper's, then ``conf`` (``--spark-conf``), which
+    wins. Its Python workers are forked from Tierkeeper's Python daemon (storage_core/spark/daemon.py)."""
+    from storage_core.spark.daemon import DAEMON_CONF
+    from storage_core.spark.daemon import MODULE as DAEMON_MODULE
+
+    return {"spark.ui.showConsoleProgress": "false", DAEMON_CONF: DAEMON_MODULE, **conf}
+
+
 def spark_session(app: str, master: str | None, conf: dict[str, str]) -> Any:
-    """A session for one job; its Python workers run :func:`workers_python`."""
+    """A session for one job (:func:`session_conf`); its Python workers run :func:`workers_python`."""
     os.environ["PYSPARK_PYTHON"] = workers_python(conf, dict(os.environ), sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app).master(master or DEFAULT_MASTER)
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    for key, value in conf.items():
+    for key, value in session_conf(conf).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

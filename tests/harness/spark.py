@@ -20,6 +20,9 @@ def local_session(workdir: Path, jars: list[Path] | None = None) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from storage_core.spark.daemon import DAEMON_CONF
+    from storage_core.spark.daemon import MODULE as DAEMON_MODULE
+
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         builder = SparkSession.builder
@@ -34,6 +37,8 @@ def local_session(workdir: Path, jars: list[Path] | None = None) -> Any:
             .config("spark.local.dir", str(workdir / "spark-local"))
             .config("spark.sql.warehouse.dir", str(workdir / "warehouse"))
             .config("spark.driver.memory", "1g")
+            # As the README tells users (storage_core/spark/daemon.py): every Spark test runs it.
+            .config(DAEMON_CONF, DAEMON_MODULE)
             # Generous network and worker timeouts: up to 7 sessions share 2 cores, and a starved JVM or
             # Python worker must be slow, not failed. (Spark's one fixed wait, 10 s for a streaming
             # source's Python runner to connect back, cannot be set: tests/spark's StreamRun restarts

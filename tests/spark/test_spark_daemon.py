@@ -1,0 +1,93 @@
+"""storage_core/spark/daemon.py: Spark's Python daemon with zip archives' import caches re-read only when
+the archive changed (Python 3.11 re-reads pyspark.zip's directory once per importer before every task)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipimport
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage_core.jobs.spark_session import session_conf
+from storage_core.spark.daemon import DAEMON_CONF, MODULE
+
+# Run in a child interpreter: installing patches this process's zipimport for good.
+_PROBE = textwrap.dedent(
+    """
+    import importlib, json, sys, zipfile, zipimport
+    archive, install = sys.argv[1], sys.argv[2] == "install"
+    reads = []
+    original = zipimport._read_directory
+    def counted(path):
+        reads.append(path)
+        return original(path)
+    zipimport._read_directory = counted
+    if install:
+        from storage_core.spark.daemon import install as lazy
+        assert lazy() and not lazy(), "install twice changes it once"
+    sys.path.insert(0, archive)
+    import pkg.sub  # two importers over the archive: pkg's and pkg.sub's
+    before = len(reads)
+    for _ in range(5):
+        importlib.invalidate_caches()
+    unchanged = len(reads) - before
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("pkg/added.py", "VALUE = 7\\n")
+    importlib.invalidate_caches()
+    import pkg.added
+    print(json.dumps({"unchanged": unchanged, "after_change": len(reads) - before - unchanged,
+                      "value": pkg.added.VALUE}))
+    """
+)
+
+
+def _probe(tmp_path: Path, install: bool) -> dict[str, Any]:
+    import zipfile
+
+    archive = tmp_path / f"lib-{install}.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+        z.writestr("pkg/sub/__init__.py", "")
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(archive), "install" if install else "stock"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12+ invalidates zip caches lazily")
+def test_an_unchanged_archive_is_not_read_again_and_a_changed_one_is(tmp_path: Path) -> None:
+    stock = _probe(tmp_path, install=False)
+    # The cost this module removes: every invalidation re-reads the archive once per importer.
+    assert stock["unchanged"] >= 5 * 2, stock
+    lazy = _probe(tmp_path, install=True)
+    # Read once by the first invalidation, for all its importers (what the archive was when they were
+    # made is not known), then never while it is unchanged.
+    assert lazy["unchanged"] == 1, lazy
+    # A changed archive is read again, once for all its importers, and its new module imports.
+    assert lazy["after_change"] == 1 and lazy["value"] == 7, lazy
+
+
+def test_the_session_s_python_workers_run_the_daemon(spark: Any) -> None:
+    """The tests' session sets it as the README tells users to; its tasks run in workers it forked."""
+    assert spark.sparkContext.getConf().get(DAEMON_CONF) == MODULE
+
+    def lazy(_: Any) -> bool:
+        return bool(getattr(zipimport.zipimporter.invalidate_caches, "lazy", False))
+
+    expected = sys.version_info < (3, 12)
+    assert spark.sparkContext.parallelize([0, 1], 2).map(lazy).collect() == [expected, expected]
+
+
+def test_a_job_session_sets_the_daemon_unless_its_conf_names_another() -> None:
+    assert session_conf({})[DAEMON_CONF] == MODULE
+    assert session_conf({DAEMON_CONF: "pyspark.daemon"})[DAEMON_CONF] == "pyspark.daemon"
