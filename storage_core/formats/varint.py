@@ -8,6 +8,7 @@ on any indexable buffer and returns the position after the value, so the record 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 Readable = bytes | bytearray | memoryview
 
@@ -38,22 +39,28 @@ def _decode_long(buf: Readable, pos: int, max_shift: int) -> tuple[int, int]:
         raise VarintError(f"varint truncated at position {pos}") from None
 
 
-def decode_varint(buf: Readable, pos: int = 0) -> tuple[int, int]:
-    """Decode a zigzag varint (at most 5 bytes) at ``pos``; return ``(value, next_position)``."""
-    if pos < len(buf):
-        byte = buf[pos]
-        if byte < 0x80:
-            return (byte >> 1) ^ -(byte & 1), pos + 1
-    return _decode_long(buf, pos, 28)
+class _Decoder(Protocol):
+    def __call__(self, buf: Readable, pos: int = 0) -> tuple[int, int]: ...
 
 
-def decode_varlong(buf: Readable, pos: int = 0) -> tuple[int, int]:
-    """Decode a zigzag varlong (at most 10 bytes) at ``pos``; return ``(value, next_position)``."""
-    if pos < len(buf):
-        byte = buf[pos]
-        if byte < 0x80:
-            return (byte >> 1) ^ -(byte & 1), pos + 1
-    return _decode_long(buf, pos, 63)
+def _decoder(max_shift: int) -> _Decoder:
+    """The decoder of zigzag values of at most ``max_shift // 7 + 1`` bytes. The width is bound here, not
+    passed per call: the record decoder calls these for every field of every record."""
+
+    def decode(buf: Readable, pos: int = 0) -> tuple[int, int]:
+        if pos < len(buf):
+            byte = buf[pos]
+            if byte < 0x80:
+                return (byte >> 1) ^ -(byte & 1), pos + 1
+        return _decode_long(buf, pos, max_shift)
+
+    return decode
+
+
+decode_varint = _decoder(28)
+"""Decode a zigzag varint (at most 5 bytes) at ``pos``; return ``(value, next_position)``."""
+decode_varlong = _decoder(63)
+"""Decode a zigzag varlong (at most 10 bytes) at ``pos``; return ``(value, next_position)``."""
 
 
 def _encode(value: int, out: Callable[[int], None]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -12,69 +13,52 @@ from storage_core.gateway.protocol import api_name
 class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "tierkeeper_gateway_requests", "Client requests handled, by API", ["api"], registry=r
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        self.requests = counter("tierkeeper_gateway_requests", "Client requests handled, by API", ["api"])
+        self.tier_bytes = counter("tierkeeper_gateway_tier_bytes", "Record bytes served from the remote tier")
+        self.passthrough_bytes = counter(
+            "tierkeeper_gateway_passthrough_bytes", "Response bytes passed from the brokers to clients"
         )
-        self.tier_bytes = Counter(
-            "tierkeeper_gateway_tier_bytes", "Record bytes served from the remote tier", registry=r
-        )
-        self.passthrough_bytes = Counter(
-            "tierkeeper_gateway_passthrough_bytes",
-            "Response bytes passed from the brokers to clients",
-            registry=r,
-        )
-        self.tier_partitions = Counter(
+        self.tier_partitions = counter(
             "tierkeeper_gateway_tier_fetches",
             "Partition fetches answered from the remote tier, by outcome",
             ["outcome"],
-            registry=r,
         )
-        self.granted_fetches = Counter(
+        self.granted_fetches = counter(
             "tierkeeper_gateway_granted_fetches",
             "Fetches answered wholly from the remote tier under the broker's recent answer, without a broker "
             "round trip",
-            registry=r,
         )
-        self.streamed_responses = Counter(
+        self.streamed_responses = counter(
             "tierkeeper_gateway_streamed_responses",
             "Fetch responses passed to the client as they arrived (cut-through)",
-            registry=r,
         )
         self.remote_read_seconds = Histogram(
             "tierkeeper_gateway_remote_read_seconds",
             "Time to read one partition's answer from the remote tier",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=r,
+            registry=self.registry,
         )
-        self.cache_lookups = Counter(
+        self.cache_lookups = counter(
             "tierkeeper_gateway_cache_lookups",
             "Read-ahead cache lookups of remote blocks, by result",
             ["result"],
-            registry=r,
         )
-        self.cache_bytes = Gauge(
-            "tierkeeper_gateway_cache_bytes", "Bytes held by the read-ahead cache", registry=r
+        self.cache_bytes = gauge("tierkeeper_gateway_cache_bytes", "Bytes held by the read-ahead cache")
+        self.upstream_errors = counter(
+            "tierkeeper_gateway_upstream_errors", "Broker connections that failed or closed under a client"
         )
-        self.upstream_errors = Counter(
-            "tierkeeper_gateway_upstream_errors",
-            "Broker connections that failed or closed under a client",
-            registry=r,
-        )
-        self.client_errors = Counter(
+        self.client_errors = counter(
             "tierkeeper_gateway_client_protocol_errors",
             "Client connections closed for a malformed or oversized frame",
-            registry=r,
         )
-        self.reloads = Counter(
+        self.reloads = counter(
             "tierkeeper_gateway_reloads",
             "Certificates and Kafka client properties loaded again after their files changed, by outcome",
             ["what", "outcome"],
-            registry=r,
         )
-        self.connections = Gauge(
-            "tierkeeper_gateway_client_connections", "Open client connections", registry=r
-        )
+        self.connections = gauge("tierkeeper_gateway_client_connections", "Open client connections")
         # Labelled children looked up once: ``labels()`` on every request and read was ~2% of the busy time
         # of a gateway serving history.
         self._requests_by_api: dict[int, Any] = {}

@@ -76,7 +76,7 @@ class InProcessExecutor:
         try:
             store = self._store_factory(cluster)
             if request.engine == "spark":
-                report = run_cleanup_on_spark(store, options, request.spark_master, dict(request.spark_conf))
+                report = run_cleanup_on_spark(store, options, request.spark.master, dict(request.spark.conf))
             else:
                 report = run_cleanup(store, options)
         except TierkeeperError as exc:

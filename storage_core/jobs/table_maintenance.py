@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from storage_core.errors import ConfigError, TierkeeperError
+from storage_core.reconcile.requests import MaintenancePolicy
 from storage_core.spark.iceberg_catalog import CatalogConfig, load_existing
 from storage_core.spark.iceberg_table import NEXT_OFFSETS, PARTITION_FIELD, TOPIC, TOPIC_ID
 from storage_core.spark.iceberg_task import write_data_files
@@ -55,11 +56,9 @@ MAX_REWRITE_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
-class MaintenanceOptions:
-    keep_snapshots: int
-    snapshot_max_age_ms: int
-    orphan_min_age_ms: int
-    compact_min_files: int
+class MaintenanceOptions(MaintenancePolicy):
+    """The policy of one run, and the time its ages are measured from."""
+
     now_ms: int
 
 

@@ -59,13 +59,7 @@ def maintenance_inputs(
     target = StorageSpec(
         request.table.location, table_storage(request.table.location, request.remote.url, remote_options)
     )
-    options = MaintenanceOptions(
-        keep_snapshots=request.keep_snapshots,
-        snapshot_max_age_ms=request.snapshot_max_age_ms,
-        orphan_min_age_ms=request.orphan_min_age_ms,
-        compact_min_files=request.compact_min_files,
-        now_ms=now_ms,
-    )
+    options = MaintenanceOptions(**dataclasses.asdict(request.policy), now_ms=now_ms)
     return target, request.table.name or "tierkeeper.table", catalog_of(request.table), options
 
 
@@ -84,7 +78,7 @@ def run_table_request(
 
     source, target, opts, name, catalog = export_inputs(request, remote_options)
     decoding = value_decoding_of(request)
-    with job_spark_session("tierkeeper-export", request.spark_master, dict(request.spark_conf)) as spark:
+    with job_spark_session("tierkeeper-export", request.spark.master, dict(request.spark.conf)) as spark:
         summary = run_export_iceberg(
             spark, source, target, opts, table_name=name, catalog=catalog, value_decoding=decoding
         )

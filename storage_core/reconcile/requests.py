@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.cluster import JobDefaults, KafkaClusterConfig
 from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec, default_table_name
 from storage_core.reconcile.eligibility import trim_timing
 from storage_core.reconcile.planner import CleanupAction, CopyAction
@@ -76,12 +76,28 @@ def _pairs(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple((key, value) for key, _, value in (item.partition("=") for item in items or ()))
 
 
-def _spark_args(master: str | None, conf: Sequence[tuple[str, str]]) -> list[str]:
-    """``--spark-master`` (when set) and one ``--spark-conf KEY=VALUE`` per setting."""
-    out = ["--spark-master", master] if master else []
-    for key, value in conf:
-        out += ["--spark-conf", f"{key}={value}"]
-    return out
+@dataclass(frozen=True)
+class SparkTarget:
+    """Where a request's Spark work runs: the cluster's ``jobs.sparkMaster`` (None: local mode in the
+    command's own process) and ``jobs.sparkConf``, as flags."""
+
+    master: str | None = None
+    conf: tuple[tuple[str, str], ...] = ()
+
+    def args(self) -> list[str]:
+        """``--spark-master`` (when set) and one ``--spark-conf KEY=VALUE`` per setting."""
+        out = ["--spark-master", self.master] if self.master else []
+        for key, value in self.conf:
+            out += ["--spark-conf", f"{key}={value}"]
+        return out
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SparkTarget:
+        return cls(args.spark_master, _pairs(args.spark_conf))
+
+    @classmethod
+    def of(cls, jobs: JobDefaults) -> SparkTarget:
+        return cls(jobs.spark_master or None, tuple(sorted(jobs.spark_conf.items())))
 
 
 def _broker_dir_args(
@@ -152,8 +168,8 @@ class CleanupRequest:
     copy_interval_ms: int
     """The interval the planner judged Kafka's retention with, so the local-trim check agrees with it."""
     engine: str = "local"
-    spark_master: str | None = None
-    spark_conf: tuple[tuple[str, str], ...] = ()
+    spark: SparkTarget = SparkTarget()
+    """Used by the ``spark`` engine only."""
 
     def args(self) -> list[str]:
         out = [
@@ -175,7 +191,7 @@ class CleanupRequest:
             *self.remote.args(),
         ]
         if self.engine != "local":
-            out += ["--engine", self.engine, *_spark_args(self.spark_master, self.spark_conf)]
+            out += ["--engine", self.engine, *self.spark.args()]
         return out + self.kafka.args()
 
     @classmethod
@@ -191,8 +207,7 @@ class CleanupRequest:
             local_retention_bytes=args.local_retention_bytes,
             copy_interval_ms=args.copy_interval_ms,
             engine=args.engine,
-            spark_master=args.spark_master,
-            spark_conf=_pairs(args.spark_conf),
+            spark=SparkTarget.from_args(args),
         )
 
 
@@ -318,8 +333,7 @@ class ExportRequest:
     remote: RemoteTier
     table: TableTarget
     isolation: str = "read_committed"
-    spark_master: str | None = None
-    spark_conf: tuple[tuple[str, str], ...] = ()
+    spark: SparkTarget = SparkTarget()
     value_format: str | None = None
     schema_registry: str | None = None
 
@@ -330,7 +344,7 @@ class ExportRequest:
             out += ["--value-format", self.value_format]
         if self.schema_registry:
             out += ["--schema-registry", self.schema_registry]
-        return out + _spark_args(self.spark_master, self.spark_conf)
+        return out + self.spark.args()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExportRequest:
@@ -339,11 +353,31 @@ class ExportRequest:
             remote=RemoteTier.from_args(args),
             table=TableTarget.from_args(args),
             isolation=args.isolation,
-            spark_master=args.spark_master,
-            spark_conf=_pairs(args.spark_conf),
+            spark=SparkTarget.from_args(args),
             value_format=args.value_format,
             schema_registry=args.schema_registry,
         )
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """What a table-maintenance run keeps and compacts (``spec.table.maintenance``, ages in milliseconds).
+    Each field is a flag of ``tierkeeper table-maintenance`` of the same name (``--keep-snapshots`` ...)."""
+
+    keep_snapshots: int
+    snapshot_max_age_ms: int
+    orphan_min_age_ms: int
+    compact_min_files: int
+
+    def args(self) -> list[str]:
+        out = []
+        for f in fields(MaintenancePolicy):
+            out += [f"--{f.name.replace('_', '-')}", str(getattr(self, f.name))]
+        return out
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> MaintenancePolicy:
+        return cls(**{f.name: getattr(args, f.name) for f in fields(MaintenancePolicy)})
 
 
 @dataclass(frozen=True)
@@ -354,36 +388,14 @@ class TableMaintenanceRequest:
     remote: RemoteTier
     """The cluster's tier: the table is written with its storage options when the scheme is the same."""
     table: TableTarget
-    keep_snapshots: int
-    snapshot_max_age_ms: int
-    orphan_min_age_ms: int
-    compact_min_files: int
+    policy: MaintenancePolicy
 
     def args(self) -> list[str]:
-        return [
-            "table-maintenance",
-            *self.table.args(),
-            "--keep-snapshots",
-            str(self.keep_snapshots),
-            "--snapshot-max-age-ms",
-            str(self.snapshot_max_age_ms),
-            "--orphan-min-age-ms",
-            str(self.orphan_min_age_ms),
-            "--compact-min-files",
-            str(self.compact_min_files),
-            *self.remote.args(),
-        ]
+        return ["table-maintenance", *self.table.args(), *self.policy.args(), *self.remote.args()]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TableMaintenanceRequest:
-        return cls(
-            remote=RemoteTier.from_args(args),
-            table=TableTarget.from_args(args),
-            keep_snapshots=args.keep_snapshots,
-            snapshot_max_age_ms=args.snapshot_max_age_ms,
-            orphan_min_age_ms=args.orphan_min_age_ms,
-            compact_min_files=args.compact_min_files,
-        )
+        return cls(RemoteTier.from_args(args), TableTarget.from_args(args), MaintenancePolicy.from_args(args))
 
 
 Request = (
@@ -455,7 +467,6 @@ def cleanup_request(
     action: CleanupAction, cluster: KafkaClusterConfig, *, config_dir: str | None = None
 ) -> CleanupRequest:
     spec, jobs = action.spec, cluster.jobs
-    spark = jobs.cleanup_engine == "spark"
     return CleanupRequest(
         topic=action.topic,
         kafka=kafka_client(cluster, config_dir),
@@ -466,8 +477,7 @@ def cleanup_request(
         local_retention_bytes=spec.local_retention_bytes,
         copy_interval_ms=trim_timing(spec).copy_interval_ms,
         engine=jobs.cleanup_engine,
-        spark_master=(jobs.spark_master or None) if spark else None,
-        spark_conf=tuple(sorted(jobs.spark_conf.items())) if spark else (),
+        spark=SparkTarget.of(jobs) if jobs.cleanup_engine == "spark" else SparkTarget(),
     )
 
 
@@ -528,8 +538,7 @@ def table_request(
             remote=remote_tier(cluster),
             table=table_target(action),
             isolation=action.table.isolation,
-            spark_master=jobs.spark_master or None,
-            spark_conf=tuple(sorted(jobs.spark_conf.items())),
+            spark=SparkTarget.of(jobs),
             value_format=decoding.format if decoding is not None else None,
             schema_registry=decoding.schema_registry_url if decoding is not None else None,
         )
@@ -537,8 +546,10 @@ def table_request(
     return TableMaintenanceRequest(
         remote=remote_tier(cluster),
         table=table_target(action),
-        keep_snapshots=maintenance.keep_snapshots,
-        snapshot_max_age_ms=maintenance.snapshot_max_age_seconds * 1000,
-        orphan_min_age_ms=maintenance.orphan_min_age_seconds * 1000,
-        compact_min_files=maintenance.compact_min_files,
+        policy=MaintenancePolicy(
+            keep_snapshots=maintenance.keep_snapshots,
+            snapshot_max_age_ms=maintenance.snapshot_max_age_seconds * 1000,
+            orphan_min_age_ms=maintenance.orphan_min_age_seconds * 1000,
+            compact_min_files=maintenance.compact_min_files,
+        ),
     )

@@ -34,12 +34,17 @@ from storage_core.remote.store_api import ObjectStore
 STATE_VERSION = 1
 
 
-class Claim(BaseModel):
-    """Marks a live topic id as the target of a recovery of one incarnation."""
+class _StoredRecord(BaseModel):
+    """What every record the remote tier holds for a recovery starts with (its JSON's first field)."""
 
     model_config = ConfigDict(frozen=True)
 
     version: int = STATE_VERSION
+
+
+class Claim(_StoredRecord):
+    """Marks a live topic id as the target of a recovery of one incarnation."""
+
     topic: str
     source_topic_id: str
     target_topic_id: str
@@ -47,12 +52,9 @@ class Claim(BaseModel):
     created_at_ms: int
 
 
-class ChunkMapping(BaseModel):
+class ChunkMapping(_StoredRecord):
     """The records one restore transaction moved: old offsets [first_old, next_old) -> ``runs``."""
 
-    model_config = ConfigDict(frozen=True)
-
-    version: int = STATE_VERSION
     partition: int
     first_old: int
     next_old: int

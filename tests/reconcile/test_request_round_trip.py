@@ -135,8 +135,8 @@ def test_a_cleanup_request_parses_back_into_the_in_process_options(secret_dir: P
     assert in_process.trim_timing.copy_interval_ms == 120_000  # the topic's interval, not the 1 h default
     assert (args.engine, args.spark_master, tuple(args.spark_conf)) == (
         request.engine,
-        request.spark_master,
-        tuple(f"{k}={v}" for k, v in request.spark_conf),
+        request.spark.master,
+        tuple(f"{k}={v}" for k, v in request.spark.conf),
     )
 
 
