@@ -13,6 +13,7 @@ from storage_core.cli.common import (
     emit_json,
     key_values,
     require_positive,
+    storage_option_items,
     storage_options,
     write_result_file,
 )
@@ -118,16 +119,11 @@ def catalog_config(args: argparse.Namespace) -> Any:
 
 def target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str, Any]:
     """``--to-storage-option``s, or the remote tier's options when the scheme is the same."""
-    from storage_core.adapters.store import storage_option_value
     from storage_core.jobs.table_runs import table_storage
 
     if not args.to_storage_option:
         return table_storage(args.to, args.remote, source)
-    out: dict[str, Any] = {}
-    for item in args.to_storage_option:
-        key, _, raw = item.partition("=")
-        out[key] = storage_option_value(raw)
-    return out
+    return storage_option_items(args.to_storage_option, "--to-storage-option")
 
 
 def run(args: argparse.Namespace) -> int:
