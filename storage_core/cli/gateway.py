@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from storage_core.adapters.kafka_tls import client_tls as kafka_tls
 from storage_core.adapters.kafka_tls import tls_files
 from storage_core.adapters.malloc_tuning import keep_freed_buffers
+from storage_core.api.cluster_parts import DEFAULT_GATEWAY_CACHE_BYTES
 from storage_core.cli.common import add_remote_args, open_store, require_above_zero, require_positive
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config, kafka_client_files
 from storage_core.errors import ConfigError
@@ -76,9 +77,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--cache-bytes",
         type=int,
-        default=64 << 20,
+        default=DEFAULT_GATEWAY_CACHE_BYTES,
         metavar="N",
-        help="read-ahead cache of remote blocks, bytes (default 64 MiB; a file:// tier uses the page cache)",
+        help=f"read-ahead cache of remote blocks, bytes (default {DEFAULT_GATEWAY_CACHE_BYTES >> 20} MiB; a "
+        "file:// tier uses the page cache)",
     )
     p.add_argument(
         "--block-bytes", type=int, default=1 << 20, metavar="N", help="remote read size (default 1 MiB)"
