@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,14 +166,8 @@ KINDS: tuple[ResourceKind, ...] = (
             PrinterColumn(
                 "Gateway", ".status.gateway.bootstrap", description="Where clients read the tiered history."
             ),
-            PrinterColumn(
-                "Ready",
-                '.status.conditions[?(@.type=="Ready")].status',
-                description="True once Kafka and the remote tier are reachable.",
-            ),
-            PrinterColumn(
-                "Status", ".status.message", priority=1, description="The state, or what is wrong."
-            ),
+            replace(_READY, description="True once Kafka and the remote tier are reachable."),
+            replace(_STATUS, priority=1),
             _AGE,
         ),
     ),
