@@ -51,7 +51,9 @@ def _credential_keys(values: dict[str, Any], prefix: str = "") -> list[str]:
     return found
 
 
-def _no_credentials(values: dict[str, Any], where: str, instead: str) -> dict[str, Any]:
+def no_credentials(values: dict[str, Any], where: str, instead: str) -> dict[str, Any]:
+    """``values`` unchanged, or a ``ValueError`` naming every key (nested ones too) that looks like a
+    credential: settings written inline in a resource are in the clear, secrets go by reference."""
     found = sorted(_credential_keys(values))
     if found:
         raise ValueError(f"{where} {', '.join(found)} look like credentials: put them in {instead}")
@@ -85,7 +87,7 @@ class RemoteStorage(ApiModel):
     @field_validator("storage_options")
     @classmethod
     def _options_without_credentials(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _no_credentials(value, "storageOptions", "storageOptionsSecretRef")
+        return no_credentials(value, "storageOptions", "storageOptionsSecretRef")
 
 
 class ResourceQuantities(ApiModel):
@@ -228,7 +230,7 @@ class ClusterSettings(ApiModel):
     @field_validator("client_config")
     @classmethod
     def _config_without_credentials(cls, value: dict[str, str]) -> dict[str, str]:
-        return _no_credentials(value, "clientConfig", "clientConfigSecretRef")
+        return no_credentials(value, "clientConfig", "clientConfigSecretRef")
 
 
 class KafkaClusterConfig(ClusterSettings):

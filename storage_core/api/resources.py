@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from storage_core.api.cluster import SecretRef, credential_like
+from storage_core.api.cluster import SecretRef, no_credentials
 from storage_core.api.fields import (
     INFINITE,
     AbsolutePath,
@@ -141,10 +141,7 @@ class TableCatalog(ApiModel):
     @field_validator("properties")
     @classmethod
     def _properties_without_credentials(cls, value: dict[str, str]) -> dict[str, str]:
-        found = sorted(k for k in value if credential_like(k))
-        if found:
-            raise ValueError(f"catalog properties {', '.join(found)} look like credentials: use secretRef")
-        return value
+        return no_credentials(value, "catalog properties", "secretRef")
 
 
 class TableMaintenance(ApiModel):
