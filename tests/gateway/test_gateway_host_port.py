@@ -1,4 +1,5 @@
-"""One parser reads every ``HOST:PORT``: the gateway's flags and the adapters that dial a bootstrap address."""
+"""One parser reads every ``HOST:PORT``: the gateway's flags and the adapters that dial a bootstrap
+address."""
 
 from __future__ import annotations
 
