@@ -64,6 +64,10 @@ def without_credentials(where: str, instead: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+StorageOptions = Annotated[dict[str, Any], without_credentials("storageOptions", "storageOptionsSecretRef")]
+ClientConfig = Annotated[dict[str, str], without_credentials("clientConfig", "clientConfigSecretRef")]
+
+
 class SecretRef(ApiModel):
     """A Secret in the namespace where it is used (the broker's namespace for Jobs)."""
 
@@ -77,9 +81,7 @@ class RemoteStorage(ApiModel):
         description="fsspec URL of the remote tier's root, e.g. s3://bucket/prefix, gs://bucket/prefix, "
         "file:///mnt/tier. Every topic of the cluster lives under it (topic name and id in the path)."
     )
-    storage_options: Annotated[
-        dict[str, Any], without_credentials("storageOptions", "storageOptionsSecretRef")
-    ] = Field(
+    storage_options: StorageOptions = Field(
         default_factory=dict,
         description="Non-secret fsspec storage options, e.g. client_kwargs: {endpoint_url: ...}.",
     )
@@ -214,11 +216,9 @@ class ClusterSettings(ApiModel):
     by the file form (:class:`KafkaClusterConfig`) and the TieredCluster resource
     (:class:`storage_core.api.tiered_cluster.TieredClusterSpec`)."""
 
-    client_config: Annotated[dict[str, str], without_credentials("clientConfig", "clientConfigSecretRef")] = (
-        Field(
-            default_factory=dict,
-            description="Non-secret Kafka client properties (security.protocol, ssl.ca.location, ...).",
-        )
+    client_config: ClientConfig = Field(
+        default_factory=dict,
+        description="Non-secret Kafka client properties (security.protocol, ssl.ca.location, ...).",
     )
     client_config_secret_ref: SecretRef | None = Field(
         default=None,

@@ -116,6 +116,9 @@ def default_table_name(topic: str) -> str:
     return f"tierkeeper.{safe}"
 
 
+CatalogProperties = Annotated[dict[str, str], without_credentials("catalog properties", "secretRef")]
+
+
 class TableCatalog(ApiModel):
     """A catalog the export commits through (REST, Hive Metastore, AWS Glue, SQL), configured for
     pyiceberg."""
@@ -127,7 +130,7 @@ class TableCatalog(ApiModel):
         description="The catalog's pyiceberg name: its settings are the environment variables "
         "PYICEBERG_CATALOG__<NAME>__<KEY> (from secretRef) and properties.",
     )
-    properties: Annotated[dict[str, str], without_credentials("catalog properties", "secretRef")] = Field(
+    properties: CatalogProperties = Field(
         default_factory=dict,
         description="Non-secret catalog properties (type, uri, warehouse, ...); credentials are refused "
         "here: put them in secretRef.",
