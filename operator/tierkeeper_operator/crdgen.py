@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,7 @@ HEADER = (
     "# Do not edit: change the models and regenerate.\n"
 )
 
-# Output order of schema keywords, so the YAML reads top-down like documentation.
-_KEY_ORDER = (
+SCHEMA_KEYWORDS = (
     "description",
     "type",
     "format",
@@ -68,7 +67,12 @@ _KEY_ORDER = (
     "additionalProperties",
     "x-kubernetes-validations",
     "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-list-type",
 )
+"""Every keyword a schema of ours may use, in the order they are written so the YAML reads top-down like
+documentation. :func:`structural` refuses any other, so a new pydantic construct cannot slip into a CRD
+unreviewed."""
 _DROPPED_KEYS = frozenset({"title", "$defs", "default"})
 
 
@@ -162,14 +166,8 @@ KINDS: tuple[ResourceKind, ...] = (
             PrinterColumn(
                 "Gateway", ".status.gateway.bootstrap", description="Where clients read the tiered history."
             ),
-            PrinterColumn(
-                "Ready",
-                '.status.conditions[?(@.type=="Ready")].status',
-                description="True once Kafka and the remote tier are reachable.",
-            ),
-            PrinterColumn(
-                "Status", ".status.message", priority=1, description="The state, or what is wrong."
-            ),
+            replace(_READY, description="True once Kafka and the remote tier are reachable."),
+            replace(_STATUS, priority=1),
             _AGE,
         ),
     ),
@@ -183,9 +181,14 @@ def _resolve_ref(ref: str, defs: Mapping[str, Any]) -> dict[str, Any]:
     return dict(defs[ref[len(prefix) :]])
 
 
-def _ordered(node: Mapping[str, Any]) -> dict[str, Any]:
-    rank = {key: index for index, key in enumerate(_KEY_ORDER)}
-    return {key: node[key] for key in sorted(node, key=lambda k: (rank.get(k, len(rank)), k))}
+def _ordered(node: Mapping[str, Any], where: str) -> dict[str, Any]:
+    rank = {key: index for index, key in enumerate(SCHEMA_KEYWORDS)}
+    unknown = sorted(node.keys() - rank.keys())
+    if unknown:
+        raise SchemaError(
+            f"{where or '<root>'}: {', '.join(unknown)}: not a keyword our CRDs use (SCHEMA_KEYWORDS)"
+        )
+    return {key: node[key] for key in sorted(node, key=rank.__getitem__)}
 
 
 def structural(node: Mapping[str, Any], defs: Mapping[str, Any], where: str = "") -> dict[str, Any]:
@@ -234,7 +237,7 @@ def structural(node: Mapping[str, Any], defs: Mapping[str, Any], where: str = ""
         out["description"] = f"{out['description']} {text}" if out.get("description") else text
     if "type" not in out and "x-kubernetes-preserve-unknown-fields" not in out:
         raise SchemaError(f"{where or '<root>'}: no type (a structural schema types every node)")
-    return _ordered(out)
+    return _ordered(out, where)
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -7,10 +7,25 @@ Label sets are bounded by default: by resource kind, Job kind and result, except
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage_core.api.status import STALLED, TieredTopicStatus
 from storage_core.reconcile.planner import Plan
+
+TOPIC_FIGURES: tuple[tuple[str, str, Callable[[TieredTopicStatus], int]], ...] = (
+    ("tiered_bytes", "Bytes in the remote tier", lambda s: s.remote.bytes if s.remote else 0),
+    ("tiered_segments", "Segments in the remote tier", lambda s: s.remote.segments if s.remote else 0),
+    ("copy_lag_bytes", "Rolled bytes not yet tiered", lambda s: s.copy_lag.bytes if s.copy_lag else 0),
+    (
+        "copy_lag_segments",
+        "Rolled segments not yet tiered",
+        lambda s: s.copy_lag.segments if s.copy_lag else 0,
+    ),
+)
+"""What a round reports of the TieredTopics (name, help, the figure of one status): summed per cluster,
+and per TieredTopic with ``topic_labels``."""
 
 
 class Metrics:
@@ -49,21 +64,10 @@ class Metrics:
             "tierkeeper_stalled_resources", "Resources with Stalled=True.", ["kind"], registry=self.registry
         )
         # By Kafka cluster: bounded by the clusters configured, and what one cluster's alert is about.
-        self.tiered_bytes = Gauge(
-            "tierkeeper_tiered_bytes", "Bytes in the remote tier.", ["cluster"], registry=self.registry
-        )
-        self.tiered_segments = Gauge(
-            "tierkeeper_tiered_segments", "Segments in the remote tier.", ["cluster"], registry=self.registry
-        )
-        self.lag_bytes = Gauge(
-            "tierkeeper_copy_lag_bytes", "Rolled bytes not yet tiered.", ["cluster"], registry=self.registry
-        )
-        self.lag_segments = Gauge(
-            "tierkeeper_copy_lag_segments",
-            "Rolled segments not yet tiered.",
-            ["cluster"],
-            registry=self.registry,
-        )
+        self.cluster_figures = {
+            name: Gauge(f"tierkeeper_{name}", f"{text}.", ["cluster"], registry=self.registry)
+            for name, text, _ in TOPIC_FIGURES
+        }
         self.active = Gauge(
             "tierkeeper_active",
             "1 while this replica runs the reconcile rounds, 0 while it is a standby (peering).",
@@ -71,14 +75,12 @@ class Metrics:
         )
         self.topic_gauges: dict[str, Gauge] = {}
         if topic_labels:
-            for name, text in (
-                ("tiered_bytes", "Bytes in the remote tier, per TieredTopic."),
-                ("tiered_segments", "Segments in the remote tier, per TieredTopic."),
-                ("copy_lag_bytes", "Rolled bytes not yet tiered, per TieredTopic."),
-                ("copy_lag_segments", "Rolled segments not yet tiered, per TieredTopic."),
-            ):
+            for name, text, _ in TOPIC_FIGURES:
                 self.topic_gauges[name] = Gauge(
-                    f"tierkeeper_topic_{name}", text, ["namespace", "name"], registry=self.registry
+                    f"tierkeeper_topic_{name}",
+                    f"{text}, per TieredTopic.",
+                    ["namespace", "name"],
+                    registry=self.registry,
                 )
 
         # Labelled by broker: bounded by the cluster's size, and the imbalance is a per-broker fact.
@@ -108,7 +110,7 @@ class Metrics:
         )
 
     def cluster_gauges(self) -> tuple[Gauge, ...]:
-        return (self.tiered_bytes, self.tiered_segments, self.lag_bytes, self.lag_segments)
+        return tuple(self.cluster_figures.values())
 
     def standby(self) -> None:
         """This replica stopped running rounds (peering): drop every gauge a round set, so Prometheus does
@@ -150,24 +152,12 @@ class Metrics:
         for gauge in self.cluster_gauges():
             gauge.clear()  # a cluster with no TieredTopic left leaves no stale series
         for cluster, topics in sorted(by_cluster.items()):
-            self.tiered_bytes.labels(cluster=cluster).set(sum(s.remote.bytes for s in topics if s.remote))
-            self.tiered_segments.labels(cluster=cluster).set(
-                sum(s.remote.segments for s in topics if s.remote)
-            )
-            self.lag_bytes.labels(cluster=cluster).set(sum(s.copy_lag.bytes for s in topics if s.copy_lag))
-            self.lag_segments.labels(cluster=cluster).set(
-                sum(s.copy_lag.segments for s in topics if s.copy_lag)
-            )
+            for metric, _, figure in TOPIC_FIGURES:
+                self.cluster_figures[metric].labels(cluster=cluster).set(sum(figure(s) for s in topics))
         if self.topic_labels:
             for gauge in self.topic_gauges.values():
                 gauge.clear()  # deleted topics leave no stale series
             for key, s in planned.topic_status.items():
                 namespace, _, name = key.partition("/")
-                values = {
-                    "tiered_bytes": s.remote.bytes if s.remote else 0,
-                    "tiered_segments": s.remote.segments if s.remote else 0,
-                    "copy_lag_bytes": s.copy_lag.bytes if s.copy_lag else 0,
-                    "copy_lag_segments": s.copy_lag.segments if s.copy_lag else 0,
-                }
-                for metric, value in values.items():
-                    self.topic_gauges[metric].labels(namespace=namespace, name=name).set(value)
+                for metric, _, figure in TOPIC_FIGURES:
+                    self.topic_gauges[metric].labels(namespace=namespace, name=name).set(figure(s))

@@ -10,9 +10,9 @@ without peering (exactly one replica must run then).
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from storage_core.errors import ConfigError
 from tierkeeper_operator.peering import (
@@ -208,26 +208,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> OperatorOptions:
-    return OperatorOptions(
-        namespaces=tuple(args.namespaces),
-        all_namespaces=bool(args.all_namespaces),
-        liveness_endpoint=args.liveness_endpoint,
-        verbose=bool(args.verbose),
-        log_format=str(args.log_format),
-        cluster_files=tuple(args.cluster_files),
-        kafka_config_dirs=tuple(args.kafka_config_dirs),
-        reconcile_interval=float(args.reconcile_interval),
-        metrics_port=args.metrics_port,
-        metrics_topic_labels=bool(args.metrics_topic_labels),
-        readiness_endpoint=args.readiness_endpoint,
-        no_peering=bool(args.no_peering),
-        peering_name=str(args.peering_name),
-        priority=args.priority,
-        peering_lifetime=int(args.peering_lifetime),
-        gateway_service_monitors=bool(args.gateway_service_monitors),
-        gateway_service_monitor_labels=tuple(args.gateway_service_monitor_labels),
-        gateway_scrape_interval=str(args.gateway_scrape_interval),
-    )
+    """The options :func:`add_arguments`' flags give: each flag's ``dest`` is its field's name, and a
+    repeatable flag's list becomes the field's tuple."""
+    values: dict[str, Any] = {}
+    for field in fields(OperatorOptions):
+        value = getattr(args, field.name)
+        values[field.name] = tuple(value) if isinstance(value, list) else value
+    return OperatorOptions(**values)
 
 
 def configure_logging(options: OperatorOptions) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from storage_core.adapters.kafka_tls import client_tls
 from storage_core.errors import ConfigError, TierkeeperError
+from storage_core.gateway.host_port import parse_addresses
 
 METADATA_VERSION = "metadata.version"
 
@@ -88,12 +89,12 @@ def read_features(bootstrap_servers: str, config: dict[str, str], timeout: float
     problems = []
     try:
         tls = client_tls(config)
+        addresses = parse_addresses(bootstrap_servers)
     except ConfigError as exc:
         raise KafkaFeaturesError(f"ApiVersions: {exc}") from None
-    for address in (a.strip() for a in bootstrap_servers.split(",") if a.strip()):
-        host, _, port = address.rpartition(":")
+    for address in addresses:
         try:
-            payload = _ask(host.strip("[]"), int(port), tls, timeout)
+            payload = _ask(address.host, address.port, tls, timeout)
         except (OSError, ValueError, ssl.SSLError) as exc:
             problems.append(f"{address}: {type(exc).__name__}: {exc}"[:200])
             continue

@@ -23,6 +23,7 @@ from storage_core.adapters.kafka_admin import admin_client
 from storage_core.errors import ConfigError, KafkaAdminError
 from storage_core.fetchers.model import Assignment
 from storage_core.fetchers.planner import is_allowed_step
+from storage_core.gateway.host_port import parse_addresses
 
 # confluent_kafka.admin re-exports its public classes without __all__, so mypy --strict needs the
 # attr-defined ignores on those imports below.
@@ -152,11 +153,13 @@ class FetcherAdmin:
 
     def set_cluster_default(self, value: int) -> None:
         last_error = "no address"
-        for host, port in _addresses(self.bootstrap_servers):
+        for address in parse_addresses(self.bootstrap_servers):
             try:
-                error = _incremental_alter_cluster_default(host, port, CONFIG_NAME, str(value), self.timeout)
+                error = _incremental_alter_cluster_default(
+                    address.host, address.port, CONFIG_NAME, str(value), self.timeout
+                )
             except OSError as exc:
-                last_error = f"{host}:{port}: {exc}"
+                last_error = f"{address}: {exc}"
                 continue
             if error is not None:
                 raise KafkaAdminError(f"cluster default {CONFIG_NAME}={value} refused: {error}")
@@ -240,17 +243,6 @@ def common_value(settings: dict[int, FetcherSetting], per_broker: bool) -> int:
             f"brokers disagree on {CONFIG_NAME} ({detail}); change them one by one with --broker"
         )
     return values[0]
-
-
-def _addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
-    result = []
-    for item in bootstrap_servers.split(","):
-        item = item.strip().removeprefix("PLAINTEXT://")
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"bootstrap server {item!r} is not host:port")
-        result.append((host.strip("[]"), int(port)))
-    return result
 
 
 def _string(value: str | None) -> bytes:

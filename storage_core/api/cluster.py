@@ -10,9 +10,9 @@ Secrets are referenced by name and resolved in the namespace of the Job that nee
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from storage_core import __version__
 from storage_core.api.fields import BootstrapServers, LabelSafeName, ObjectName, RemoteUrl
@@ -51,11 +51,21 @@ def _credential_keys(values: dict[str, Any], prefix: str = "") -> list[str]:
     return found
 
 
-def _no_credentials(values: dict[str, Any], where: str, instead: str) -> dict[str, Any]:
-    found = sorted(_credential_keys(values))
-    if found:
-        raise ValueError(f"{where} {', '.join(found)} look like credentials: put them in {instead}")
-    return values
+def without_credentials(where: str, instead: str) -> AfterValidator:
+    """The check of a field of settings written inline (in the clear): a ``ValueError`` naming every key
+    (nested ones too) that looks like a credential, which goes by reference (``instead``) to a Secret."""
+
+    def check(values: dict[str, Any]) -> dict[str, Any]:
+        found = sorted(_credential_keys(values))
+        if found:
+            raise ValueError(f"{where} {', '.join(found)} look like credentials: put them in {instead}")
+        return values
+
+    return AfterValidator(check)
+
+
+StorageOptions = Annotated[dict[str, Any], without_credentials("storageOptions", "storageOptionsSecretRef")]
+ClientConfig = Annotated[dict[str, str], without_credentials("clientConfig", "clientConfigSecretRef")]
 
 
 class SecretRef(ApiModel):
@@ -71,7 +81,7 @@ class RemoteStorage(ApiModel):
         description="fsspec URL of the remote tier's root, e.g. s3://bucket/prefix, gs://bucket/prefix, "
         "file:///mnt/tier. Every topic of the cluster lives under it (topic name and id in the path)."
     )
-    storage_options: dict[str, Any] = Field(
+    storage_options: StorageOptions = Field(
         default_factory=dict,
         description="Non-secret fsspec storage options, e.g. client_kwargs: {endpoint_url: ...}.",
     )
@@ -81,11 +91,6 @@ class RemoteStorage(ApiModel):
         "provider reads its credentials (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); omit to use the "
         "pods' ambient identity.",
     )
-
-    @field_validator("storage_options")
-    @classmethod
-    def _options_without_credentials(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _no_credentials(value, "storageOptions", "storageOptionsSecretRef")
 
 
 class ResourceQuantities(ApiModel):
@@ -211,7 +216,7 @@ class ClusterSettings(ApiModel):
     by the file form (:class:`KafkaClusterConfig`) and the TieredCluster resource
     (:class:`storage_core.api.tiered_cluster.TieredClusterSpec`)."""
 
-    client_config: dict[str, str] = Field(
+    client_config: ClientConfig = Field(
         default_factory=dict,
         description="Non-secret Kafka client properties (security.protocol, ssl.ca.location, ...).",
     )
@@ -224,11 +229,6 @@ class ClusterSettings(ApiModel):
     )
     remote: RemoteStorage = Field(description="Where the cluster's remote tier lives.")
     jobs: JobDefaults = Field(default_factory=JobDefaults, description="How Jobs run on Kubernetes.")
-
-    @field_validator("client_config")
-    @classmethod
-    def _config_without_credentials(cls, value: dict[str, str]) -> dict[str, str]:
-        return _no_credentials(value, "clientConfig", "clientConfigSecretRef")
 
 
 class KafkaClusterConfig(ClusterSettings):

@@ -19,6 +19,8 @@ from storage_core.api.rules import ApiModel
 DEFAULT_GATEWAY_BOOTSTRAP_PORT = 9092
 DEFAULT_GATEWAY_BROKER_PORT_BASE = 9100
 DEFAULT_GATEWAY_METRICS_PORT = 9404
+DEFAULT_GATEWAY_CACHE_BYTES = 64 << 20
+"""A gateway's cache of remote blocks, the TieredCluster's and ``tierkeeper gateway --cache-bytes``'s."""
 
 
 class GatewayResources(ApiModel):
@@ -71,7 +73,9 @@ class GatewaySpec(ApiModel):
         default_factory=GatewayResources, description="Requests and limits of each gateway pod."
     )
     cache_bytes: int = Field(
-        default=64 << 20, ge=0, description="Each pod's cache of remote blocks, in bytes (0: no cache)."
+        default=DEFAULT_GATEWAY_CACHE_BYTES,
+        ge=0,
+        description="Each pod's cache of remote blocks, in bytes (0: no cache).",
     )
     tls_secret_ref: SecretRef | None = Field(
         default=None,

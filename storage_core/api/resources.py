@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic.alias_generators import to_camel
 
-from storage_core.api.cluster import SecretRef, credential_like
+from storage_core.api.cluster import SecretRef, without_credentials
 from storage_core.api.fields import (
     INFINITE,
     AbsolutePath,
@@ -116,6 +116,9 @@ def default_table_name(topic: str) -> str:
     return f"tierkeeper.{safe}"
 
 
+CatalogProperties = Annotated[dict[str, str], without_credentials("catalog properties", "secretRef")]
+
+
 class TableCatalog(ApiModel):
     """A catalog the export commits through (REST, Hive Metastore, AWS Glue, SQL), configured for
     pyiceberg."""
@@ -127,7 +130,7 @@ class TableCatalog(ApiModel):
         description="The catalog's pyiceberg name: its settings are the environment variables "
         "PYICEBERG_CATALOG__<NAME>__<KEY> (from secretRef) and properties.",
     )
-    properties: dict[str, str] = Field(
+    properties: CatalogProperties = Field(
         default_factory=dict,
         description="Non-secret catalog properties (type, uri, warehouse, ...); credentials are refused "
         "here: put them in secretRef.",
@@ -137,14 +140,6 @@ class TableCatalog(ApiModel):
         description="Secret whose keys become environment variables of the export and maintenance Jobs, "
         "e.g. PYICEBERG_CATALOG__LAKE__CREDENTIAL.",
     )
-
-    @field_validator("properties")
-    @classmethod
-    def _properties_without_credentials(cls, value: dict[str, str]) -> dict[str, str]:
-        found = sorted(k for k in value if credential_like(k))
-        if found:
-            raise ValueError(f"catalog properties {', '.join(found)} look like credentials: use secretRef")
-        return value
 
 
 class TableMaintenance(ApiModel):

@@ -11,13 +11,12 @@ from storage_core.cli.common import (
     add_remote_args,
     add_result_file_arg,
     emit_json,
-    key_values,
     open_store,
     require_positive,
     write_result_file,
 )
-from storage_core.cli.export import add_spark_args
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
+from storage_core.cli.spark_args import add_engine_arg, add_spark_args, spark_conf
 
 
 def register(subparsers: Any) -> None:
@@ -81,13 +80,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing"
     )
-    p.add_argument(
-        "--engine",
-        choices=["local", "spark"],
-        default="local",
-        help="clean the partitions one by one in this process (default) or as tasks of a Spark job "
-        "(one per topic-partition; --spark-master, --spark-conf)",
-    )
+    add_engine_arg(p, "clean", "topic-partition")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     add_result_file_arg(p)
     add_kafka_client_args(p)
@@ -137,9 +130,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         options = cleanup_options_from_args(args)
         if args.engine == "spark":
-            report = run_cleanup_on_spark(
-                store, options, args.spark_master, key_values(args.spark_conf, "--spark-conf")
-            )
+            report = run_cleanup_on_spark(store, options, args.spark_master, spark_conf(args))
         else:
             report = run_cleanup(store, options)
     if args.result_file:

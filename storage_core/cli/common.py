@@ -89,11 +89,21 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
             path_style=args.path_style,
         )
     )
-    for n, item in enumerate(args.storage_option, 1):
+    options.update(storage_option_items(args.storage_option, "--storage-option"))
+    return options
+
+
+def storage_option_items(items: Sequence[str], flag: str) -> dict[str, Any]:
+    """The ``KEY=JSON`` items of a repeatable storage-option ``flag`` (``--storage-option``,
+    ``--to-storage-option``), each value parsed as JSON when it parses; the last of a key wins."""
+    from storage_core.adapters.store import storage_option_value
+
+    options: dict[str, Any] = {}
+    for n, item in enumerate(items, 1):
         key, sep, raw = item.partition("=")
         if not sep or not key:
             # Not even the key is quoted: without '=' the whole item may be a secret pasted by mistake.
-            raise ConfigError(f"--storage-option number {n}: expected KEY=VALUE")
+            raise ConfigError(f"{flag} number {n}: expected KEY=VALUE")
         options[key] = storage_option_value(raw)
     return options
 

@@ -11,7 +11,6 @@ from storage_core.cli.common import (
     add_remote_args,
     add_result_file_arg,
     emit_json,
-    key_values,
     open_store,
     progress_bar,
     rate_limiter,
@@ -20,6 +19,7 @@ from storage_core.cli.common import (
     write_result_file,
 )
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
+from storage_core.cli.spark_args import add_spark_conf_arg, spark_conf
 from storage_core.errors import ConfigError
 
 
@@ -86,13 +86,7 @@ def register(subparsers: Any) -> None:
         help="run the partitions on threads of this process (default) or as tasks of a local Spark "
         "session (local[--parallelism]; copy reads this node's log dir, so never a cluster)",
     )
-    p.add_argument(
-        "--spark-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Spark setting (--engine spark)",
-    )
+    add_spark_conf_arg(p, "Spark setting (--engine spark)")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     add_result_file_arg(p)
     add_kafka_client_args(p)
@@ -123,7 +117,7 @@ def copy_options_from_args(args: argparse.Namespace) -> Any:
         assignment=tuple(parse_assignments(args.assignment)) if args.assignment else None,
         topics=frozenset(args.topic) if args.topic else None,
         fsync=not args.no_fsync,
-        spark_conf=key_values(args.spark_conf, "--spark-conf"),
+        spark_conf=spark_conf(args),
         **{name: getattr(args, name) for name in same},
     )
 

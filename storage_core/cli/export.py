@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from storage_core.cli.common import (
     add_remote_args,
@@ -13,25 +12,11 @@ from storage_core.cli.common import (
     emit_json,
     key_values,
     require_positive,
+    storage_option_items,
     storage_options,
     write_result_file,
 )
-
-T = TypeVar("T")
-
-
-def add_spark_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("spark")
-    group.add_argument(
-        "--spark-master",
-        metavar="URL",
-        help="Spark master (default: local[*]); on a cluster the executors need Tierkeeper's Python, e.g. "
-        "--spark-conf spark.archives=tk.tar.gz#env --spark-conf spark.pyspark.python=./env/bin/python "
-        "(README, On a cluster)",
-    )
-    group.add_argument(
-        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting; repeatable"
-    )
+from storage_core.cli.spark_args import add_spark_args, spark_from_args
 
 
 def register(subparsers: Any) -> None:
@@ -118,16 +103,11 @@ def catalog_config(args: argparse.Namespace) -> Any:
 
 def target_options(args: argparse.Namespace, source: dict[str, Any]) -> dict[str, Any]:
     """``--to-storage-option``s, or the remote tier's options when the scheme is the same."""
-    from storage_core.adapters.store import storage_option_value
     from storage_core.jobs.table_runs import table_storage
 
     if not args.to_storage_option:
         return table_storage(args.to, args.remote, source)
-    out: dict[str, Any] = {}
-    for item in args.to_storage_option:
-        key, _, raw = item.partition("=")
-        out[key] = storage_option_value(raw)
-    return out
+    return storage_option_items(args.to_storage_option, "--to-storage-option")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,24 +136,14 @@ def run(args: argparse.Namespace) -> int:
             "--table, --catalog, --catalog-property, --value-format and --result-file need --format iceberg"
         )
     splits = args.splits_per_commit or DEFAULT_SPLITS_PER_COMMIT
-    summary = _on_spark(args, lambda spark: run_export(spark, source, target, opts, splits_per_commit=splits))
+    with spark_from_args(args, "tierkeeper-export") as spark:
+        summary = run_export(spark, source, target, opts, splits_per_commit=splits)
     return _report(
         args,
         summary,
         f"exported {summary.records} records of {summary.topic} in {summary.splits} splits "
         f"(removed {summary.files_removed} files of an unfinished run)",
     )
-
-
-def _on_spark(args: argparse.Namespace, export: Callable[[Any], T]) -> T:
-    """``export`` run with a Spark session of ``--spark-master`` and ``--spark-conf``, stopped after."""
-    from storage_core.jobs.spark_session import spark_session
-
-    spark = spark_session("tierkeeper-export", args.spark_master, key_values(args.spark_conf, "--spark-conf"))
-    try:
-        return export(spark)
-    finally:
-        spark.stop()
 
 
 def _report(args: argparse.Namespace, summary: Any, line: str) -> int:
@@ -195,12 +165,10 @@ def _run_iceberg(args: argparse.Namespace, source: Any, target: Any, opts: Any) 
         decoding = ValueDecoding(args.value_format, args.schema_registry) if args.value_format else None
         if args.schema_registry and decoding is None:
             ValueDecoding("json", args.schema_registry)  # refused with the reason
-        summary = _on_spark(
-            args,
-            lambda spark: run_export_iceberg(
+        with spark_from_args(args, "tierkeeper-export") as spark:
+            summary = run_export_iceberg(
                 spark, source, target, opts, table_name=args.table, catalog=catalog, value_decoding=decoding
-            ),
-        )
+            )
     except TierkeeperError as exc:
         if args.result_file:
             write_result_file(args.result_file, encode_table("export", None, str(exc)))

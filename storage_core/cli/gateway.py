@@ -26,9 +26,12 @@ from typing import TYPE_CHECKING, Any
 from storage_core.adapters.kafka_tls import client_tls as kafka_tls
 from storage_core.adapters.kafka_tls import tls_files
 from storage_core.adapters.malloc_tuning import keep_freed_buffers
+from storage_core.api.cluster_parts import DEFAULT_GATEWAY_CACHE_BYTES
 from storage_core.cli.common import add_remote_args, open_store, require_above_zero, require_positive
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config, kafka_client_files
 from storage_core.errors import ConfigError
+from storage_core.gateway.addresses import Address
+from storage_core.gateway.host_port import parse_address, parse_addresses
 from storage_core.gateway_server.reloading import Loaded, Reloading, server_certificate, serving_context
 
 if TYPE_CHECKING:
@@ -74,9 +77,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--cache-bytes",
         type=int,
-        default=64 << 20,
+        default=DEFAULT_GATEWAY_CACHE_BYTES,
         metavar="N",
-        help="read-ahead cache of remote blocks, bytes (default 64 MiB; a file:// tier uses the page cache)",
+        help=f"read-ahead cache of remote blocks, bytes (default {DEFAULT_GATEWAY_CACHE_BYTES >> 20} MiB; a "
+        "file:// tier uses the page cache)",
     )
     p.add_argument(
         "--block-bytes", type=int, default=1 << 20, metavar="N", help="remote read size (default 1 MiB)"
@@ -162,11 +166,10 @@ def _tier_ranges(args: argparse.Namespace, store: Any) -> tuple[Any, ThreadPoolE
     return blocks, fetch_pool
 
 
-def _host_port(value: str, flag: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{flag} {value!r}: expected HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
+def _listen_address(value: str, flag: str) -> Address:
+    """A listen flag's ``HOST:PORT``; no host: every address."""
+    address = parse_address(value, flag)
+    return Address(address.host or "0.0.0.0", address.port)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -248,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         from storage_core.gateway_server.metrics import GatewayMetrics
         from storage_core.gateway_server.server import Gateway, Listen
 
-    from storage_core.gateway.addresses import Address, PortRule
+    from storage_core.gateway.addresses import PortRule
     from storage_core.gateway.history import TierHistory
 
     handler = logging.StreamHandler(sys.stderr)
@@ -260,18 +263,15 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("tierkeeper").addHandler(handler)
     logging.getLogger("tierkeeper").setLevel(logging.INFO)
 
-    host, port = _host_port(args.listen, "--listen")
+    listen_at = _listen_address(args.listen, "--listen")
+    host, port = listen_at.host, listen_at.port
     advertised = args.advertised_host or (socket.getfqdn() if host in ("0.0.0.0", "::") else host)
     if port == 0 and args.broker_port_base is None:
         raise ConfigError("--listen with port 0 needs --broker-port-base")
     rule = PortRule(
         advertised, port, args.broker_port_base if args.broker_port_base is not None else port + 1
     )
-    bootstrap = [
-        Address(*_host_port(b.strip(), "--bootstrap-servers"))
-        for b in args.bootstrap_servers.split(",")
-        if b.strip()
-    ]
+    bootstrap = parse_addresses(args.bootstrap_servers, "--bootstrap-servers")
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     require_above_zero(args, "reload_interval_seconds")
@@ -322,9 +322,7 @@ def run(args: argparse.Namespace) -> int:
             return str(exc)
         return None
 
-    metrics_at = (
-        Address(*_host_port(args.metrics_listen, "--metrics-listen")) if args.metrics_listen else None
-    )
+    metrics_at = _listen_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
     require_above_zero(args, "discovery_interval_seconds")
     listen = Listen(
         host,

@@ -17,7 +17,7 @@ from storage_core.cli.common import (
     rate_limiter,
     require_positive,
 )
-from storage_core.cli.export import add_spark_args
+from storage_core.cli.spark_args import add_engine_arg, add_spark_args, spark_conf
 
 if TYPE_CHECKING:
     from storage_core.jobs.recover import RecoverySummary
@@ -84,13 +84,7 @@ def register(subparsers: Any) -> None:
     add_rate_limit_arg(p, "throttle the restore (default: unlimited)")
     p.add_argument("--dry-run", action="store_true", help="report the plan; change nothing")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
-    p.add_argument(
-        "--engine",
-        choices=["local", "spark"],
-        default="local",
-        help="restore the partitions one by one in this process (default) or as tasks of a Spark job "
-        "(one per partition; --spark-master, --spark-conf)",
-    )
+    add_engine_arg(p, "restore", "partition")
     add_remote_args(p)
     add_spark_args(p)
     p.set_defaults(handler=run)
@@ -183,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         from storage_core.jobs.recover_spark import spark_runner
         from storage_core.jobs.spark_session import spark_session
 
-        conf = key_values(args.spark_conf, "--spark-conf")
+        conf = spark_conf(args)
 
         def session() -> Any:
             sessions.append(spark_session("tierkeeper-recover", args.spark_master, conf))

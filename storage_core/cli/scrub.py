@@ -7,8 +7,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-from storage_core.cli.common import add_remote_args, emit_json, key_values, open_store
-from storage_core.cli.export import add_spark_args
+from storage_core.cli.common import add_remote_args, emit_json, open_store
+from storage_core.cli.spark_args import add_spark_args, spark_from_args
 from storage_core.errors import ConfigError
 
 DAMAGE_EXIT = 3
@@ -70,16 +70,12 @@ def run(args: argparse.Namespace) -> int:
     if args.release:
         return _release(args)
     from storage_core.jobs.scrub import run_scrub
-    from storage_core.jobs.spark_session import spark_session
     from storage_core.spark.options import StorageSpec
 
     store = open_store(args, existing=True)
     storage = StorageSpec(store.url, store.storage_options)
-    spark = spark_session("tierkeeper-scrub", args.spark_master, key_values(args.spark_conf, "--spark-conf"))
-    try:
+    with spark_from_args(args, "tierkeeper-scrub") as spark:
         results = run_scrub(spark, storage, args.topic, quarantine_damage=args.quarantine)
-    finally:
-        spark.stop()
     damage = [d for r in results for d in r.damage]
     quarantined = sorted({(r.topic, r.partition, s) for r in results for s in r.quarantined})
     if args.json:

@@ -7,6 +7,12 @@ import argparse
 import dataclasses
 from typing import Any
 
+from storage_core.api.resources import (
+    DEFAULT_COMPACT_MIN_FILES,
+    DEFAULT_KEEP_SNAPSHOTS,
+    DEFAULT_ORPHAN_MIN_AGE_S,
+    DEFAULT_SNAPSHOT_MAX_AGE_S,
+)
 from storage_core.cli.common import (
     add_remote_args,
     add_result_file_arg,
@@ -16,7 +22,9 @@ from storage_core.cli.common import (
 )
 from storage_core.cli.export import add_table_args, add_target_args, catalog_config, target_options
 
-_DAY_MS = 86_400_000
+
+def _days(seconds: int) -> str:
+    return f"{seconds // 86_400} days"
 
 
 def register(subparsers: Any) -> None:
@@ -30,31 +38,33 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--keep-snapshots",
         type=int,
-        default=10,
+        default=DEFAULT_KEEP_SNAPSHOTS,
         metavar="N",
-        help="newest snapshots always kept (default 10)",
+        help=f"newest snapshots always kept (default {DEFAULT_KEEP_SNAPSHOTS})",
     )
     p.add_argument(
         "--snapshot-max-age-ms",
         type=int,
-        default=7 * _DAY_MS,
+        default=DEFAULT_SNAPSHOT_MAX_AGE_S * 1000,
         metavar="MS",
-        help="expire snapshots older than this, past the newest N (default 7 days)",
+        help="expire snapshots older than this, past the newest N "
+        f"(default {_days(DEFAULT_SNAPSHOT_MAX_AGE_S)})",
     )
     p.add_argument(
         "--orphan-min-age-ms",
         type=int,
-        default=3 * _DAY_MS,
+        default=DEFAULT_ORPHAN_MIN_AGE_S * 1000,
         metavar="MS",
         help="delete an unreferenced file (or a metadata file past write.metadata.previous-versions-max) "
-        "only once older than this; longer than any export run (default 3 days)",
+        f"only once older than this; longer than any export run (default {_days(DEFAULT_ORPHAN_MIN_AGE_S)})",
     )
     p.add_argument(
         "--compact-min-files",
         type=int,
-        default=8,
+        default=DEFAULT_COMPACT_MIN_FILES,
         metavar="N",
-        help="rewrite a table partition's small files into one once there are N; 0: none (default 8)",
+        help="rewrite a table partition's small files into one once there are N; 0: none "
+        f"(default {DEFAULT_COMPACT_MIN_FILES})",
     )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     add_result_file_arg(p)
@@ -62,35 +72,40 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
+MAINTENANCE_FLAGS = ("keep_snapshots", "snapshot_max_age_ms", "orphan_min_age_ms", "compact_min_files")
+"""The flags spelled as the fields of the maintenance request the operator's Jobs pass them from."""
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
     from storage_core.errors import ConfigError, TierkeeperError
-    from storage_core.jobs.table_maintenance import MaintenanceOptions, run_table_maintenance
+    from storage_core.jobs.table_maintenance import run_table_maintenance
+    from storage_core.jobs.table_runs import maintenance_inputs
+    from storage_core.reconcile.requests import RemoteTier, TableMaintenanceRequest, TableTarget
     from storage_core.reconcile.results import encode_table
     from storage_core.spark.options import StorageSpec
 
     try:
-        for name in ("keep_snapshots", "snapshot_max_age_ms", "orphan_min_age_ms", "compact_min_files"):
+        for name in MAINTENANCE_FLAGS:
             if getattr(args, name) < (1 if name == "keep_snapshots" else 0):
                 raise ConfigError(f"--{name.replace('_', '-')} must not be {getattr(args, name)}")
         if args.catalog and not args.table:
             raise ConfigError("--catalog needs --table (the name of the table in that catalog)")
+        catalog = catalog_config(args)
         source = storage_options(args)
         if not args.remote:
             args.remote = args.to  # the storage flags and environment are the table's own
+        # The table's name and the options as standalone mode has them from the same request; the target
+        # and catalog as the flags give them (--to-storage-option, checked catalog properties).
+        request = TableMaintenanceRequest(
+            RemoteTier(args.remote),
+            TableTarget.from_args(args),
+            **{n: getattr(args, n) for n in MAINTENANCE_FLAGS},
+        )
+        _, table_name, _, options = maintenance_inputs(request, source, int(time.time() * 1000))
         target = StorageSpec(args.to, target_options(args, source))
-        options = MaintenanceOptions(
-            keep_snapshots=args.keep_snapshots,
-            snapshot_max_age_ms=args.snapshot_max_age_ms,
-            orphan_min_age_ms=args.orphan_min_age_ms,
-            compact_min_files=args.compact_min_files,
-            now_ms=int(time.time() * 1000),
-        )
-        # The embedded catalog is the directory: the name only labels the table there.
-        summary = run_table_maintenance(
-            target, args.table or "tierkeeper.table", catalog_config(args), options
-        )
+        summary = run_table_maintenance(target, table_name, catalog, options)
     except TierkeeperError as exc:
         if args.result_file:
             write_result_file(args.result_file, encode_table("maintain", None, str(exc)))

@@ -16,6 +16,8 @@ from storage_core.cli.main import main
         (["--tier-threads", "0"], "--tier-threads must be >= 1"),
         (["--readahead-blocks", "-1"], "--readahead-blocks must be >= 0"),
         (["--listen", "127.0.0.1"], "--listen '127.0.0.1': expected HOST:PORT"),
+        (["--bootstrap-servers", "b:1,b:65536"], "--bootstrap-servers 'b:65536': expected HOST:PORT"),
+        (["--metrics-listen", "[::1]"], "--metrics-listen '[::1]': expected HOST:PORT"),
         (["--discovery-interval-seconds", "0"], "--discovery-interval-seconds must be > 0"),
         (["--reload-interval-seconds", "-1"], "--reload-interval-seconds must be > 0, got -1.0"),
         (["--tls-cert", "cert.pem"], "--tls-cert and --tls-key go together"),

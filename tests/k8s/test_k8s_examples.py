@@ -23,7 +23,7 @@ EXAMPLES: dict[str, tuple[str, type[BaseModel], str]] = {
 
 
 def schema_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """A small OpenAPI v3 checker for the keywords our CRDs use (see test_k8s_crds.ALLOWED_KEYWORDS).
+    """A small OpenAPI v3 checker for the keywords our CRDs use (crdgen.SCHEMA_KEYWORDS).
 
     Written here rather than borrowed, so the CRD generator is checked against an independent reading
     of the schema.

@@ -4,11 +4,13 @@ share one parser, and a storage option's value is read one way wherever it comes
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 from storage_core.adapters.store import storage_option_value
 from storage_core.cli.common import key_values, storage_options
+from storage_core.cli.main import main
 from storage_core.errors import ConfigError
 
 
@@ -37,3 +39,16 @@ def test_a_storage_option_is_its_json_when_it_parses_else_its_text() -> None:
     )
     environ = {"TIERKEEPER_STORAGE_OPTION_TIMEOUT": "2.5", "TIERKEEPER_STORAGE_OPTION_PROFILE": "lab"}
     assert storage_options(args, environ) == {"use_ssl": False, "timeout": 2.5, "profile": "lab"}
+
+
+@pytest.mark.parametrize("command", [["export", "--topic", "t"], ["table-maintenance"]])
+def test_a_target_storage_option_without_a_key_is_refused_without_quoting_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """``--to-storage-option`` is checked as ``--storage-option`` is: an item without ``=`` may be a secret
+    pasted by mistake, so the message names its place, not its text."""
+    secret = "AKIA-pasted-secret"
+    flags = ["--remote", f"file://{tmp_path}/tier", "--to", f"file://{tmp_path}/table"]
+    assert main([*command, *flags, "--to-storage-option", "anon=true", "--to-storage-option", secret]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"tierkeeper {command[0]}: error: --to-storage-option number 2: expected KEY=VALUE"]
