@@ -15,15 +15,20 @@ the JVM and both Python workers first.
 Throughput is a rate, so it is taken over the micro-batches after the first (the first also starts the
 stream's Python planner and workers; it is reported apart, ``first_batch_ratio``): ``history_ratio`` over
 the batches wholly inside the history, ``tail_ratio`` over those wholly in the tail, each the Kafka
-source's seconds over the hybrid's for the same offsets, from one run; the issue's goals are >= 2x over
-history and >= 0.9x over the tail. ``per_segment_tasks``: the same ratios for the hybrid with one task
-per 16 MiB segment (``maxBytesPerSplit`` = the segment size: how micro-batches were planned before their
-splits were packed into one task per partition), an A/B of the packing in the same run.
+source's seconds over the hybrid's for the same offsets, summed over ``--rounds`` runs of each stream
+(interleaved: hybrid, its variants, Kafka source, then again; ``*_ratio_rounds`` gives each round's); the
+issue's goals are >= 2x over history and >= 0.9x over the tail. ``per_segment_tasks``: the same ratios
+for the hybrid with one task per 16 MiB segment (``maxBytesPerSplit`` = the segment size: how
+micro-batches were planned before their splits were packed into one task per partition), an A/B of the
+packing in the same run. Every Python source here runs its tasks in workers of
+``storage_core.spark.daemon``, as the README tells users of Python 3.10/3.11; ``stock_daemon``: the same
+ratios for the hybrid with pyspark's own daemon, an A/B.
 
-The floor under any Python source: two sources of Spark's Python DataSource API that read nothing, run
-the same way over the history's offsets (``python-empty``: one task per segment's worth of offsets,
-``python-empty-1task``: one per batch, both yielding no rows; ``python-arrow-1task``: one task per batch
-handing Spark ready-made Arrow batches of 1 KB values), their warm micro-batches' seconds reported.
+For comparison, Spark's own cost of a Python source: sources of Spark's Python DataSource API that read
+nothing, run the same way over the history's offsets (``python-empty``: one task per segment's worth of
+offsets, ``python-empty-1task``: one per batch, both yielding no rows; ``python-arrow-1task``: one task
+per batch handing Spark Arrow batches of 1 KB values it builds per 4,096 rows, which is not free: the
+hybrid has outrun it), their warm micro-batches' seconds reported.
 ``--trace FILE`` appends a JSON line per call of the hybrid's stream reader (planner calls in the driver's
 Python runner, each task's read in the Python workers, with pids).
 """
@@ -60,9 +65,9 @@ def _offsets(value: Any) -> dict[str, Any]:
 def _synthetic_source() -> type:
     """A Python streaming source that reads nothing: its offsets advance by ``maxOffsetsPerTrigger`` up to
     ``end`` and each micro-batch is cut into tasks of ``splitOffsets``, as the hybrid's history is. With
-    ``arrow=true`` each task hands Spark ready-made Arrow batches of 1 KB values (built once per worker);
-    else none. Its micro-batches are Spark's own cost of a Python source (planner calls, task launch,
-    Python workers, the Arrow into rows), the floor under any Python source's, the hybrid's included."""
+    ``arrow=true`` each task hands Spark Arrow batches of 1 KB values (the values array made once, the
+    other columns per 4,096 rows); else none. Its micro-batches are Spark's own cost of a Python source
+    (planner calls, task launch, Python workers, the Arrow into rows) plus that building."""
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -303,32 +308,45 @@ def run_stream(
 
 
 def compare(
-    hybrid: list[dict[str, Any]], kafka: list[dict[str, Any]], history: int, end: int
+    pairs: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], history: int, end: int
 ) -> dict[str, Any]:
-    """The two streams' ratios over the same micro-batches (both cut by maxOffsetsPerTrigger alike)."""
-    spans = [(b["start"], b["start"] + b["offsets"]) for b in hybrid]
-    assert spans == [(b["start"], b["start"] + b["offsets"]) for b in kafka], (hybrid, kafka)
-    assert spans[0][0] == 0 and spans[-1][1] == end, spans
-    assert all(b["rows"] == b["offsets"] for b in hybrid + kafka), "rows and offsets differ"
-    parts = {
-        "first_batch": [0],
-        "history": [i for i, (s, e) in enumerate(spans) if i > 0 and e <= history],
-        "tail": [i for i, (s, _) in enumerate(spans) if s >= history],
-    }
+    """The two streams' ratios over the same micro-batches (both cut by maxOffsetsPerTrigger alike), of
+    each round's (hybrid, Kafka source) pair, pooled over the rounds (their seconds summed); ``*_rounds``:
+    each round's own ratio."""
+    picks: dict[str, list[tuple[int, int]]] = {}
+    for r, (hybrid, kafka) in enumerate(pairs):
+        spans = [(b["start"], b["start"] + b["offsets"]) for b in hybrid]
+        assert spans == [(b["start"], b["start"] + b["offsets"]) for b in kafka], (hybrid, kafka)
+        assert spans[0][0] == 0 and spans[-1][1] == end, spans
+        assert all(b["rows"] == b["offsets"] for b in hybrid + kafka), "rows and offsets differ"
+        parts = {
+            "first_batch": [0],
+            "history": [i for i, (s, e) in enumerate(spans) if i > 0 and e <= history],
+            "tail": [i for i, (s, _) in enumerate(spans) if s >= history],
+        }
+        for part, picked in parts.items():
+            picks.setdefault(part, []).extend((r, i) for i in picked)
     out: dict[str, Any] = {}
-    for part, picked in parts.items():
-        if not picked:
+    for part, chosen in picks.items():
+        if not chosen:
             continue
-        offsets = sum(hybrid[i]["offsets"] for i in picked)
-        h_s = sum(hybrid[i]["trigger_s"] for i in picked)
-        k_s = sum(kafka[i]["trigger_s"] for i in picked)
+
+        def seconds(side: int, key: str, rounds: range, chosen: list[tuple[int, int]] = chosen) -> float:
+            return sum(pairs[r][side][i][key] for r, i in chosen if r in rounds)
+
+        every = range(len(pairs))
+        h_s, k_s = seconds(0, "trigger_s", every), seconds(1, "trigger_s", every)
         out[f"{part}_ratio"] = round(k_s / h_s, 2)
         out[f"{part}_ratio_add_batch"] = round(
-            sum(kafka[i]["add_batch_s"] for i in picked) / sum(hybrid[i]["add_batch_s"] for i in picked), 2
+            seconds(1, "add_batch_s", every) / seconds(0, "add_batch_s", every), 2
         )
-        mib = offsets * 1000 / MiB
+        out[f"{part}_ratio_rounds"] = [
+            round(seconds(1, "trigger_s", range(r, r + 1)) / seconds(0, "trigger_s", range(r, r + 1)), 2)
+            for r in every
+        ]
+        mib = sum(pairs[r][0][i]["offsets"] for r, i in chosen) * 1000 / MiB
         out[f"{part}_mib_per_s"] = {"hybrid": round(mib / h_s, 1), "kafka": round(mib / k_s, 1)}
-        out[f"{part}_batches"] = len(picked)
+        out[f"{part}_batches"] = len(chosen)
     return out
 
 
@@ -349,12 +367,15 @@ def main() -> int:
     )
     parser.add_argument("--tail-mib", type=int, default=64)
     parser.add_argument("--segment-mib", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each stream, interleaved (>= 1)")
     parser.add_argument("--topic", default="bench-hybrid")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--trace", help="append the hybrid stream's timed calls here (JSON lines)")
     ns = parser.parse_args()
     if ns.mode == "stream-child":
         return stream_child(ns)
+    if ns.rounds < 1:
+        parser.error("--rounds must be >= 1")
     if ns.history_batches < 3:
         parser.error("--history-batches must be >= 3 (the first is cold, one may straddle the tail)")
     results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
@@ -377,21 +398,26 @@ def main() -> int:
             results["offsets"] = {"history": history, "tail": end - history}
             per_batch = -(-history // ns.history_batches)
             sources = ("hybrid", "hybrid-per-segment", "hybrid-stock-daemon", "kafka")
-            runs = {s: run_stream(s, ns, remote, bootstrap, per_batch, work) for s in sources}
-            results["runs"] = runs
+            # Rounds interleave the sources, so a burst of load on this shared machine falls on one
+            # round's run of one source, not on all of a source's batches.
+            rounds = [
+                {s: run_stream(s, ns, remote, bootstrap, per_batch, work / f"round-{r}") for s in sources}
+                for r in range(ns.rounds)
+            ]
+            results["runs"] = rounds
             for s in ("python-empty", "python-empty-1task", "python-arrow-1task"):
                 warm = run_stream(s, ns, remote, bootstrap, per_batch, work, history)["batches"][1:]
                 results[f"{s}_warm_batch_s"] = [b["trigger_s"] for b in warm]
                 seconds = sum(b["trigger_s"] for b in warm)
                 results[f"{s}_mib_per_s"] = round(sum(b["offsets"] for b in warm) * 1000 / MiB / seconds, 1)
             results["load_avg_after"] = os.getloadavg()
-            results.update(compare(runs["hybrid"]["batches"], runs["kafka"]["batches"], history, end))
-            per_segment = compare(
-                runs["hybrid-per-segment"]["batches"], runs["kafka"]["batches"], history, end
-            )
-            results["per_segment_tasks"] = per_segment
-            stock = compare(runs["hybrid-stock-daemon"]["batches"], runs["kafka"]["batches"], history, end)
-            results["stock_daemon"] = stock
+
+            def pairs(hybrid: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+                return [(runs[hybrid]["batches"], runs["kafka"]["batches"]) for runs in rounds]
+
+            results.update(compare(pairs("hybrid"), history, end))
+            results["per_segment_tasks"] = compare(pairs("hybrid-per-segment"), history, end)
+            results["stock_daemon"] = compare(pairs("hybrid-stock-daemon"), history, end)
         finally:
             cluster.stop()
     return report(results, ns.json)
