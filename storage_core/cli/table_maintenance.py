@@ -72,7 +72,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-MAINTENANCE_FLAGS = ("keep_snapshots", "snapshot_max_age_ms", "orphan_min_age_ms", "compact_min_files")
 """The flags spelled as the fields of the maintenance request the operator's Jobs pass them from."""
 
 
@@ -82,14 +81,21 @@ def run(args: argparse.Namespace) -> int:
     from storage_core.errors import ConfigError, TierkeeperError
     from storage_core.jobs.table_maintenance import run_table_maintenance
     from storage_core.jobs.table_runs import maintenance_inputs
-    from storage_core.reconcile.requests import RemoteTier, TableMaintenanceRequest, TableTarget
+    from storage_core.reconcile.requests import (
+        MaintenancePolicy,
+        RemoteTier,
+        TableMaintenanceRequest,
+        TableTarget,
+    )
     from storage_core.reconcile.results import encode_table
     from storage_core.spark.options import StorageSpec
 
     try:
-        for name in MAINTENANCE_FLAGS:
-            if getattr(args, name) < (1 if name == "keep_snapshots" else 0):
-                raise ConfigError(f"--{name.replace('_', '-')} must not be {getattr(args, name)}")
+        policy = MaintenancePolicy.from_args(args)
+        for field in dataclasses.fields(policy):
+            value = getattr(policy, field.name)
+            if value < (1 if field.name == "keep_snapshots" else 0):
+                raise ConfigError(f"--{field.name.replace('_', '-')} must not be {value}")
         if args.catalog and not args.table:
             raise ConfigError("--catalog needs --table (the name of the table in that catalog)")
         catalog = catalog_config(args)
@@ -98,11 +104,7 @@ def run(args: argparse.Namespace) -> int:
             args.remote = args.to  # the storage flags and environment are the table's own
         # The table's name and the options as standalone mode has them from the same request; the target
         # and catalog as the flags give them (--to-storage-option, checked catalog properties).
-        request = TableMaintenanceRequest(
-            RemoteTier(args.remote),
-            TableTarget.from_args(args),
-            **{n: getattr(args, n) for n in MAINTENANCE_FLAGS},
-        )
+        request = TableMaintenanceRequest(RemoteTier(args.remote), TableTarget.from_args(args), policy)
         _, table_name, _, options = maintenance_inputs(request, source, int(time.time() * 1000))
         target = StorageSpec(args.to, target_options(args, source))
         summary = run_table_maintenance(target, table_name, catalog, options)
