@@ -27,8 +27,8 @@ ratios for the hybrid with pyspark's own daemon, an A/B.
 For comparison, Spark's own cost of a Python source: sources of Spark's Python DataSource API that read
 nothing, run the same way over the history's offsets (``python-empty``: one task per segment's worth of
 offsets, ``python-empty-1task``: one per batch, both yielding no rows; ``python-arrow-1task``: one task
-per batch handing Spark Arrow batches of 1 KB values it builds per 4,096 rows, which is not free: the
-hybrid has outrun it), their warm micro-batches' seconds reported.
+per batch handing Spark Arrow batches of 1 KB values it builds per 4,096 rows, which is not free, so
+not a strict floor), their warm micro-batches' seconds reported.
 ``--trace FILE`` appends a JSON line per call of the hybrid's stream reader (planner calls in the driver's
 Python runner, each task's read in the Python workers, with pids).
 """
