@@ -72,9 +72,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-"""The flags spelled as the fields of the maintenance request the operator's Jobs pass them from."""
-
-
 def run(args: argparse.Namespace) -> int:
     import time
 
