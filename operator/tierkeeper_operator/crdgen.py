@@ -114,63 +114,47 @@ _READY = PrinterColumn(
     "Ready", '.status.conditions[?(@.type=="Ready")].status', description="True once tiering runs."
 )
 _STATUS = PrinterColumn("Status", ".status.message", description="The state, or what is wrong.")
-_CLUSTER = PrinterColumn("Cluster", ".spec.clusterRef.name", priority=1, description="The Kafka cluster.")
+_CLUSTER_REF = PrinterColumn("Cluster", ".spec.clusterRef.name", priority=1, description="The Kafka cluster.")
 _AGE = PrinterColumn("Age", ".metadata.creationTimestamp", type="date")
 
+_TOPIC_COLUMNS = (
+    PrinterColumn("Topic", ".spec.topic", description="The Kafka topic."),
+    _READY,
+    _STATUS,
+    PrinterColumn(
+        "Lag", ".status.copyLag.bytes", type="integer", description="Bytes rolled but not yet tiered."
+    ),
+    _CLUSTER_REF,
+    _AGE,
+)
+_BROKER_COLUMNS = (
+    PrinterColumn("Broker", ".spec.brokerId", type="integer", description="The broker's node.id."),
+    _READY,
+    _STATUS,
+    _CLUSTER_REF,
+    _AGE,
+)
+_CLUSTER_COLUMNS = (
+    PrinterColumn("Kafka", ".status.kafka.bootstrapServers", description="The bootstrap address in use."),
+    PrinterColumn(
+        "Kafka Version",
+        ".status.kafka.metadataVersion",
+        priority=1,
+        description="The cluster's finalized metadata.version.",
+    ),
+    PrinterColumn("Remote", ".spec.remote.url", description="The remote tier's root."),
+    PrinterColumn(
+        "Gateway", ".status.gateway.bootstrap", description="Where clients read the tiered history."
+    ),
+    replace(_READY, description="True once Kafka and the remote tier are reachable."),
+    replace(_STATUS, priority=1),
+    _AGE,
+)
+
 KINDS: tuple[ResourceKind, ...] = (
-    ResourceKind(
-        kind="TieredTopic",
-        short_names=("ttopic",),
-        spec_model=TieredTopicSpec,
-        status_model=TieredTopicStatus,
-        columns=(
-            PrinterColumn("Topic", ".spec.topic", description="The Kafka topic."),
-            _READY,
-            _STATUS,
-            PrinterColumn(
-                "Lag", ".status.copyLag.bytes", type="integer", description="Bytes rolled but not yet tiered."
-            ),
-            _CLUSTER,
-            _AGE,
-        ),
-    ),
-    ResourceKind(
-        kind="TieredBroker",
-        short_names=("tbroker",),
-        spec_model=TieredBrokerSpec,
-        status_model=TieredBrokerStatus,
-        columns=(
-            PrinterColumn("Broker", ".spec.brokerId", type="integer", description="The broker's node.id."),
-            _READY,
-            _STATUS,
-            _CLUSTER,
-            _AGE,
-        ),
-    ),
-    ResourceKind(
-        kind="TieredCluster",
-        short_names=("tcluster",),
-        spec_model=TieredClusterSpec,
-        status_model=TieredClusterStatus,
-        columns=(
-            PrinterColumn(
-                "Kafka", ".status.kafka.bootstrapServers", description="The bootstrap address in use."
-            ),
-            PrinterColumn(
-                "Kafka Version",
-                ".status.kafka.metadataVersion",
-                priority=1,
-                description="The cluster's finalized metadata.version.",
-            ),
-            PrinterColumn("Remote", ".spec.remote.url", description="The remote tier's root."),
-            PrinterColumn(
-                "Gateway", ".status.gateway.bootstrap", description="Where clients read the tiered history."
-            ),
-            replace(_READY, description="True once Kafka and the remote tier are reachable."),
-            replace(_STATUS, priority=1),
-            _AGE,
-        ),
-    ),
+    ResourceKind("TieredTopic", ("ttopic",), TieredTopicSpec, TieredTopicStatus, _TOPIC_COLUMNS),
+    ResourceKind("TieredBroker", ("tbroker",), TieredBrokerSpec, TieredBrokerStatus, _BROKER_COLUMNS),
+    ResourceKind("TieredCluster", ("tcluster",), TieredClusterSpec, TieredClusterStatus, _CLUSTER_COLUMNS),
 )
 
 

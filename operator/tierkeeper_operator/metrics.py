@@ -83,31 +83,28 @@ class Metrics:
                     registry=self.registry,
                 )
 
-        # Labelled by broker: bounded by the cluster's size, and the imbalance is a per-broker fact.
-        self.fetcher_imbalance = Gauge(
-            "tierkeeper_fetcher_imbalance",
+        self.fetcher_imbalance = self._broker_gauge(
+            "imbalance",
             "Busiest replica fetcher thread over the mean slot load at the broker's current "
             "num.replica.fetchers (1 = spread perfectly).",
-            ["cluster", "broker"],
-            registry=self.registry,
         )
-        self.fetcher_idle_threads = Gauge(
-            "tierkeeper_fetcher_idle_threads",
+        self.fetcher_idle_threads = self._broker_gauge(
+            "idle_threads",
             "Fetcher thread slots (num.replica.fetchers per leader followed) that carry no partition.",
-            ["cluster", "broker"],
-            registry=self.registry,
         )
-        self.fetcher_proposal_pending_seconds = Gauge(
-            "tierkeeper_fetcher_proposal_pending_seconds",
+        self.fetcher_proposal_pending_seconds = self._broker_gauge(
+            "proposal_pending_seconds",
             "Seconds a num.replica.fetchers proposal has waited for approval (0 when none waits).",
-            ["cluster", "broker"],
-            registry=self.registry,
         )
         self.fetcher_steps = Counter(
             "tierkeeper_fetcher_steps",
             "num.replica.fetchers steps set and in effect.",
             registry=self.registry,
         )
+
+    def _broker_gauge(self, name: str, text: str) -> Gauge:
+        # Labelled by broker: bounded by the cluster's size, and each fetcher figure is a per-broker fact.
+        return Gauge(f"tierkeeper_fetcher_{name}", text, ["cluster", "broker"], registry=self.registry)
 
     def cluster_gauges(self) -> tuple[Gauge, ...]:
         return tuple(self.cluster_figures.values())

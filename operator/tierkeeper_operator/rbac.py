@@ -19,7 +19,8 @@ from storage_core.api import GROUP
 
 @dataclass(frozen=True)
 class Grant:
-    """Verbs on one resource (``"jobs"``, ``"tieredtopics/status"``) of one API group (``""``: core)."""
+    """Verbs on one resource (``"jobs"``, ``"tieredtopics/status"``) of one API group (``""``: core), and
+    why: which calls need them, what for (the operator's DESIGN.md lists it beside the verbs)."""
 
     group: str
     resource: str

@@ -256,13 +256,13 @@ def run(options: OperatorOptions) -> int:
     rounds = RoundsOptions(
         interval=options.reconcile_interval,
         namespaces=options.namespaces,
-        metrics_port=options.metrics_port,
-        readiness_endpoint=options.readiness_endpoint,
-        peering=peering,
-        identity=identity,
-        topic_labels=options.metrics_topic_labels,
         kafka_config_dirs=config_dirs,
         gateway_settings=options.gateway_settings(),
+        peering=peering,
+        identity=identity,
+        metrics_port=options.metrics_port,
+        readiness_endpoint=options.readiness_endpoint,
+        topic_labels=options.metrics_topic_labels,
     )
     configure_logging(options)
     kopf.run(

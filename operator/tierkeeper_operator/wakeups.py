@@ -92,12 +92,12 @@ class SpecWatch:
         retry_seconds: float = RETRY_SECONDS,
         full_rounds: bool = False,
     ) -> None:
-        self.kube = kube
-        self.wakeups = wakeups
-        self.plural = plural
         self.full_rounds = full_rounds
         """Ask for a full round instead of handing the object over (TieredClusters: a new, edited or
         deleted one changes what every TieredTopic and TieredBroker of its name resolves to)."""
+        self.kube = kube
+        self.wakeups = wakeups
+        self.plural = plural
         self.watch_seconds = watch_seconds
         self.retry_seconds = retry_seconds
         self._stop = threading.Event()

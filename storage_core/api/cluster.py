@@ -15,7 +15,14 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from storage_core import __version__
-from storage_core.api.fields import BootstrapServers, LabelSafeName, ObjectName, RemoteUrl
+from storage_core.api.fields import (
+    BootstrapServers,
+    LabelSafeName,
+    NonEmptyStr,
+    ObjectName,
+    RemoteUrl,
+    ThreadCount,
+)
 from storage_core.api.rules import ApiModel
 
 PIPELINE_REPOSITORY = "tierkeeper/pipeline"
@@ -74,6 +81,12 @@ class SecretRef(ApiModel):
     name: ObjectName = Field(description="Name of the Secret.")
 
 
+def env_secret_ref(of_jobs: str) -> Any:
+    """An optional :class:`SecretRef` field: a Secret the Jobs get as ``envFrom`` (``of_jobs``: which Jobs,
+    and what the variables are for)."""
+    return Field(default=None, description=f"Secret whose keys become environment variables of {of_jobs}")
+
+
 class RemoteStorage(ApiModel):
     """The object store holding the remote tier, addressed as an fsspec URL."""
 
@@ -85,11 +98,9 @@ class RemoteStorage(ApiModel):
         default_factory=dict,
         description="Non-secret fsspec storage options, e.g. client_kwargs: {endpoint_url: ...}.",
     )
-    storage_options_secret_ref: SecretRef | None = Field(
-        default=None,
-        description="Secret whose keys become environment variables of the Jobs, where the storage "
-        "provider reads its credentials (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); omit to use the "
-        "pods' ambient identity.",
+    storage_options_secret_ref: SecretRef | None = env_secret_ref(
+        "the Jobs, where the storage provider reads its credentials (e.g. AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY); omit to use the pods' ambient identity."
     )
 
 
@@ -105,15 +116,16 @@ class ResourceQuantities(ApiModel):
     )
 
 
+def quantities_field(description: str, **default: str) -> Any:
+    """A :class:`ResourceQuantities` field (requests or limits) whose default is ``default``."""
+    return Field(default_factory=lambda: ResourceQuantities(**default), description=description)
+
+
 class JobResources(ApiModel):
-    requests: ResourceQuantities = Field(
-        default_factory=lambda: ResourceQuantities(cpu="250m", memory="256Mi"),
-        description="What the scheduler reserves for a Job's pod.",
+    requests: ResourceQuantities = quantities_field(
+        "What the scheduler reserves for a Job's pod.", cpu="250m", memory="256Mi"
     )
-    limits: ResourceQuantities = Field(
-        default_factory=lambda: ResourceQuantities(memory="1Gi"),
-        description="Upper bounds for a Job's pod.",
-    )
+    limits: ResourceQuantities = quantities_field("Upper bounds for a Job's pod.", memory="1Gi")
 
 
 class Toleration(ApiModel):
@@ -146,7 +158,7 @@ class Toleration(ApiModel):
 class JobDefaults(ApiModel):
     """How the operator's copy and cleanup Jobs run on Kubernetes (standalone mode ignores it)."""
 
-    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description="Container image with `tierkeeper`.")
+    image: NonEmptyStr = Field(default=DEFAULT_IMAGE, description="Container image with `tierkeeper`.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="Pull policy of the Jobs' container."
     )
@@ -181,15 +193,12 @@ class JobDefaults(ApiModel):
         description='Annotations of every Job\'s pod, e.g. sidecar.istio.io/inject: "false" (a service-mesh '
         "sidecar that never exits keeps a Job from ever finishing).",
     )
-    tmp_size_limit: str | None = Field(
+    tmp_size_limit: NonEmptyStr | None = Field(
         default=None,
-        min_length=1,
         description="sizeLimit of the Jobs' /tmp (an emptyDir), e.g. 1Gi; omit for no limit. Spark cleanups "
         "spill there.",
     )
-    copy_parallelism: int = Field(
-        default=4, ge=1, le=64, description="Partitions one copy Job copies at once."
-    )
+    copy_parallelism: ThreadCount = Field(default=4, description="Partitions one copy Job copies at once.")
     max_bytes_per_second: int | None = Field(
         default=None, ge=1, description="Cap on the bytes a copy Job reads and ships per second."
     )
@@ -198,9 +207,8 @@ class JobDefaults(ApiModel):
         description="How cleanup Jobs run: `local` (in the Job's process) or `spark` (one Spark task per "
         "partition, `tierkeeper cleanup --engine spark`).",
     )
-    spark_master: str | None = Field(
+    spark_master: NonEmptyStr | None = Field(
         default=None,
-        min_length=1,
         description="Spark master of export Jobs and of cleanup Jobs with cleanupEngine spark (default: "
         "local[*] in the Job's pod), e.g. k8s://https://kubernetes.default.svc or spark://host:7077.",
     )

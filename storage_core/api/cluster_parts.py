@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from storage_core.api.cluster import ResourceQuantities, SecretRef
-from storage_core.api.fields import ObjectName
+from storage_core.api.cluster import ResourceQuantities, SecretRef, quantities_field
+from storage_core.api.fields import NonEmptyStr, ObjectName, Port
 from storage_core.api.rules import ApiModel
 
 DEFAULT_GATEWAY_BOOTSTRAP_PORT = 9092
@@ -24,13 +24,11 @@ DEFAULT_GATEWAY_CACHE_BYTES = 64 << 20
 
 
 class GatewayResources(ApiModel):
-    requests: ResourceQuantities = Field(
-        default_factory=lambda: ResourceQuantities(cpu="250m", memory="256Mi"),
-        description="What the scheduler reserves for each gateway pod.",
+    requests: ResourceQuantities = quantities_field(
+        "What the scheduler reserves for each gateway pod.", cpu="250m", memory="256Mi"
     )
-    limits: ResourceQuantities = Field(
-        default_factory=lambda: ResourceQuantities(memory="512Mi"),
-        description="Upper bounds for each gateway pod (the block cache is counted in memory).",
+    limits: ResourceQuantities = quantities_field(
+        "Upper bounds for each gateway pod (the block cache is counted in memory).", memory="512Mi"
     )
 
 
@@ -48,26 +46,21 @@ class GatewaySpec(ApiModel):
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         default="ClusterIP", description="Type of the gateway's Service."
     )
-    bootstrap_port: int = Field(
+    bootstrap_port: Port = Field(
         default=DEFAULT_GATEWAY_BOOTSTRAP_PORT,
-        ge=1,
-        le=65535,
         description="The Service's bootstrap port (what clients put in bootstrap.servers).",
     )
-    broker_port_base: int = Field(
+    broker_port_base: Port = Field(
         default=DEFAULT_GATEWAY_BROKER_PORT_BASE,
-        ge=1,
-        le=65535,
         description="Broker N is served at this port + N, on the pods and on the Service.",
     )
-    advertised_host: str | None = Field(
+    advertised_host: NonEmptyStr | None = Field(
         default=None,
-        min_length=1,
         description="The host clients are told to connect to (default: the Service's cluster DNS name, "
         "<name>.<namespace>.svc); set it when clients reach the Service through a LoadBalancer's name.",
     )
-    image: str | None = Field(
-        default=None, min_length=1, description="The gateway's image (default: the Jobs' pipeline image)."
+    image: NonEmptyStr | None = Field(
+        default=None, description="The gateway's image (default: the Jobs' pipeline image)."
     )
     resources: GatewayResources = Field(
         default_factory=GatewayResources, description="Requests and limits of each gateway pod."
@@ -89,9 +82,8 @@ class StrimziRef(ApiModel):
     ``status.listeners``, and a TieredBroker is kept for every broker node of its node pools."""
 
     kafka: ObjectName = Field(description="Name of the Strimzi Kafka resource.")
-    listener: str = Field(
+    listener: NonEmptyStr = Field(
         default="plain",
-        min_length=1,
         description="Name of the Kafka listener (spec.kafka.listeners[].name) whose bootstrap address "
         "Tierkeeper's clients use.",
     )

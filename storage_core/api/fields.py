@@ -1,4 +1,5 @@
-"""Field types of the API: names, URLs, paths, retentions and cron expressions, each with its check.
+"""Field types of the API: names, URLs, paths, retentions, cron expressions and bounded numbers, each with its
+check.
 
 Every check raises ``ValueError`` with a message that names the offending value; the models turn it into
 a one-line error naming the field.
@@ -79,3 +80,11 @@ RemoteUrl = Annotated[str, Field(min_length=4), AfterValidator(_check_url)]
 BootstrapServers = Annotated[str, Field(min_length=3), AfterValidator(_check_bootstrap)]
 AbsolutePath = Annotated[str, Field(min_length=1), AfterValidator(_check_absolute_path)]
 CronExpression = Annotated[str, AfterValidator(_check_cron)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+Int32Id = Annotated[int, Field(ge=0, le=2_147_483_647)]
+"""A non-negative 32-bit id: a Kafka node.id, a user or group id a pod runs as."""
+RoundInterval = Annotated[int, Field(ge=10, le=604_800)]
+"""Seconds between a topic's copy or cleanup rounds: 10 s to a week."""
+ThreadCount = Annotated[int, Field(ge=1, le=64)]
+"""Threads, or partitions handled at once: the bounds of every parallelism and of num.replica.fetchers."""

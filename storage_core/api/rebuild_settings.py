@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from storage_core.api.cluster import KafkaClusterConfig
+from storage_core.api.fields import ThreadCount
 from storage_core.api.resources import TieredBrokerSpec
 from storage_core.api.rules import ApiModel
 from storage_core.errors import ConfigError
@@ -43,7 +44,7 @@ class BrokerRebuild(ApiModel):
         description="The broker's other log directories (JBOD), the same way.",
     )
     policy: Literal["Never", "WhenLogDirEmpty"] = Field(description="spec.rebuild.policy.")
-    parallelism: int = Field(ge=1, le=64, description="Downloads at once.")
+    parallelism: ThreadCount = Field(description="Downloads at once.")
 
     def log_dirs(self) -> list[str]:
         return [self.log_dir, *self.extra_log_dirs]

@@ -15,15 +15,18 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 from pydantic.alias_generators import to_camel
 
-from storage_core.api.cluster import SecretRef, without_credentials
+from storage_core.api.cluster import SecretRef, env_secret_ref, without_credentials
 from storage_core.api.fields import (
     INFINITE,
     AbsolutePath,
     CronExpression,
+    Int32Id,
     ObjectName,
     RemoteUrl,
     RetentionBytes,
     RetentionMs,
+    RoundInterval,
+    ThreadCount,
     TopicName,
 )
 from storage_core.api.rules import ApiModel, Rule, cel_or_default
@@ -87,10 +90,8 @@ class CopyPolicy(ApiModel):
         ),
     )
 
-    interval_seconds: int = Field(
+    interval_seconds: RoundInterval = Field(
         default=DEFAULT_COPY_INTERVAL_S,
-        ge=10,
-        le=604800,
         description="Seconds between copy rounds. Mutually exclusive with schedule.",
     )
     schedule: CronExpression | None = Field(
@@ -104,8 +105,8 @@ class CopyPolicy(ApiModel):
 class CleanupPolicy(ApiModel):
     """When remote retention, the orphan sweep and the local trim run for the topic."""
 
-    interval_seconds: int = Field(
-        default=DEFAULT_CLEANUP_INTERVAL_S, ge=10, le=604800, description="Seconds between cleanup runs."
+    interval_seconds: RoundInterval = Field(
+        default=DEFAULT_CLEANUP_INTERVAL_S, description="Seconds between cleanup runs."
     )
 
 
@@ -135,10 +136,8 @@ class TableCatalog(ApiModel):
         description="Non-secret catalog properties (type, uri, warehouse, ...); credentials are refused "
         "here: put them in secretRef.",
     )
-    secret_ref: SecretRef | None = Field(
-        default=None,
-        description="Secret whose keys become environment variables of the export and maintenance Jobs, "
-        "e.g. PYICEBERG_CATALOG__LAKE__CREDENTIAL.",
+    secret_ref: SecretRef | None = env_secret_ref(
+        "the export and maintenance Jobs, e.g. PYICEBERG_CATALOG__LAKE__CREDENTIAL."
     )
 
 
@@ -201,10 +200,8 @@ class TableValueDecoding(ApiModel):
         description="The schema registry's REST API (Confluent Schema Registry, Karapace, Apicurio's "
         "/apis/ccompat/v7); no credentials in it.",
     )
-    secret_ref: SecretRef | None = Field(
-        default=None,
-        description="Secret whose keys become environment variables of the export Jobs, e.g. "
-        "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO (user:password).",
+    secret_ref: SecretRef | None = env_secret_ref(
+        "the export Jobs, e.g. SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO (user:password)."
     )
 
 
@@ -353,18 +350,14 @@ class RebuildPolicy(ApiModel):
         "log directory holds no partition directories, restore tiered segments into it before the "
         "broker catches up.",
     )
-    parallelism: int = Field(default=4, ge=1, le=64, description="Partitions restored at the same time.")
-    run_as_user: int | None = Field(
+    parallelism: ThreadCount = Field(default=4, description="Partitions restored at the same time.")
+    run_as_user: Int32Id | None = Field(
         default=None,
-        ge=0,
-        le=2_147_483_647,
         description="User a requested rebuild Job runs as: the broker's own (it writes into the broker's "
         "log directory; Strimzi's is 1001). Omit to run as the image's user.",
     )
-    run_as_group: int | None = Field(
+    run_as_group: Int32Id | None = Field(
         default=None,
-        ge=0,
-        le=2_147_483_647,
         description="Group a requested rebuild Job runs as (Strimzi: 0). Omit for the image's group.",
     )
     request_id: str | None = Field(
@@ -427,13 +420,13 @@ class ReplicaFetchers(ApiModel):
         description="auto: pick a fetcher count in [min, max] that spreads the followed partitions evenly "
         "across fetcher threads. fixed: always use value.",
     )
-    minimum: int = Field(
-        default=DEFAULT_FETCHERS_MIN, ge=1, le=64, alias="min", description="Lowest count auto may pick."
+    minimum: ThreadCount = Field(
+        default=DEFAULT_FETCHERS_MIN, alias="min", description="Lowest count auto may pick."
     )
-    maximum: int = Field(
-        default=DEFAULT_FETCHERS_MAX, ge=1, le=64, alias="max", description="Highest count auto may pick."
+    maximum: ThreadCount = Field(
+        default=DEFAULT_FETCHERS_MAX, alias="max", description="Highest count auto may pick."
     )
-    value: int | None = Field(default=None, ge=1, le=64, description="The count used in fixed mode.")
+    value: ThreadCount | None = Field(default=None, description="The count used in fixed mode.")
     auto_approve: bool = Field(
         default=False,
         description="auto only: apply each proposal without waiting for the annotation "
@@ -498,7 +491,7 @@ class TieredBrokerSpec(ClusterMemberSpec):
         ),
     )
 
-    broker_id: int = Field(ge=0, le=2_147_483_647, description="The broker's node.id.")
+    broker_id: Int32Id = Field(description="The broker's node.id.")
     log_dir: LogDirLocation = Field(description="Where the broker's (first) log directory is.")
     extra_log_dirs: list[LogDirLocation] = Field(
         default_factory=list,

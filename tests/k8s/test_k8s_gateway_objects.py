@@ -17,6 +17,7 @@ from tierkeeper_operator.gateway_objects import (
     ANNOTATION_CONFIG_HASH,
     GatewayPortError,
     GatewaySettings,
+    advertised_host,
     bootstrap_address,
     gateway_name,
     gateway_objects,
@@ -116,7 +117,9 @@ def test_pods_run_the_gateway_with_the_clusters_settings() -> None:
 def test_advertised_host_and_image_can_be_set() -> None:
     gateway = GATEWAY.model_copy(update={"advertised_host": "kafka.example.com", "image": "gw:2"})
     objs = objects(gateway)
-    assert parsed_args(objs).advertised_host == "kafka.example.com"
+    assert (
+        parsed_args(objs).advertised_host == advertised_host("prod", "kafka", gateway) == "kafka.example.com"
+    )
     assert pod(objs)["containers"][0]["image"] == "gw:2"
     assert bootstrap_address("prod", "kafka", gateway) == "kafka.example.com:9092"
 
