@@ -82,18 +82,9 @@ def bench_line() -> None:
     print(f"\nsteps: {' -> '.join(map(str, (5, *rec.steps)))}\n")
 
 
-@dataclass
-class Totals:
-    groups: int = 0
-    perfect_current: int = 0
-    perfect_recommended: int = 0
-    worse: int = 0
-    better: int = 0
-
-
 def bench_random(seed: int, runs: int) -> bool:
     rng = random.Random(seed)
-    totals = Totals()
+    groups = perfect_now = perfect_rec = worse = better = 0
     worst_now: list[float] = []
     worst_rec: list[float] = []
     share_now: list[float] = []
@@ -103,11 +94,11 @@ def bench_random(seed: int, runs: int) -> bool:
         current = rng.randint(2, 8)
         rec = recommend(assignment, current, 1, 16)
         now, best = rec.current, rec.recommended
-        totals.groups += now.groups
-        totals.perfect_current += now.perfect_groups
-        totals.perfect_recommended += best.perfect_groups
-        totals.worse += best.worst_load > now.worst_load
-        totals.better += best.worst_load < now.worst_load
+        groups += now.groups
+        perfect_now += now.perfect_groups
+        perfect_rec += best.perfect_groups
+        worse += best.worst_load > now.worst_load
+        better += best.worst_load < now.worst_load
         worst_now.append(now.worst_load)
         worst_rec.append(best.worst_load)
         share_now.append(now.perfect_groups / now.groups)
@@ -119,8 +110,8 @@ def bench_random(seed: int, runs: int) -> bool:
     print("| | current count | recommended count |")
     print("|---|---|---|")
     print(
-        f"| perfectly spread groups, all assignments | {100 * totals.perfect_current / totals.groups:.1f}% "
-        f"| {100 * totals.perfect_recommended / totals.groups:.1f}% |"
+        f"| perfectly spread groups, all assignments | {100 * perfect_now / groups:.1f}% "
+        f"| {100 * perfect_rec / groups:.1f}% |"
     )
     print(
         f"| perfectly spread groups, mean per assignment | {100 * statistics.mean(share_now):.1f}% "
@@ -133,10 +124,8 @@ def bench_random(seed: int, runs: int) -> bool:
         f"| worst thread load, median | {statistics.median(worst_now):g} | {statistics.median(worst_rec):g} |"
     )
     print(f"| worst thread load, max | {max(worst_now):g} | {max(worst_rec):g} |")
-    print(
-        f"\nrecommended worse than current: {totals.worse}/{runs}; strictly better: {totals.better}/{runs}\n"
-    )
-    return totals.worse == 0
+    print(f"\nrecommended worse than current: {worse}/{runs}; strictly better: {better}/{runs}\n")
+    return worse == 0
 
 
 def bench_scale(seed: int) -> bool:

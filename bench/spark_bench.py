@@ -317,12 +317,12 @@ def run_scan(
     topic: str,
     bootstrap: str,
     end_offset: int,
-    profile_dir: str | None = None,
     *,
-    min_partitions: int | None = None,
     driver_memory: str = "1g",
     executor_memory: str = "512m",
     executor_java_options: str = "",
+    profile_dir: str | None = None,
+    min_partitions: int | None = None,
     cpus: str | None = None,
 ) -> dict[str, Any]:
     args = [
@@ -456,7 +456,14 @@ def main() -> int:
             bootstrap = cluster.bootstrap_servers
             mem = ns.driver_memory
             tk2 = run_scan(
-                "tierkeeper", "local[2]", remote, topic, bootstrap, end, ns.profile_dir, driver_memory=mem
+                "tierkeeper",
+                "local[2]",
+                remote,
+                topic,
+                bootstrap,
+                end,
+                driver_memory=mem,
+                profile_dir=ns.profile_dir,
             )
             kafka2 = run_scan("kafka", "local[2]", remote, topic, bootstrap, end, driver_memory=mem)
             # The Kafka source makes one task per topic-partition unless told otherwise: also run it with

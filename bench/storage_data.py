@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -17,8 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 POOL_BYTES = 4 << 20
 
 
-@dataclass(frozen=True)
-class Produced:
+class Produced(NamedTuple):
     topic: str
     records: int
     value_bytes: int

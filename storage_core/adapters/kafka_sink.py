@@ -30,7 +30,7 @@ def _kafka_error(exc: BaseException) -> Any:
 
 class TransactionalSink:
     """Restores into ``topic`` with progress in group ``group`` and transactional id ``transactional_id``
-    (default: the group's name) (implements ``RestoreSink``)."""
+    (implements ``RestoreSink``)."""
 
     def __init__(
         self,
@@ -38,19 +38,18 @@ class TransactionalSink:
         topic: str,
         group: str,
         *,
-        transactional_id: str | None = None,
+        transactional_id: str,
+        transaction_timeout_ms: int = 120_000,
         message_max_bytes: int | None = None,
         batch_bytes: int | None = None,
-        transaction_timeout_ms: int = 120_000,
     ) -> None:
         from confluent_kafka import Consumer, KafkaException, Producer
 
         self.topic = topic
-        self.group = group
         self.bootstrap_servers = bootstrap_servers
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
-            "transactional.id": transactional_id or group,
+            "transactional.id": transactional_id,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
@@ -62,7 +61,6 @@ class TransactionalSink:
         if batch_bytes is not None:
             config["batch.size"] = batch_bytes
         self._in_txn = False
-        txn_id = config["transactional.id"]
         try:
             self._producer = Producer(config)
             # For the group metadata a transactional offset commit names, and to read the progress back
@@ -74,7 +72,8 @@ class TransactionalSink:
             self._group_metadata = self._consumer.consumer_group_metadata()
         except KafkaException as exc:
             raise KafkaAdminError(
-                f"cannot start the restore producer (transactional.id {txn_id}) on {bootstrap_servers}: {exc}"
+                f"cannot start the restore producer (transactional.id {transactional_id}) on "
+                f"{bootstrap_servers}: {exc}"
             ) from exc
 
     def committed(self, partitions: Iterable[int]) -> dict[int, tuple[int, str | None]]:

@@ -228,7 +228,7 @@ def _view(admin: Any, topic: str, options: CleanupOptions, report: dict[str, Any
         view.refusal = (
             copy_refusal(topic, configs)
             if view.local is None
-            else local_trim_refusal(topic, configs, view.local, options.trim_timing, view.remote)
+            else local_trim_refusal(topic, configs, view.local, options.trim_timing, remote=view.remote)
         )
     return view
 

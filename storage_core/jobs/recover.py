@@ -170,9 +170,9 @@ def recover(
     plan = plan_topic(topic, source, live, claims, len(admin.broker_ids()), request.options)
     summary = _summary(request, store, source, plan, live_id)
     summary.warnings.extend(
-        f"partition {p.partition}: offsets {a}..{b} are missing from the remote tier"
-        for p in source.partitions.values()
-        for a, b in p.holes()
+        f"partition {p}: offsets {a}..{b} are missing from the remote tier"
+        for p, h in source.partitions.items()
+        for a, b in h.holes()
     )
     if request.dry_run:
         if live_id is not None and plan.resume:
@@ -210,7 +210,7 @@ def _summary(
     action = "create" if plan.create else "resume" if plan.resume else "reuse"
     partitions = [
         PartitionSummary(
-            h.partition,
+            p,
             h.start_offset,
             h.end_offset,
             h.segment_count,
@@ -218,7 +218,7 @@ def _summary(
             complete=h.segment_count == 0,
             holes=h.holes(),
         )
-        for h in sorted(source.partitions.values(), key=lambda h: h.partition)
+        for p, h in sorted(source.partitions.items())
     ]
     return RecoverySummary(
         request.topic,

@@ -137,10 +137,6 @@ class RebuildPlan:
     def restoring(self) -> list[PartitionPlan]:
         return [p for p in self.partitions if p.restores]
 
-    @property
-    def bytes(self) -> int:
-        return sum(p.bytes for p in self.partitions)
-
 
 def resolve_policy(
     topic_config: Mapping[str, str], *, retention_ms: int | None, retention_bytes: int | None

@@ -45,7 +45,9 @@ def refusals(topic: str, configs: Mapping[str, str], spec: TieredTopicSpec) -> l
         configs,
         RetentionPolicy(retention_ms=spec.local_retention_ms, retention_bytes=spec.local_retention_bytes),
         trim_timing(spec),
-        RetentionPolicy(retention_ms=spec.remote_retention_ms, retention_bytes=spec.remote_retention_bytes),
+        remote=RetentionPolicy(
+            retention_ms=spec.remote_retention_ms, retention_bytes=spec.remote_retention_bytes
+        ),
     )
     if refused is None:
         return []

@@ -38,24 +38,7 @@ from storage_core.reconcile.schedule import copy_due, copy_due_next, interval_du
 from storage_core.reconcile.tables import TableAction, decide_table, with_lag
 
 
-@dataclass(frozen=True)
-class TopicPartitions:
-    topic_key: str
-    topic: str
-    partitions: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class CopyAction:
-    """Copy the listed partitions (all led by ``broker_id``) from that broker's log dir."""
-
-    cluster: str
-    broker_id: int
-    broker_key: str
-    work: tuple[TopicPartitions, ...]
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CleanupAction:
     """Remote retention, orphan sweep and local trim of one topic."""
 
@@ -65,12 +48,29 @@ class CleanupAction:
     spec: TieredTopicSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     key: str
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    topic_key: str
+    topic: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CopyAction:
+    """Copy the listed partitions (all led by ``broker_id``) from that broker's log dir."""
+
+    cluster: str
+    broker_id: int
+    broker_key: str
+    work: tuple[TopicPartitions, ...]
 
 
 @dataclass

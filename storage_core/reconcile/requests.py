@@ -450,7 +450,7 @@ def copy_request(
     cluster: KafkaClusterConfig,
     broker: TieredBrokerSpec,
     *,
-    config_dir: str | None = None,
+    config_dir: str | None,
 ) -> CopyRequest:
     return CopyRequest(
         log_dirs=tuple(d.path for d in broker.log_dirs()),
@@ -464,7 +464,7 @@ def copy_request(
 
 
 def cleanup_request(
-    action: CleanupAction, cluster: KafkaClusterConfig, *, config_dir: str | None = None
+    action: CleanupAction, cluster: KafkaClusterConfig, *, config_dir: str | None
 ) -> CleanupRequest:
     spec, jobs = action.spec, cluster.jobs
     return CleanupRequest(
@@ -490,7 +490,7 @@ def check_remote_request(cluster: KafkaClusterConfig) -> CheckRemoteRequest:
 
 
 def rebuild_request(
-    broker: TieredBrokerSpec, cluster: KafkaClusterConfig, *, config_dir: str | None = None
+    broker: TieredBrokerSpec, cluster: KafkaClusterConfig, *, config_dir: str | None
 ) -> RebuildRequest:
     return RebuildRequest(
         log_dirs=tuple(d.path for d in broker.log_dirs()),
@@ -507,7 +507,7 @@ def fetcher_step_request(
     value: int,
     spec: ReplicaFetchers,
     *,
-    config_dir: str | None = None,
+    config_dir: str | None,
 ) -> FetcherStepRequest:
     return FetcherStepRequest(
         broker_id=broker_id,

@@ -25,10 +25,6 @@ class PartitionHistory:
     manifest: Manifest
 
     @property
-    def partition(self) -> int:
-        return self.tp.partition
-
-    @property
     def start_offset(self) -> int | None:
         return self.manifest.start_offset
 

@@ -10,52 +10,45 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from dataclasses import KW_ONLY, dataclass, field
 
 DEFAULT_BLOCK = 4 << 20
 DEFAULT_DEPTH = 3
 
 
+@dataclass(eq=False, slots=True)
 class SequentialPrefetcher:
     """``(start, end) -> bytes`` over ``[origin, size)`` of an object, fetching ``depth`` blocks ahead."""
 
-    def __init__(
-        self,
-        get_range: Callable[[int, int], bytes],
-        size: int,
-        executor: Executor,
-        *,
-        origin: int = 0,
-        block: int = DEFAULT_BLOCK,
-        depth: int = DEFAULT_DEPTH,
-    ) -> None:
-        self._get = get_range
-        self._size = size
-        self._executor = executor
-        self._origin = origin
-        self._block = block
-        self._depth = depth
-        self._blocks: dict[int, Future[bytes]] = {}
+    get_range: Callable[[int, int], bytes]
+    size: int
+    executor: Executor
+    _: KW_ONLY
+    origin: int = 0
+    block: int = DEFAULT_BLOCK
+    depth: int = DEFAULT_DEPTH
+    _blocks: dict[int, Future[bytes]] = field(default_factory=dict, init=False, repr=False)
 
     def _span(self, k: int) -> tuple[int, int]:
-        start = self._origin + k * self._block
-        return start, min(start + self._block, self._size)
+        start = self.origin + k * self.block
+        return start, min(start + self.block, self.size)
 
     def _ensure(self, k: int) -> None:
-        if k not in self._blocks and self._span(k)[0] < self._size:
+        if k not in self._blocks and self._span(k)[0] < self.size:
             start, end = self._span(k)
-            self._blocks[k] = self._executor.submit(self._get, start, end)
+            self._blocks[k] = self.executor.submit(self.get_range, start, end)
 
     def __call__(self, start: int, end: int) -> bytes:
-        end = min(end, self._size)
+        end = min(end, self.size)
         if end <= start:
             return b""
-        if start < self._origin:
-            return self._get(start, end)
-        first = (start - self._origin) // self._block
-        last = (end - 1 - self._origin) // self._block
+        if start < self.origin:
+            return self.get_range(start, end)
+        first = (start - self.origin) // self.block
+        last = (end - 1 - self.origin) // self.block
         for k in [k for k in self._blocks if k < first]:
             self._blocks.pop(k).cancel()
-        for k in range(first, last + 1 + self._depth):
+        for k in range(first, last + 1 + self.depth):
             self._ensure(k)
         parts = []
         for k in range(first, last + 1):

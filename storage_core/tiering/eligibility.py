@@ -170,7 +170,8 @@ def local_trim_refusal(
     configs: Mapping[str, str],
     local: RetentionPolicy,
     timing: TrimTiming,
-    remote: RetentionPolicy | None = None,
+    *,
+    remote: RetentionPolicy | None,
 ) -> Refusal | None:
     """Why ``topic`` must not be tiered and locally trimmed with the window ``local``, or None: the one
     rule for Kafka's own retention, used by cleanup's local trim and by the operator's planner (which

@@ -9,11 +9,10 @@ remote tier never has a hole.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentSpan:
+class SegmentSpan(NamedTuple):
     """A local segment as the planner sees it: [base_offset, next_offset) with next = successor's base."""
 
     base_offset: int

@@ -77,8 +77,8 @@ def control_batch(
     commit: bool,
     base_offset: int,
     producer_id: int,
-    producer_epoch: int,
     timestamp: int,
+    producer_epoch: int = 0,
     coordinator_epoch: int = 0,
     leader_epoch: int = 0,
 ) -> bytes:

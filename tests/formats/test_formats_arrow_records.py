@@ -95,7 +95,6 @@ def test_many_batches_decode_like_the_record_decoder(
                     commit=data.draw(st.booleans()),
                     base_offset=offset,
                     producer_id=7,
-                    producer_epoch=0,
                     timestamp=1_600_000_000_000,
                 )
             )
@@ -300,7 +299,7 @@ def test_verify_crc_checks_a_control_batch_handed_in(tmp_path: Any) -> None:
     from storage_core.formats.mapped import MappedFile
 
     recs = [Rec(i, 1_700_000_000_000 + i, b"k", b"v" * 30) for i in range(5)]
-    marker = control_batch(commit=True, base_offset=5, producer_id=7, producer_epoch=0, timestamp=1)
+    marker = control_batch(commit=True, base_offset=5, producer_id=7, timestamp=1)
     data = bytearray(build_batch(recs, base_offset=0) + marker)
     data[-3] ^= 0x10
     path = tmp_path / "segment.log"

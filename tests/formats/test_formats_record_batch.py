@@ -64,9 +64,7 @@ def test_header_fields_match_what_was_built() -> None:
 def test_log_append_time_and_control_bits() -> None:
     lat = BatchHeader.parse(build_batch([Rec(0, 1, b"k", b"v")], log_append_time=99))
     assert lat.timestamp_type is TimestampType.LOG_APPEND_TIME and lat.first_record_timestamp == 99
-    marker = BatchHeader.parse(
-        control_batch(commit=True, base_offset=1, producer_id=1, producer_epoch=0, timestamp=3)
-    )
+    marker = BatchHeader.parse(control_batch(commit=True, base_offset=1, producer_id=1, timestamp=3))
     assert marker.is_control and marker.is_transactional
 
 

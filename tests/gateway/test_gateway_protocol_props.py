@@ -17,18 +17,7 @@ from hypothesis import strategies as st
 from kio.static.primitive import Records
 
 from storage_core.gateway import protocol
-from storage_core.gateway.protocol import (
-    ProtocolError,
-    RequestHeader,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-    knows,
-    produce_acks,
-    read_request_header,
-    supported_versions,
-)
+from storage_core.gateway.protocol import ProtocolError, RequestHeader
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
 INTERCEPTED = (PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS, 60)
@@ -43,7 +32,7 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 
 def _api_versions(keys: tuple[int, ...]) -> list[tuple[int, int]]:
-    spans = supported_versions()
+    spans = protocol.supported_versions()
     return [(k, v) for k in keys for v in range(spans[k][0], spans[k][1] + 1)]
 
 
@@ -61,7 +50,7 @@ def _request_payload(
     api_key: int, version: int, body: Any, correlation_id: int, client_id: str | None
 ) -> bytes:
     header = RequestHeader(api_key, version, correlation_id, client_id, 0)
-    return _payload(encode_request(header, body, correlation_id))
+    return _payload(protocol.encode_request(header, body, correlation_id))
 
 
 @st.composite
@@ -80,11 +69,11 @@ def responses(draw: st.DrawFn) -> tuple[int, int, Any]:
 def _read_whole_request(payload: bytes) -> None:
     """What the session does with a client's frame: the header, then the body of an API it decodes (and a
     Produce's acks); any other exception than ProtocolError escaping here would kill the session task."""
-    header = read_request_header(payload)
-    if knows(header.api_key, header.api_version) and header.api_key in INTERCEPTED:
+    header = protocol.read_request_header(payload)
+    if protocol.knows(header.api_key, header.api_version) and header.api_key in INTERCEPTED:
         if header.api_key == PRODUCE:
-            produce_acks(header, payload)
-        decode_request(header, payload)
+            protocol.produce_acks(header, payload)
+        protocol.decode_request(header, payload)
 
 
 @SETTINGS
@@ -136,7 +125,7 @@ def test_a_garbage_response_is_read_or_refused_with_protocol_error(
     api: tuple[int, int], payload: bytes
 ) -> None:
     try:
-        decode_response(api[0], api[1], payload)
+        protocol.decode_response(api[0], api[1], payload)
     except ProtocolError:
         pass
 
@@ -147,25 +136,25 @@ def test_a_truncated_or_extended_valid_response_is_refused(
     message: tuple[int, int, Any], data: st.DataObject
 ) -> None:
     api_key, version, body = message
-    payload = _payload(encode_response(api_key, version, 3, body))
+    payload = _payload(protocol.encode_response(api_key, version, 3, body))
     if data.draw(st.booleans()):
         damaged = payload[: data.draw(st.integers(0, len(payload) - 1))]
     else:
         damaged = payload + data.draw(st.binary(min_size=1, max_size=16))
     with pytest.raises(ProtocolError):
-        decode_response(api_key, version, damaged)
+        protocol.decode_response(api_key, version, damaged)
 
 
 def test_a_payload_shorter_than_the_fixed_header_is_refused() -> None:
     for size in range(8):
         with pytest.raises(ProtocolError):
-            read_request_header(b"\x00" * size)
+            protocol.read_request_header(b"\x00" * size)
     with pytest.raises(ProtocolError):
         protocol.response_correlation_id(b"\x00\x01")
 
 
 def test_an_unknown_api_is_read_as_a_fixed_header_only() -> None:
-    header = read_request_header(struct.pack(">hhi", 32000, 3, 99) + b"anything")
+    header = protocol.read_request_header(struct.pack(">hhi", 32000, 3, 99) + b"anything")
     assert (header.api_key, header.api_version, header.correlation_id, header.client_id, header.size) == (
         32000,
         3,
@@ -184,13 +173,13 @@ def test_every_request_the_codec_writes_reads_back_equal(
 ) -> None:
     api_key, version, body = message
     payload = _request_payload(api_key, version, body, correlation_id, client_id)
-    header = read_request_header(payload)
+    header = protocol.read_request_header(payload)
     assert (header.api_key, header.api_version, header.correlation_id) == (api_key, version, correlation_id)
     assert header.client_id == client_id
-    assert decode_request(header, payload) == body
+    assert protocol.decode_request(header, payload) == body
     patched = protocol.with_correlation_id(payload, 12345)
-    assert read_request_header(patched).correlation_id == 12345
-    assert decode_request(read_request_header(patched), patched) == body
+    assert protocol.read_request_header(patched).correlation_id == 12345
+    assert protocol.decode_request(protocol.read_request_header(patched), patched) == body
 
 
 @MESSAGES
@@ -199,9 +188,9 @@ def test_every_response_the_codec_writes_reads_back_equal(
     message: tuple[int, int, Any], correlation_id: int
 ) -> None:
     api_key, version, body = message
-    payload = _payload(encode_response(api_key, version, correlation_id, body))
+    payload = _payload(protocol.encode_response(api_key, version, correlation_id, body))
     assert protocol.response_correlation_id(payload) == correlation_id
-    assert decode_response(api_key, version, payload) == body
+    assert protocol.decode_response(api_key, version, payload) == body
 
 
 @MESSAGES
@@ -214,7 +203,7 @@ def test_produce_acks_reads_what_the_request_says_without_decoding_records(
     api_key, version, body = message
     body = dataclasses.replace(body, acks=acks)
     payload = _request_payload(api_key, version, body, 1, "p")
-    assert produce_acks(read_request_header(payload), payload) == acks
+    assert protocol.produce_acks(protocol.read_request_header(payload), payload) == acks
 
 
 @MESSAGES
@@ -224,10 +213,10 @@ def test_produce_acks_of_a_truncated_request_is_refused_or_read(
 ) -> None:
     api_key, version, body = message
     payload = _request_payload(api_key, version, body, 1, "p")
-    header = read_request_header(payload)
+    header = protocol.read_request_header(payload)
     cut = data.draw(st.integers(header.size, len(payload)))
     try:
-        acks = produce_acks(header, payload[:cut])
+        acks = protocol.produce_acks(header, payload[:cut])
     except ProtocolError:
         return
     assert acks == body.acks  # read whole: the cut came after acks
@@ -238,6 +227,6 @@ def test_a_header_with_a_tagged_field_the_codec_does_not_know_is_a_protocol_erro
     properties above on a response header, here on a request header: Metadata v12 uses header v2)."""
     payload = struct.pack(">hhih", METADATA, 12, 5, 2) + b"id" + b"\x01\x00\x00"
     with pytest.raises(ProtocolError):
-        read_request_header(payload)
+        protocol.read_request_header(payload)
     with pytest.raises(ProtocolError):
-        decode_response(PRODUCE, 9, b"\x00\x00\x00\x00\x01\x00\x00")
+        protocol.decode_response(PRODUCE, 9, b"\x00\x00\x00\x00\x01\x00\x00")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from storage_core.remote.layout import SegmentObject, SegmentState
 from storage_core.remote.metadata import Manifest, SegmentMetadata, StoredObject
@@ -14,8 +14,7 @@ TOPIC_ID = "AAAAAAAAQACAAAAAAAAAAQ"
 OTHER_TOPIC_ID = "BBBBBBBBQACAAAAAAAAAAQ"
 
 
-@dataclass(frozen=True)
-class Seg:
+class Seg(NamedTuple):
     records: int
     size: int
     max_ts: int

@@ -190,7 +190,7 @@ def test_a_fetcher_step_request_parses_back(secret_dir: Path, with_secret: bool)
 def test_a_storage_option_that_reads_as_json_stays_a_string() -> None:
     config = cluster(False)
     config.remote.storage_options.update({"max_pool": "10", "anon": "false", "region_name": "eu"})
-    request = rebuild_request(BROKER, config)
+    request = rebuild_request(BROKER, config, config_dir=None)
     assert round_trip(request) == request
 
 

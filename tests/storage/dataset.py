@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -18,8 +19,7 @@ RECORDS_PER_PARTITION = 5000
 BASE_TS = 1_700_000_000_000
 
 
-@dataclass(frozen=True)
-class Expected:
+class Expected(NamedTuple):
     offset: int
     timestamp: int
     key: bytes | None
