@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from storage_core.cli.common import (
     add_remote_args,
@@ -15,22 +14,16 @@ from storage_core.cli.common import (
     open_store,
     write_result_file,
 )
+from storage_core.cli.subcommand import Subcommand
 
 PROBE = ".tierkeeper-check"
 """The object written and deleted at the tier's root: beside the topic directories, never one of them."""
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "check-remote",
-        help="check that the remote tier is reachable: bucket there, an object written and deleted",
-        description="Check the remote tier with this process's credentials: the bucket (or root directory) "
-        f"exists, and an object {PROBE} can be written at its root and deleted again.",
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_result_file_arg(p)
     add_remote_args(p)
-    p.set_defaults(handler=run)
 
 
 def _result(args: argparse.Namespace, reachable: bool, message: str) -> None:
@@ -57,3 +50,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(message)
     return 0
+
+
+COMMAND = Subcommand(
+    "check-remote",
+    help="check that the remote tier is reachable: bucket there, an object written and deleted",
+    description="Check the remote tier with this process's credentials: the bucket (or root directory) "
+    f"exists, and an object {PROBE} can be written at its root and deleted again.",
+    add_args=add_args,
+    run=run,
+)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from storage_core.cli.common import (
+    add_dry_run_arg,
     add_remote_args,
     add_result_file_arg,
     emit_json,
@@ -17,17 +18,10 @@ from storage_core.cli.common import (
 )
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 from storage_core.cli.spark_args import add_engine_arg, add_spark_args, spark_conf
+from storage_core.cli.subcommand import Subcommand
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "cleanup",
-        help="enforce remote retention, sweep orphans, trim local data that is safely tiered",
-        description="Delete remote segments beyond remote retention or below the log start offset, finish "
-        "interrupted deletes, remove orphaned copy attempts, and (with --bootstrap-servers) advance each "
-        "partition's log start offset through DeleteRecords to its local retention window, never past the "
-        "highest tiered offset + 1.",
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable)")
     p.add_argument(
         "--bootstrap-servers", metavar="HOST:PORT", help="enables the local trim and log-start rule"
@@ -77,16 +71,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="with --delete-topic: a topic with nothing in the remote tier is not an error",
     )
-    p.add_argument(
-        "--dry-run", action="store_true", help="report what would be deleted or trimmed; change nothing"
-    )
+    add_dry_run_arg(p, "report what would be deleted or trimmed")
     add_engine_arg(p, "clean", "topic-partition")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     add_result_file_arg(p)
     add_kafka_client_args(p)
     add_remote_args(p)
     add_spark_args(p)
-    p.set_defaults(handler=run)
 
 
 RETENTION_FLAGS = (
@@ -144,6 +135,18 @@ def run(args: argparse.Namespace) -> int:
     for error in report.get("errors", []):
         print(f"tierkeeper cleanup: error: {error}", file=sys.stderr)
     return 1 if report.get("errors") else 0
+
+
+COMMAND = Subcommand(
+    "cleanup",
+    help="enforce remote retention, sweep orphans, trim local data that is safely tiered",
+    description="Delete remote segments beyond remote retention or below the log start offset, finish "
+    "interrupted deletes, remove orphaned copy attempts, and (with --bootstrap-servers) advance each "
+    "partition's log start offset through DeleteRecords to its local retention window, never past the "
+    "highest tiered offset + 1.",
+    add_args=add_args,
+    run=run,
+)
 
 
 def _print(report: dict[str, Any]) -> None:

@@ -81,14 +81,9 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
     for name, raw in sorted(env.items()):
         if name.startswith(OPTION_ENV_PREFIX) and len(name) > len(OPTION_ENV_PREFIX):
             options[name[len(OPTION_ENV_PREFIX) :].lower()] = storage_option_value(raw)
-    options.update(
-        storage_options_from_flags(
-            endpoint_url=args.endpoint_url,
-            region=args.region,
-            anonymous=args.anonymous,
-            path_style=args.path_style,
-        )
-    )
+    # The remote tier's flags are spelled as the keywords of storage_options_from_flags.
+    flags = ("endpoint_url", "region", "anonymous", "path_style")
+    options.update(storage_options_from_flags(**{flag: getattr(args, flag) for flag in flags}))
     options.update(storage_option_items(args.storage_option, "--storage-option"))
     return options
 
@@ -165,6 +160,11 @@ def key_values(items: Sequence[str], flag: str) -> dict[str, str]:
 
 def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--max-bytes-per-second", type=int, metavar="B", help=help)
+
+
+def add_dry_run_arg(parser: argparse.ArgumentParser, report: str) -> None:
+    """``--dry-run``, whose help says what the command reports instead of acting."""
+    parser.add_argument("--dry-run", action="store_true", help=f"{report}; change nothing")
 
 
 def rate_limiter(args: argparse.Namespace) -> RateLimiter | None:

@@ -20,16 +20,11 @@ from storage_core.cli.common import (
 )
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
 from storage_core.cli.spark_args import add_spark_conf_arg, spark_conf
+from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "copy",
-        help="copy rolled, stable segments of a log dir to the remote tier",
-        description="Copy every eligible segment (rolled, below the last stable offset, "
-        "not yet tiered) of a broker log dir, oldest first, per partition.",
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-dir",
         required=True,
@@ -91,7 +86,6 @@ def register(subparsers: Any) -> None:
     add_result_file_arg(p)
     add_kafka_client_args(p)
     add_remote_args(p)
-    p.set_defaults(handler=run)
 
 
 def copy_options_from_args(args: argparse.Namespace) -> Any:
@@ -147,6 +141,16 @@ def run(args: argparse.Namespace) -> int:
         reason = r.error if (r.error or "").startswith(where) else f"{where}: {r.error}"
         print(f"tierkeeper copy: error: {reason}", file=sys.stderr)
     return 1 if report.failed or report.refused_topics else 0
+
+
+COMMAND = Subcommand(
+    "copy",
+    help="copy rolled, stable segments of a log dir to the remote tier",
+    description="Copy every eligible segment (rolled, below the last stable offset, "
+    "not yet tiered) of a broker log dir, oldest first, per partition.",
+    add_args=add_args,
+    run=run,
+)
 
 
 def parse_assignments(values: list[str]) -> list[tuple[str, int]]:

@@ -17,12 +17,10 @@ from storage_core.cli.common import (
     write_result_file,
 )
 from storage_core.cli.spark_args import add_spark_args, spark_from_args
+from storage_core.cli.subcommand import Subcommand
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "export", help="export a topic's remote tier to an Iceberg table or Parquet files, incrementally"
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--topic-id", help="which incarnation, when a topic name was deleted and recreated")
     add_target_args(p, "target directory (file://, s3://, ...)", "the target")
@@ -54,7 +52,6 @@ def register(subparsers: Any) -> None:
     add_result_file_arg(p)
     add_remote_args(p)
     add_spark_args(p)
-    p.set_defaults(handler=run)
 
 
 def add_target_args(p: argparse.ArgumentParser, to_help: str, what: str) -> None:
@@ -144,6 +141,14 @@ def run(args: argparse.Namespace) -> int:
         f"exported {summary.records} records of {summary.topic} in {summary.splits} splits "
         f"(removed {summary.files_removed} files of an unfinished run)",
     )
+
+
+COMMAND = Subcommand(
+    "export",
+    help="export a topic's remote tier to an Iceberg table or Parquet files, incrementally",
+    add_args=add_args,
+    run=run,
+)
 
 
 def _report(args: argparse.Namespace, summary: Any, line: str) -> int:

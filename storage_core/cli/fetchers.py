@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from storage_core.cli.common import add_result_file_arg, emit_json, require_positive, write_result_file
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
+from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,12 +27,7 @@ DEFAULT_MAX = 16
 KAFKA_DEFAULT_FETCHERS = 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser(
-        "fetchers",
-        help="plan and apply num.replica.fetchers from the real replica assignment",
-        description="Model how followers spread partitions over replica fetcher threads and pick a count.",
-    )
+def add_args(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="fetchers_command", metavar="{plan,apply}", required=True)
 
     plan = verbs.add_parser("plan", help="report thread loads for the current and the recommended count")
@@ -215,3 +211,12 @@ def apply_command(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     return 0
+
+
+COMMAND = Subcommand(
+    "fetchers",
+    help="plan and apply num.replica.fetchers from the real replica assignment",
+    description="Model how followers spread partitions over replica fetcher threads and pick a count.",
+    add_args=add_args,
+    run=None,
+)

@@ -29,6 +29,7 @@ from storage_core.adapters.malloc_tuning import keep_freed_buffers
 from storage_core.api.cluster_parts import DEFAULT_GATEWAY_CACHE_BYTES
 from storage_core.cli.common import add_remote_args, open_store, require_above_zero, require_positive
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config, kafka_client_files
+from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError
 from storage_core.gateway.addresses import Address
 from storage_core.gateway.host_port import parse_address, parse_addresses
@@ -42,13 +43,7 @@ GATEWAY_RETRY_ATTEMPTS = 3
 GATEWAY_RETRY_MAX_DELAY = 2.0
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "gateway",
-        help="a Kafka protocol gateway: every Kafka client reads the tiered history through it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-servers", required=True, help="the Kafka cluster behind the gateway")
     p.add_argument(
         "--listen",
@@ -138,9 +133,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
     add_kafka_client_args(p)
     add_remote_args(p)
-    p.set_defaults(
-        handler=run, retry_attempts=GATEWAY_RETRY_ATTEMPTS, retry_max_delay=GATEWAY_RETRY_MAX_DELAY
-    )
+    p.set_defaults(retry_attempts=GATEWAY_RETRY_ATTEMPTS, retry_max_delay=GATEWAY_RETRY_MAX_DELAY)
 
 
 def _tier_ranges(args: argparse.Namespace, store: Any) -> tuple[Any, ThreadPoolExecutor | None]:
@@ -358,3 +351,13 @@ def run(args: argparse.Namespace) -> int:
             fetch_pool.shutdown(wait=False, cancel_futures=True)
     print("tierkeeper gateway: stopped", flush=True)
     return 0
+
+
+COMMAND = Subcommand(
+    "gateway",
+    help="a Kafka protocol gateway: every Kafka client reads the tiered history through it",
+    description=__doc__,
+    add_args=add_args,
+    run=run,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+)

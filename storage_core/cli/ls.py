@@ -6,14 +6,13 @@ import argparse
 from typing import Any
 
 from storage_core.cli.common import add_remote_args, emit_json, open_store
+from storage_core.cli.subcommand import Subcommand
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("ls", help="list remote segments: offsets, states, bytes")
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", help="only this topic")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_remote_args(p)
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,6 +68,14 @@ def run(args: argparse.Namespace) -> int:
     for line in divergences:
         print(f"divergent copies: {line}")
     return 0
+
+
+COMMAND = Subcommand(
+    "ls",
+    help="list remote segments: offsets, states, bytes",
+    add_args=add_args,
+    run=run,
+)
 
 
 def _serves(row: dict[str, Any]) -> str:

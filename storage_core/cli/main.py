@@ -1,8 +1,8 @@
 """The ``tierkeeper`` console script: one parser, one subcommand module per verb.
 
-Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
-``handler`` to a function ``(argparse.Namespace) -> int``. Modules import heavy libraries inside
-their handlers so ``tierkeeper --help`` stays fast.
+Each subcommand module declares a ``COMMAND`` (:class:`~storage_core.cli.subcommand.Subcommand`): its
+name, help, the function adding its flags and its handler ``(argparse.Namespace) -> int``. Modules import
+heavy libraries inside their handlers so ``tierkeeper --help`` stays fast.
 
 Packages above the storage core (the operator) add their verbs through the ``tierkeeper.commands``
 entry-point group instead of being named here: the CLI never imports upward, and import-linter sees
@@ -34,25 +34,26 @@ from storage_core.cli import (
     standalone,
     table_maintenance,
 )
+from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import TierkeeperError
 
 Register = Callable[[Any], None]
 
 # Built-in subcommands, in the order their verbs appear in --help.
-BUILTIN_COMMANDS: tuple[Register, ...] = (
-    copy.register,
-    read.register,
-    ls.register,
-    export.register,
-    table_maintenance.register,
-    scrub.register,
-    cleanup.register,
-    recover.register,
-    rebuild.register,
-    fetchers.register,
-    standalone.register,
-    gateway.register,
-    check_remote.register,
+BUILTIN_COMMANDS: tuple[Subcommand, ...] = (
+    copy.COMMAND,
+    read.COMMAND,
+    ls.COMMAND,
+    export.COMMAND,
+    table_maintenance.COMMAND,
+    scrub.COMMAND,
+    cleanup.COMMAND,
+    recover.COMMAND,
+    rebuild.COMMAND,
+    fetchers.COMMAND,
+    standalone.COMMAND,
+    gateway.COMMAND,
+    check_remote.COMMAND,
 )
 COMMAND_GROUP = "tierkeeper.commands"
 """Entry-point group of installed packages' subcommands; each entry point is a ``register`` function."""
@@ -66,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tierkeeper {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for register in BUILTIN_COMMANDS:
-        register(subparsers)
+    for command in BUILTIN_COMMANDS:
+        command.register(subparsers)
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         try:
             plugin: Register = entry.load()

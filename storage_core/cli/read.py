@@ -6,13 +6,12 @@ import argparse
 import base64
 import json
 import sys
-from typing import Any
 
 from storage_core.cli.common import add_remote_args, open_store
+from storage_core.cli.subcommand import Subcommand
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("read", help="read records of a partition from the remote tier")
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", required=True, type=int)
     p.add_argument("--topic-id", help="which incarnation, when a topic name was deleted and recreated")
@@ -36,7 +35,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed")
     p.add_argument("--cache-dir", help="local cache of remote indexes (default: none)")
     add_remote_args(p)
-    p.set_defaults(handler=run)
 
 
 def _text(data: bytes | None) -> dict[str, str] | None:
@@ -91,3 +89,11 @@ def run(args: argparse.Namespace) -> int:
             count += 1
     out.flush()
     return 0
+
+
+COMMAND = Subcommand(
+    "read",
+    help="read records of a partition from the remote tier",
+    add_args=add_args,
+    run=run,
+)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from storage_core.cli.common import (
+    add_dry_run_arg,
     add_rate_limit_arg,
     add_remote_args,
     add_result_file_arg,
@@ -21,19 +22,13 @@ from storage_core.cli.common import (
     write_result_file,
 )
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config
+from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError, TierkeeperError
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "rebuild",
-        help="restore a replaced broker's log dir from the remote tier",
-        description="Restore, into the empty log dir of a replaced broker, the tiered segments of every "
-        "partition assigned to it that lie inside the local retention window, so the broker replicates only "
-        "the untiered tail when it starts. Crash-safe: an interrupted run is completed by the next one, and "
-        "Kafka refuses to start on a half-restored dir. As a broker pod's init container: --if-empty "
-        "--settings FILE --broker-id-from-pod-name $(POD_NAME).",
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
+    """No flag that --settings can supply is required here: :class:`_Target` completes them from the
+    settings file and names the ones still missing."""
     p.add_argument(
         "--log-dir",
         action="append",
@@ -85,11 +80,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--parallelism", type=int, help="downloads at once (default: the settings file's, else 4)")
     add_rate_limit_arg(p, "cap the bytes restored per second, over all downloads (default: no cap)")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout, no progress bar")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    add_dry_run_arg(p, "print the plan")
     add_result_file_arg(p)
     add_remote_args(p, required=False)
     add_kafka_client_args(p)
-    p.set_defaults(handler=run)
 
 
 class _Target:
@@ -156,6 +150,19 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+COMMAND = Subcommand(
+    "rebuild",
+    help="restore a replaced broker's log dir from the remote tier",
+    description="Restore, into the empty log dir of a replaced broker, the tiered segments of every "
+    "partition assigned to it that lie inside the local retention window, so the broker replicates only "
+    "the untiered tail when it starts. Crash-safe: an interrupted run is completed by the next one, and "
+    "Kafka refuses to start on a half-restored dir. As a broker pod's init container: --if-empty "
+    "--settings FILE --broker-id-from-pod-name $(POD_NAME).",
+    add_args=add_args,
+    run=run,
+)
+
+
 def _write_result(args: argparse.Namespace, outcome: Any = None, failure: str | None = None) -> None:
     from storage_core.reconcile.rebuild import RebuildResult, encode_result
 
@@ -186,7 +193,6 @@ def _run(args: argparse.Namespace, started: float) -> int:
     from storage_core.adapters.store import RemoteStore
     from storage_core.throttle import limited
 
-    limiter = rate_limiter(args)
     options = RebuildOptions(
         broker_id=target.broker_id,
         parallelism=target.parallelism,
@@ -195,6 +201,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
         local_retention_bytes=args.local_retention_bytes,
         if_empty=args.if_empty,
     )
+    limiter = rate_limiter(args)
     if args.if_empty:
         # The quick no-op first: a broker pod restarting on its own data needs neither Kafka nor the tier.
         from storage_core.jobs.rebuild import if_empty_skip

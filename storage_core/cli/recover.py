@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from storage_core.cli.common import (
+    add_dry_run_arg,
     add_rate_limit_arg,
     add_remote_args,
     emit_json,
@@ -18,19 +19,13 @@ from storage_core.cli.common import (
     require_positive,
 )
 from storage_core.cli.spark_args import add_engine_arg, add_spark_args, spark_conf
+from storage_core.cli.subcommand import Subcommand
 
 if TYPE_CHECKING:
     from storage_core.jobs.recover import RecoverySummary
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "recover",
-        help="recreate a deleted topic from the remote tier and restore its history",
-        description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka "
-        "and re-produce its committed history into it exactly once (resumable). The old incarnation stays "
-        "readable with `tierkeeper read --topic-id`.",
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
     p.add_argument("--topic-id", help="the incarnation to recover, when the remote tier holds several")
@@ -82,12 +77,11 @@ def register(subparsers: Any) -> None:
         help="bytes per restore transaction (default 16 MiB)",
     )
     add_rate_limit_arg(p, "throttle the restore (default: unlimited)")
-    p.add_argument("--dry-run", action="store_true", help="report the plan; change nothing")
+    add_dry_run_arg(p, "report the plan")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     add_engine_arg(p, "restore", "partition")
     add_remote_args(p)
     add_spark_args(p)
-    p.set_defaults(handler=run)
 
 
 class _Bars:
@@ -204,6 +198,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_text(summary, commands)
     return 0
+
+
+COMMAND = Subcommand(
+    "recover",
+    help="recreate a deleted topic from the remote tier and restore its history",
+    description="Find the deleted topic's incarnation in the remote tier, recreate the topic in Kafka "
+    "and re-produce its committed history into it exactly once (resumable). The old incarnation stays "
+    "readable with `tierkeeper read --topic-id`.",
+    add_args=add_args,
+    run=run,
+)
 
 
 def _print_text(summary: RecoverySummary, commands: list[str]) -> None:

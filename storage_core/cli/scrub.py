@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
 
 from storage_core.cli.common import add_remote_args, emit_json, open_store
 from storage_core.cli.spark_args import add_spark_args, spark_from_args
+from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError
 
 DAMAGE_EXIT = 3
 """Exit status when damage was found (1 stays "the command failed")."""
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "scrub", help="re-verify remote segments against their recorded sizes/checksums"
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", help="only this topic")
     p.add_argument(
         "--quarantine",
@@ -33,7 +30,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
     add_remote_args(p)
     add_spark_args(p)
-    p.set_defaults(handler=run)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -100,3 +96,11 @@ def run(args: argparse.Namespace) -> int:
         if damage and not args.quarantine:
             print("rerun with --quarantine to stop serving the damaged segments (nothing is deleted)")
     return DAMAGE_EXIT if damage else 0
+
+
+COMMAND = Subcommand(
+    "scrub",
+    help="re-verify remote segments against their recorded sizes/checksums",
+    add_args=add_args,
+    run=run,
+)

@@ -13,16 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from storage_core.cli.common import emit_json, require_above_zero
+from storage_core.cli.subcommand import Subcommand
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "standalone",
-        help="run the operator's reconcile loop without Kubernetes (local log dirs)",
-        description="Reconcile TieredTopic/TieredBroker manifests against Kafka and the remote tier in "
-        "this process: copy from each partition leader's log dir, clean up, trim local data behind the "
-        "tier, and print the status.",
-    )
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cluster",
         action="append",
@@ -64,7 +58,6 @@ def register(subparsers: Any) -> None:
         "per property (sasl.username, sasl.password, ...), as Kubernetes mounts a Secret; repeatable",
     )
     p.add_argument("--json", action="store_true", help="print the statuses as JSON instead of a table")
-    p.set_defaults(handler=run)
 
 
 def _ready(status: Any) -> str:
@@ -179,3 +172,14 @@ def run(args: argparse.Namespace) -> int:
         _show(runner, runner.run_round(), args.json)
         stop.wait(args.poll_seconds)
     return 0
+
+
+COMMAND = Subcommand(
+    "standalone",
+    help="run the operator's reconcile loop without Kubernetes (local log dirs)",
+    description="Reconcile TieredTopic/TieredBroker manifests against Kafka and the remote tier in "
+    "this process: copy from each partition leader's log dir, clean up, trim local data behind the "
+    "tier, and print the status.",
+    add_args=add_args,
+    run=run,
+)

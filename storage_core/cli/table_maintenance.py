@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
 
 from storage_core.api.resources import (
     DEFAULT_COMPACT_MIN_FILES,
@@ -21,18 +20,22 @@ from storage_core.cli.common import (
     write_result_file,
 )
 from storage_core.cli.export import add_table_args, add_target_args, catalog_config, target_options
+from storage_core.cli.subcommand import Subcommand
 
 
-def _days(seconds: int) -> str:
-    return f"{seconds // 86_400} days"
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "table-maintenance",
-        help="compact, expire snapshots of and remove orphan files and old metadata files from an exported "
-        "Iceberg table",
+def _add_age_arg(p: argparse.ArgumentParser, flag: str, default_s: int, help: str) -> None:
+    """An age in milliseconds, as the maintenance policy has it, whose default (a whole number of days)
+    the help shows in days."""
+    p.add_argument(
+        flag,
+        type=int,
+        default=default_s * 1000,
+        metavar="MS",
+        help=f"{help} (default {default_s // 86_400} days)",
     )
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
     add_target_args(p, "the table's directory (export's --to)", "the table")
     add_table_args(p)
     p.add_argument(
@@ -42,21 +45,18 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"newest snapshots always kept (default {DEFAULT_KEEP_SNAPSHOTS})",
     )
-    p.add_argument(
+    _add_age_arg(
+        p,
         "--snapshot-max-age-ms",
-        type=int,
-        default=DEFAULT_SNAPSHOT_MAX_AGE_S * 1000,
-        metavar="MS",
-        help="expire snapshots older than this, past the newest N "
-        f"(default {_days(DEFAULT_SNAPSHOT_MAX_AGE_S)})",
+        DEFAULT_SNAPSHOT_MAX_AGE_S,
+        "expire snapshots older than this, past the newest N",
     )
-    p.add_argument(
+    _add_age_arg(
+        p,
         "--orphan-min-age-ms",
-        type=int,
-        default=DEFAULT_ORPHAN_MIN_AGE_S * 1000,
-        metavar="MS",
-        help="delete an unreferenced file (or a metadata file past write.metadata.previous-versions-max) "
-        f"only once older than this; longer than any export run (default {_days(DEFAULT_ORPHAN_MIN_AGE_S)})",
+        DEFAULT_ORPHAN_MIN_AGE_S,
+        "delete an unreferenced file (or a metadata file past write.metadata.previous-versions-max) only "
+        "once older than this; longer than any export run",
     )
     p.add_argument(
         "--compact-min-files",
@@ -69,7 +69,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     add_result_file_arg(p)
     add_remote_args(p, required=False)
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,3 +120,12 @@ def run(args: argparse.Namespace) -> int:
             f"{summary.orphans_deleted} orphan files, {summary.metadata_files_deleted} old metadata files"
         )
     return 0
+
+
+COMMAND = Subcommand(
+    "table-maintenance",
+    help="compact, expire snapshots of and remove orphan files and old metadata files from an exported "
+    "Iceberg table",
+    add_args=add_args,
+    run=run,
+)

@@ -462,9 +462,6 @@ def main(argv: list[str] | None = None) -> int:
         help="chance per round of each extra kind (topic recreated, broker wiped and rebuilt, clock jump)",
     )
     parser.add_argument(
-        "--spark", action="store_true", help="read the tier through the Spark source too (a local session)"
-    )
-    parser.add_argument(
         "--operator",
         action="store_true",
         help="reconcile through the operator installed from the Helm chart on the harness control plane "
@@ -477,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
         default=OPERATOR_RATE,
         help="with --operator: chance per round of each operator kind (the operator's replicas killed, a "
         "deletionPolicy Delete TieredTopic deleted)",
+    )
+    parser.add_argument(
+        "--spark", action="store_true", help="read the tier through the Spark source too (a local session)"
     )
     parser.add_argument("--workdir", type=Path, default=Path("campaign-run"))
     parser.add_argument("--report", type=Path, help="append one JSON line per round here")
