@@ -21,8 +21,8 @@ issue's goals are >= 2x over history and >= 0.9x over the tail. ``per_segment_ta
 for the hybrid with one task per 16 MiB segment (``maxBytesPerSplit`` = the segment size: how
 micro-batches were planned before their splits were packed into one task per partition), an A/B of the
 packing in the same run. Every Python source here runs its tasks in workers of
-``storage_core.spark.daemon``, as the README tells users of Python 3.10/3.11; ``stock_daemon``: the same
-ratios for the hybrid with pyspark's own daemon, an A/B.
+``storage_core.spark.daemon``, as the README tells users; ``stock_daemon``: the same ratios for the
+hybrid with pyspark's own daemon, an A/B.
 
 For comparison, Spark's own cost of a Python source: sources of Spark's Python DataSource API that read
 nothing, run the same way over the history's offsets (``python-empty``: one task per segment's worth of
@@ -30,7 +30,9 @@ offsets, ``python-empty-1task``: one per batch, both yielding no rows; ``python-
 per batch handing Spark Arrow batches of 1 KB values it builds per 4,096 rows, which is not free, so
 not a strict floor), their warm micro-batches' seconds reported.
 ``--trace FILE`` appends a JSON line per call of the hybrid's stream reader (planner calls in the driver's
-Python runner, each task's read in the Python workers, with pids).
+Python runner, each task's read in the Python workers, with pids); a read also gives the time spent inside
+the source's generator (``inner_s``, ``inner_cpu_s``: reading and decoding, apart from Spark sending the
+batches to the JVM) and ``since_unpickled_s``, from the task's command reaching the worker to the read.
 """
 
 from __future__ import annotations
@@ -160,13 +162,38 @@ def _traced_source(trace: str) -> type:
             super().commit(end)
             note("commit", began)
 
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            # Unpickled in the task's worker as its command arrives: where the task begins in Python.
+            self.__dict__.update(state)
+            self._unpickled_at = time.time()
+
         def read(self, partition: Any) -> Any:
             began = time.time()
+            arrived = getattr(self, "_unpickled_at", None)
             rows = 0
-            for batch in super().read(partition):
+            # Time inside the source's generator (read and decode) apart from the time between its
+            # batches (Spark writing them to the JVM, waiting on the JVM to take them).
+            inner_s = inner_cpu_s = 0.0
+            cpu_began = time.thread_time()
+            batches = iter(super().read(partition))
+            while True:
+                wall, cpu = time.time(), time.thread_time()
+                batch = next(batches, None)
+                inner_s += time.time() - wall
+                inner_cpu_s += time.thread_time() - cpu
+                if batch is None:
+                    break
                 rows += batch.num_rows
                 yield batch
-            note("read", began, rows=rows)
+            note(
+                "read",
+                began,
+                rows=rows,
+                inner_s=round(inner_s, 4),
+                inner_cpu_s=round(inner_cpu_s, 4),
+                cpu_s=round(time.thread_time() - cpu_began, 4),
+                since_unpickled_s=round(began - arrived, 4) if arrived else None,
+            )
 
     class Source(TierkeeperDataSource):  # type: ignore[misc]
         @classmethod
@@ -193,8 +220,8 @@ def stream_child(ns: argparse.Namespace) -> int:
         .config("spark.jars", jars)
         .config("spark.driver.memory", "1g")
         .config("spark.sql.shuffle.partitions", "2")
-        # The Python daemon the README tells users to set on Python < 3.12 (storage_core/spark/daemon.py);
-        # the "-stock-daemon" run keeps pyspark's, for the A/B.
+        # The Python daemon the README tells users to set (storage_core/spark/daemon.py); the
+        # "-stock-daemon" run keeps pyspark's, for the A/B.
         .config(DAEMON_CONF, "pyspark.daemon" if ns.source.endswith("-stock-daemon") else DAEMON_MODULE)
         .getOrCreate()
     )
