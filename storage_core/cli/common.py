@@ -81,9 +81,14 @@ def storage_options(args: argparse.Namespace, environ: Mapping[str, str] | None 
     for name, raw in sorted(env.items()):
         if name.startswith(OPTION_ENV_PREFIX) and len(name) > len(OPTION_ENV_PREFIX):
             options[name[len(OPTION_ENV_PREFIX) :].lower()] = storage_option_value(raw)
-    # The remote tier's flags are spelled as the keywords of storage_options_from_flags.
-    flags = ("endpoint_url", "region", "anonymous", "path_style")
-    options.update(storage_options_from_flags(**{flag: getattr(args, flag) for flag in flags}))
+    options.update(
+        storage_options_from_flags(
+            endpoint_url=args.endpoint_url,
+            region=args.region,
+            anonymous=args.anonymous,
+            path_style=args.path_style,
+        )
+    )
     options.update(storage_option_items(args.storage_option, "--storage-option"))
     return options
 
