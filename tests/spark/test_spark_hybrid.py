@@ -333,8 +333,12 @@ BASE_MS = 1_700_000_000_000
 def _produce_stamped(bootstrap: str, topic: str, count: int) -> None:
     """Record j to partition j % 2 with the timestamp BASE_MS + 10 * j: offset k of partition p holds
     record 2k + p, so the first offset at a timestamp is known without reading anything back."""
-    # Small batches, so the 32 KiB segments roll and most of each partition is tiered.
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 20})
+    # Small batches, so the 32 KiB segments roll and most of each partition is tiered. Idempotent: without
+    # it a retried batch can land after later ones (seen: a new topic's first batch of partition 0 stored
+    # after the rest, no delivery error), and offsets in produce order is what the layout above rests on.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 20, "enable.idempotence": True}
+    )
     for j in range(count):
         producer.produce(topic, value=b"v" * 200, partition=j % 2, timestamp=BASE_MS + 10 * j)
     assert producer.flush(60) == 0
