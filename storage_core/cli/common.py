@@ -167,6 +167,21 @@ def add_rate_limit_arg(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--max-bytes-per-second", type=int, metavar="B", help=help)
 
 
+def add_bytes_arg(parser: argparse.ArgumentParser, flag: str, default: int, help: str) -> None:
+    """A byte-count flag whose help states the default it really has: ``{default}`` in ``help`` becomes the
+    default in MiB (KiB, or bytes, when it is not a whole number of them)."""
+    parser.add_argument(
+        flag, type=int, default=default, metavar="B", help=help.format(default=_size(default))
+    )
+
+
+def _size(count: int) -> str:
+    for shift, unit in ((20, "MiB"), (10, "KiB")):
+        if count and count % (1 << shift) == 0:
+            return f"{count >> shift} {unit}"
+    return f"{count} bytes"
+
+
 def add_dry_run_arg(parser: argparse.ArgumentParser, report: str) -> None:
     """``--dry-run``, whose help says what the command reports instead of acting."""
     parser.add_argument("--dry-run", action="store_true", help=f"{report}; change nothing")

@@ -27,7 +27,13 @@ from storage_core.adapters.kafka_tls import client_tls as kafka_tls
 from storage_core.adapters.kafka_tls import tls_files
 from storage_core.adapters.malloc_tuning import keep_freed_buffers
 from storage_core.api.cluster_parts import DEFAULT_GATEWAY_CACHE_BYTES
-from storage_core.cli.common import add_remote_args, open_store, require_above_zero, require_positive
+from storage_core.cli.common import (
+    add_bytes_arg,
+    add_remote_args,
+    open_store,
+    require_above_zero,
+    require_positive,
+)
 from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_config, kafka_client_files
 from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError
@@ -69,17 +75,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--tls-cert", metavar="PEM", help="TLS from clients to the gateway: the gateway's certificate chain"
     )
     p.add_argument("--tls-key", metavar="PEM", help="the key of --tls-cert")
-    p.add_argument(
+    add_bytes_arg(
+        p,
         "--cache-bytes",
-        type=int,
-        default=DEFAULT_GATEWAY_CACHE_BYTES,
-        metavar="N",
-        help=f"read-ahead cache of remote blocks, bytes (default {DEFAULT_GATEWAY_CACHE_BYTES >> 20} MiB; a "
-        "file:// tier uses the page cache)",
+        DEFAULT_GATEWAY_CACHE_BYTES,
+        "read-ahead cache of remote blocks (default {default}; a file:// tier uses the page cache)",
     )
-    p.add_argument(
-        "--block-bytes", type=int, default=1 << 20, metavar="N", help="remote read size (default 1 MiB)"
-    )
+    add_bytes_arg(p, "--block-bytes", 1 << 20, "remote read size (default {default})")
     p.add_argument(
         "--readahead-blocks",
         type=int,
@@ -90,12 +92,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tier-threads", type=int, default=8, metavar="N", help="threads reading the remote tier (default 8)"
     )
-    p.add_argument(
+    add_bytes_arg(
+        p,
         "--max-frame-bytes",
-        type=int,
-        default=100 << 20,
-        metavar="N",
-        help="largest request frame (default 100 MiB, Kafka's socket.request.max.bytes)",
+        100 << 20,
+        "largest request frame (default {default}, Kafka's socket.request.max.bytes)",
     )
     p.add_argument(
         "--tier-grant-seconds",

@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from storage_core.cli.common import (
+    add_bytes_arg,
     add_dry_run_arg,
     add_rate_limit_arg,
     add_remote_args,
@@ -69,13 +70,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="records per restore transaction (default 10000)",
     )
-    p.add_argument(
-        "--transaction-bytes",
-        type=int,
-        default=16 << 20,
-        metavar="B",
-        help="bytes per restore transaction (default 16 MiB)",
-    )
+    add_bytes_arg(p, "--transaction-bytes", 16 << 20, "bytes per restore transaction (default {default})")
     add_rate_limit_arg(p, "throttle the restore (default: unlimited)")
     add_dry_run_arg(p, "report the plan")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")

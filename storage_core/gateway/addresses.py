@@ -30,7 +30,10 @@ class Address:
     port: int
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        """``HOST:PORT`` as :func:`storage_core.gateway.host_port.parse_address` reads it back: an IPv6 host
+        in brackets, as Kafka's configs write one."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,28 +100,26 @@ def with_answers(response: Any, answers: Mapping[PartitionKey, TierAnswer]) -> A
         parts = []
         for p in t.partitions:
             answer = answers.get((key, p.partition_index))
-            if answer is None:
-                parts.append(p)
-                continue
-            aborted = None
-            if answer.aborted is not None:
-                aborted_type = _aborted_type(p)
-                aborted = tuple(
-                    aborted_type(producer_id=pid, first_offset=first) for pid, first in answer.aborted
-                )
-            parts.append(
-                replaced(
-                    p,
-                    error_code=answer.error,
-                    high_watermark=answer.high_watermark,
-                    last_stable_offset=answer.last_stable_offset,
-                    log_start_offset=answer.log_start_offset,
-                    aborted_transactions=aborted,
-                    records=answer.records,
-                )
-            )
+            parts.append(p if answer is None else _answered(p, answer))
         topics.append(dataclasses.replace(t, partitions=tuple(parts)))
     return replaced(response, responses=tuple(topics), session_id=0)
+
+
+def _answered(partition: Any, answer: TierAnswer) -> Any:
+    """The broker's partition data with the tier's answer in its place (same Fetch version)."""
+    aborted = None
+    if answer.aborted is not None:
+        aborted_type = _aborted_type(partition)
+        aborted = tuple(aborted_type(producer_id=pid, first_offset=first) for pid, first in answer.aborted)
+    return replaced(
+        partition,
+        error_code=answer.error,
+        high_watermark=answer.high_watermark,
+        last_stable_offset=answer.last_stable_offset,
+        log_start_offset=answer.log_start_offset,
+        aborted_transactions=aborted,
+        records=answer.records,
+    )
 
 
 def _aborted_type(partition: Any) -> Any:

@@ -45,7 +45,6 @@ class GatewayMetrics:
             "Read-ahead cache lookups of remote blocks, by result",
             ["result"],
         )
-        self.cache_bytes = gauge("tierkeeper_gateway_cache_bytes", "Bytes held by the read-ahead cache")
         self.upstream_errors = counter(
             "tierkeeper_gateway_upstream_errors", "Broker connections that failed or closed under a client"
         )
@@ -58,6 +57,7 @@ class GatewayMetrics:
             "Certificates and Kafka client properties loaded again after their files changed, by outcome",
             ["what", "outcome"],
         )
+        self.cache_bytes = gauge("tierkeeper_gateway_cache_bytes", "Bytes held by the read-ahead cache")
         self.connections = gauge("tierkeeper_gateway_client_connections", "Open client connections")
         # Labelled children looked up once: ``labels()`` on every request and read was ~2% of the busy time
         # of a gateway serving history.

@@ -319,11 +319,10 @@ def _trim(
 def _untiered_local_bytes(log_dirs: tuple[str, ...], tp: TopicPartitionId, tiered_next: int) -> int:
     if not log_dirs:
         return 0
-    from storage_core.formats.segment_files import TopicPartition
     from storage_core.logdir import LogDirs
 
     for pdir in LogDirs(log_dirs).partitions({tp.topic}):
-        if pdir.tp == TopicPartition(tp.topic, tp.partition):
+        if pdir.tp == tp.topic_partition:
             return sum(s.log_size for s in pdir.segments() if s.base_offset >= tiered_next)
     return 0
 

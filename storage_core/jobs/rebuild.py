@@ -110,14 +110,15 @@ def observe(
 
 
 def summarize(plan: PartitionPlan) -> PartitionSummary:
+    restored = plan.restored or (None, None)
     return PartitionSummary(
         topic=plan.topic,
         partition=plan.partition,
         topic_id=plan.topic_id,
         segments=len(plan.segments),
         bytes=plan.bytes,
-        restored_start=plan.restored_start,
-        restored_end=plan.restored_end,
+        restored_start=restored[0],
+        restored_end=restored[1],
         leader_end=plan.leader_end,
         expected_tail=plan.expected_tail,
         note=plan.note,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from storage_core.errors import TierkeeperError
 from storage_core.formats.checkpoints import EpochEntry
-from storage_core.formats.segment_files import SegmentFileKind, segment_file_name
+from storage_core.formats.segment_files import SegmentFileKind, TopicPartition, segment_file_name
 from storage_core.remote.layout import RemoteLayout, SegmentObject
 from storage_core.remote.metadata import Manifest, SegmentMetadata
 from storage_core.retention.policy import UNLIMITED, RetentionPolicy, SegmentSummary, window_start
@@ -101,20 +101,17 @@ class PartitionPlan:
 
     @property
     def dir_name(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        return str(TopicPartition(self.topic, self.partition))
 
     @property
     def restores(self) -> bool:
         return bool(self.segments)
 
     @property
-    def restored_start(self) -> int | None:
-        return self.segments[0].base_offset if self.segments else None
-
-    @property
-    def restored_end(self) -> int | None:
-        """The follower's log end offset after the restore (one past the last restored offset)."""
-        return self.segments[-1].next_offset if self.segments else None
+    def restored(self) -> tuple[int, int] | None:
+        """The offsets restored, ``[first, end)``: ``end`` is the follower's log end offset after the
+        restore. None when nothing is restored."""
+        return (self.segments[0].base_offset, self.segments[-1].next_offset) if self.segments else None
 
     @property
     def bytes(self) -> int:
@@ -123,7 +120,7 @@ class PartitionPlan:
     @property
     def expected_tail(self) -> int:
         """Offsets the broker still replicates from the leader once it starts."""
-        start = self.restored_end if self.restored_end is not None else self.leader_start
+        start = self.restored[1] if self.restored else self.leader_start
         return max(0, self.leader_end - start)
 
 

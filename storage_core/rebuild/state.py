@@ -87,7 +87,7 @@ class PartitionSummary(BaseModel):
 
     @property
     def dir_name(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        return str(TopicPartition(self.topic, self.partition))
 
 
 class RebuildMarker(BaseModel):

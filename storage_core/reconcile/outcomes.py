@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from storage_core.api.status import (
@@ -27,32 +28,42 @@ from storage_core.reconcile.text import one_line
 MAX_MESSAGE = 300
 
 
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended, as every status records it: when its outcome was folded, the Job that ran it (None
+    in process) and the failure of the run as a whole (None when it left a result)."""
+
+    now: datetime.datetime
+    job: str | None = None
+    failure: str | None = None
+
+
 def _one_line(text: str) -> str:
     return one_line(text, MAX_MESSAGE)
 
 
-def _failed(previous: RunOutcome | None, now: datetime.datetime, message: str, job: str | None) -> RunOutcome:
+def _failed(previous: RunOutcome | None, run: RunEnd, message: str) -> RunOutcome:
     """A failed run, counted after the failures in a row before it."""
     before = previous.failures_in_a_row if previous is not None and previous.result == "Failed" else 0
     return RunOutcome(
-        time=rfc3339(now), result="Failed", message=_one_line(message), job=job, failures_in_a_row=before + 1
+        time=rfc3339(run.now),
+        result="Failed",
+        message=_one_line(message),
+        job=run.job,
+        failures_in_a_row=before + 1,
     )
 
 
-def _outcome(
-    previous: RunOutcome | None, now: datetime.datetime, job: str | None, problem: str | None, done: str
-) -> RunOutcome:
-    """Failed with ``problem`` as its message; or, with no problem, succeeded: ``done`` says what it did."""
-    if problem is not None:
-        return _failed(previous, now, problem, job)
-    return RunOutcome(time=rfc3339(now), result="Succeeded", message=done, job=job)
+def _outcome(previous: RunOutcome | None, run: RunEnd, errors: Sequence[str], done: str) -> RunOutcome:
+    """Failed when the run failed as a whole or had per-partition ``errors`` (one message of them all);
+    otherwise succeeded, ``done`` saying what it did."""
+    if run.failure is not None or errors:
+        return _failed(previous, run, "; ".join([*filter(None, [run.failure]), *errors]))
+    return _succeeded(run, done)
 
 
-def _problem(failure: str | None, errors: Sequence[str]) -> str | None:
-    """A run's failure as a whole and its per-partition errors as one message; None when it had neither."""
-    if failure is None and not errors:
-        return None
-    return "; ".join([*filter(None, [failure]), *errors])
+def _succeeded(run: RunEnd, message: str) -> RunOutcome:
+    return RunOutcome(time=rfc3339(run.now), result="Succeeded", message=message, job=run.job)
 
 
 def _with_partitions(status: TieredTopicStatus, tiers: Mapping[int, PartitionTier]) -> dict[str, Any]:
@@ -74,13 +85,9 @@ def _current_tiers(status: TieredTopicStatus, topic_id: str | None) -> dict[int,
 
 
 def topic_after_copy(
-    status: TieredTopicStatus,
-    partitions: Sequence[Mapping[str, Any]],
-    now: datetime.datetime,
-    job: str | None = None,
-    failure: str | None = None,
+    status: TieredTopicStatus, partitions: Sequence[Mapping[str, Any]], run: RunEnd
 ) -> TieredTopicStatus:
-    """``partitions``: this topic's entries of a copy summary's ``partitions``. ``failure``: the run as a
+    """``partitions``: this topic's entries of a copy summary's ``partitions``. ``run.failure``: the run as a
     whole failed (a Job without a result, a crash) and ``partitions`` may be empty."""
     topic_id = next((p.get("topic_id") for p in partitions if p.get("topic_id")), None)
     tiers = _current_tiers(status, topic_id)
@@ -100,7 +107,7 @@ def topic_after_copy(
     copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
     copied_bytes = sum(int(p.get("copied_bytes", 0)) for p in partitions)
     done = f"copied {copied} segments ({copied_bytes} bytes) from {len(partitions)} partitions"
-    outcome = _outcome(status.last_copy, now, job, _problem(failure, errors), done)
+    outcome = _outcome(status.last_copy, run, errors, done)
     update: dict[str, Any] = {"last_copy": outcome, **_with_partitions(status, tiers)}
     if topic_id is not None:
         update["topic_id"] = topic_id
@@ -108,28 +115,18 @@ def topic_after_copy(
 
 
 def broker_after_copy(
-    status: TieredBrokerStatus,
-    partitions: Sequence[Mapping[str, Any]],
-    now: datetime.datetime,
-    job: str | None = None,
-    failure: str | None = None,
+    status: TieredBrokerStatus, partitions: Sequence[Mapping[str, Any]], run: RunEnd
 ) -> TieredBrokerStatus:
-    failed = [p for p in partitions if p.get("error")]
-    problem = None
-    if failure is not None or failed:
-        problem = failure or f"{len(failed)} of {len(partitions)} partitions failed"
+    failed = sum(1 for p in partitions if p.get("error"))
+    errors = [f"{failed} of {len(partitions)} partitions failed"] if failed and run.failure is None else []
     copied = sum(int(p.get("copied_segments", 0)) for p in partitions)
     done = f"copied {copied} segments from {len(partitions)} partitions"
-    outcome = _outcome(status.last_copy, now, job, problem, done)
+    outcome = _outcome(status.last_copy, run, errors, done)
     return status.model_copy(update={"last_copy": outcome})
 
 
 def topic_after_cleanup(
-    status: TieredTopicStatus,
-    report: Mapping[str, Any] | None,
-    now: datetime.datetime,
-    job: str | None = None,
-    failure: str | None = None,
+    status: TieredTopicStatus, report: Mapping[str, Any] | None, run: RunEnd
 ) -> TieredTopicStatus:
     """``report``: a cleanup summary restricted to this topic (``run_cleanup``'s dictionary)."""
     report = report or {}
@@ -151,7 +148,7 @@ def topic_after_cleanup(
             trimmed += 1
     deleted_bytes = int(report.get("bytes_deleted", 0))
     done = f"deleted {deleted_bytes} remote bytes; local data trimmed on {trimmed} partitions"
-    outcome = _outcome(status.last_cleanup, now, job, _problem(failure, errors), done)
+    outcome = _outcome(status.last_cleanup, run, errors, done)
     update: dict[str, Any] = {"last_cleanup": outcome}
     if status.remote is not None:
         update.update(_with_partitions(status, tiers))
@@ -202,20 +199,15 @@ _TABLE_RUNS: dict[str, tuple[str, str, _Summary]] = {
 
 
 def topic_after_table_run(
-    status: TieredTopicStatus,
-    kind: str,
-    report: Mapping[str, Any] | None,
-    now: datetime.datetime,
-    job: str | None = None,
-    failure: str | None = None,
+    status: TieredTopicStatus, kind: str, report: Mapping[str, Any] | None, run: RunEnd
 ) -> TieredTopicStatus:
     """``status`` after an export or a table maintenance run (``kind`` "export" or "maintain");
     ``report`` is the run's ``--json`` summary (or a Job's result decoded)."""
-    run, no_result, summary = _TABLE_RUNS[kind]
+    field, no_result, summary = _TABLE_RUNS[kind]
     table = _table_of(status)
-    if failure is not None or report is None:
-        outcome = _failed(getattr(table, run), now, failure or no_result, job)
-        return status.model_copy(update={"table": table.model_copy(update={run: outcome})})
+    if run.failure is not None or report is None:
+        outcome = _failed(getattr(table, field), run, run.failure or no_result)
+        return status.model_copy(update={"table": table.model_copy(update={field: outcome})})
     message, update = summary(table, report)
-    update[run] = RunOutcome(time=rfc3339(now), result="Succeeded", message=message, job=job)
+    update[field] = _succeeded(run, message)
     return status.model_copy(update={"table": table.model_copy(update=update)})

@@ -202,17 +202,18 @@ def fold_copy(
 ) -> None:
     """Fold a copy's outcome into the statuses of the TieredTopics it worked for (``work``: TieredTopic
     key, topic name) and of the TieredBroker it copied from."""
+    run = outcomes.RunEnd(now, outcome.job, outcome.failure)
     by_topic: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for row in outcome.rows:
         by_topic[str(row["topic"])].append(row)
     for key, topic in work:
         if key in statuses.topics:
             statuses.topics[key] = outcomes.topic_after_copy(
-                statuses.topics[key], by_topic.get(topic, []), now, job=outcome.job, failure=outcome.failure
+                statuses.topics[key], by_topic.get(topic, []), run
             )
     if broker_key is not None and broker_key in statuses.brokers:
         statuses.brokers[broker_key] = outcomes.broker_after_copy(
-            statuses.brokers[broker_key], list(outcome.rows), now, job=outcome.job, failure=outcome.failure
+            statuses.brokers[broker_key], outcome.rows, run
         )
 
 
@@ -221,6 +222,7 @@ def fold_cleanup(
 ) -> None:
     """Fold a cleanup's outcome into the statuses of the TieredTopics it worked for. Older incarnations of
     a recreated topic are cleaned too; a status is about its current one, so only its rows count."""
+    run = outcomes.RunEnd(now, outcome.job, outcome.failure)
     for key in keys:
         status = statuses.topics.get(key)
         if status is None:
@@ -229,9 +231,7 @@ def fold_cleanup(
         if report is not None and status.topic_id is not None:
             rows = [p for p in report.get("partitions", []) if p.get("topic_id") in (None, status.topic_id)]
             report = {**report, "partitions": rows}
-        statuses.topics[key] = outcomes.topic_after_cleanup(
-            status, report, now, job=outcome.job, failure=outcome.failure
-        )
+        statuses.topics[key] = outcomes.topic_after_cleanup(status, report, run)
 
 
 def fold_table(
@@ -242,9 +242,8 @@ def fold_table(
     status = statuses.topics.get(key)
     if status is None:
         return
-    statuses.topics[key] = outcomes.topic_after_table_run(
-        status, kind, outcome.report, now, job=outcome.job, failure=outcome.failure
-    )
+    run = outcomes.RunEnd(now, outcome.job, outcome.failure)
+    statuses.topics[key] = outcomes.topic_after_table_run(status, kind, outcome.report, run)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from storage_core.errors import ConfigError
-from storage_core.formats.segment_files import is_valid_topic_name
+from storage_core.formats.segment_files import TopicPartition, is_valid_topic_name
 
 OFFSET_DIGITS = 20
 RECOVERY_DIR = "recovery"
@@ -101,8 +101,13 @@ class TopicPartitionId:
     topic_id: str
     partition: int
 
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The partition without its incarnation, as a broker's log dir names it."""
+        return TopicPartition(self.topic, self.partition)
+
     def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        return str(self.topic_partition)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,8 @@ class RefusalReason(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
+    """Why a topic may not be tiered or trimmed; ``str()`` is the one line a user sees."""
+
     topic: str
     reason: RefusalReason
     detail: str

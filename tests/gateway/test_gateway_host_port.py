@@ -28,3 +28,8 @@ def test_anything_else_is_one_line_naming_the_value(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_addresses(f"ok:1,{text}")
     assert str(caught.value) == f"bootstrap server {text!r}: expected HOST:PORT"
+
+
+@pytest.mark.parametrize("text", ["kafka-0:9092", "[::1]:9094", "[fe80::1%eth0]:0", "10.0.0.1:65535"])
+def test_an_address_is_written_as_it_is_read(text: str) -> None:
+    assert str(parse_address(text, "broker")) == text

@@ -33,6 +33,7 @@ from storage_core.reconcile.observed import (
     TopicInput,
     kafka_problem,
 )
+from storage_core.reconcile.outcomes import RunEnd
 from storage_core.reconcile.planner import plan
 from storage_core.reconcile.rebuild import with_rebuild
 
@@ -61,21 +62,23 @@ def _broker(status: TieredBrokerStatus | None = None, **spec: Any) -> BrokerInpu
 def _copies_failed(times: int) -> TieredTopicStatus:
     status = TieredTopicStatus()
     for _ in range(times):
-        status = outcomes.topic_after_copy(status, [], T0, failure="Job deadline exceeded")
+        status = outcomes.topic_after_copy(status, [], RunEnd(T0, failure="Job deadline exceeded"))
     return status
 
 
 def _cleanups_failed(times: int) -> TieredTopicStatus:
-    status = outcomes.topic_after_copy(TieredTopicStatus(), [], T0)
+    status = outcomes.topic_after_copy(TieredTopicStatus(), [], RunEnd(T0))
     for _ in range(times):
-        status = outcomes.topic_after_cleanup(status, {"errors": ["DeleteRecords: not authorized"]}, T0)
+        status = outcomes.topic_after_cleanup(
+            status, {"errors": ["DeleteRecords: not authorized"]}, RunEnd(T0)
+        )
     return status
 
 
 def _broker_copies_failed(times: int) -> TieredBrokerStatus:
     status = TieredBrokerStatus()
     for _ in range(times):
-        status = outcomes.broker_after_copy(status, [], T0, failure="pod evicted")
+        status = outcomes.broker_after_copy(status, [], RunEnd(T0, failure="pod evicted"))
     return status
 
 
@@ -177,7 +180,7 @@ STATES: list[tuple[str, str, str, tuple[str, str], Callable[[], Any]]] = [
         "tiering",
         "Tiering",
         CURRENT,
-        lambda: topic_state(_topic(outcomes.topic_after_copy(TieredTopicStatus(), [], T0))),
+        lambda: topic_state(_topic(outcomes.topic_after_copy(TieredTopicStatus(), [], RunEnd(T0)))),
     ),
     ("TieredBroker", "ready", "Ready", CURRENT, lambda: broker_state(_broker())),
     (

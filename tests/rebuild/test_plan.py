@@ -113,7 +113,7 @@ def test_restored_run_meets_every_rule(
         wants_snapshot = bool(before) and SegmentObject.PRODUCER_SNAPSHOT in before[0].objects
         assert (f"{chosen[0].base_offset:020d}.snapshot" in names) == wants_snapshot
         assert plan.leader_epochs[0].start_offset == chosen[0].base_offset
-        assert plan.restored_end == chosen[-1].next_offset
+        assert plan.restored == (chosen[0].base_offset, chosen[-1].next_offset)
         assert plan.expected_tail == max(0, hw - chosen[-1].next_offset)
         assert plan.bytes == sum(f.size for f in plan.files)
     else:
@@ -137,7 +137,7 @@ def test_snapshot_comes_from_the_segment_before_the_window() -> None:
 def test_segments_above_the_high_watermark_are_not_restored() -> None:
     segments = build_segments([Seg(10, 100, NOW)] * 4)
     plan = plan_partition(observation(segments, hw=35), LAYOUT, NOW)
-    assert plan.restored_end == 30
+    assert plan.restored == (0, 30)
     assert plan.expected_tail == 5
 
 
@@ -151,12 +151,12 @@ def test_a_gap_keeps_only_the_newest_contiguous_run() -> None:
 def test_leader_log_start_cuts_the_run() -> None:
     segments = build_segments([Seg(10, 100, NOW)] * 5)
     plan = plan_partition(observation(segments, hw=50, log_start=25), LAYOUT, NOW)
-    assert plan.restored_start == 20
+    assert plan.restored == (20, 50)
 
 
 def test_untiered_partition_restores_nothing() -> None:
     plan = plan_partition(observation([], hw=1000, log_start=10), LAYOUT, NOW)
-    assert not plan.restores and plan.note == "nothing tiered"
+    assert not plan.restores and plan.restored is None and plan.note == "nothing tiered"
     assert plan.expected_tail == 990
 
 

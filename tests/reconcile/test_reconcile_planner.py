@@ -24,6 +24,7 @@ from storage_core.reconcile.observed import (
     TopicInput,
     kafka_problem,
 )
+from storage_core.reconcile.outcomes import RunEnd
 from storage_core.reconcile.planner import plan
 
 T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
@@ -89,7 +90,7 @@ def test_one_copy_per_broker_covering_the_partitions_it_leads_over_all_topics() 
 
 
 def test_no_second_copy_for_a_busy_broker_nor_second_cleanup() -> None:
-    copied = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    copied = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], RunEnd(T0))
     later = T0 + datetime.timedelta(minutes=10)
     assert [
         c.topic for c in plan(CLUSTERS, [topic(status=copied)], BROKERS, RunningWork(), later).cleanups
@@ -103,7 +104,7 @@ def test_no_second_copy_for_a_busy_broker_nor_second_cleanup() -> None:
 def test_the_first_cleanup_waits_for_every_leaders_first_copy() -> None:
     """lastCopy is set by the first copy Job recorded: a first cleanup then would trim only behind that
     broker's partitions and wait its whole interval before trimming the others."""
-    one_broker = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(0), copy_result(3)], T0)
+    one_broker = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(0), copy_result(3)], RunEnd(T0))
     still = RunningWork(copy_brokers=frozenset({("c", 2), ("c", 3)}))
     waiting = plan(CLUSTERS, [topic(status=one_broker)], BROKERS, still, T0)
     assert waiting.cleanups == []
@@ -113,7 +114,7 @@ def test_the_first_cleanup_waits_for_every_leaders_first_copy() -> None:
     ] == ["orders"]
     # After the first cleanup, a copy in progress no longer holds one back (it would starve on a busy broker).
     cleaned = outcomes.topic_after_cleanup(
-        one_broker, {"partitions": [], "errors": [], "bytes_deleted": 0}, T0
+        one_broker, {"partitions": [], "errors": [], "bytes_deleted": 0}, RunEnd(T0)
     )
     later = T0 + datetime.timedelta(hours=2)
     assert [c.topic for c in plan(CLUSTERS, [topic(status=cleaned)], BROKERS, still, later).cleanups] == [
@@ -237,7 +238,7 @@ def copy_result(partition: int, **extra: Any) -> dict[str, Any]:
 
 def test_scheduled_rounds_do_not_flap_ready_or_reconciling() -> None:
     first = plan(CLUSTERS, [topic()], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
-    done = outcomes.topic_after_copy(first, [copy_result(p) for p in range(4)], T0)
+    done = outcomes.topic_after_copy(first, [copy_result(p) for p in range(4)], RunEnd(T0))
     ready = plan(CLUSTERS, [topic(status=done)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
     assert conditions(ready) == {"Ready": ("True", "Tiering")}
     assert ready.remote is not None and ready.remote.segments == 8 and ready.remote.bytes == 800
@@ -254,7 +255,7 @@ def test_scheduled_rounds_do_not_flap_ready_or_reconciling() -> None:
 
 
 def test_interval_and_schedule_decide_when_copies_are_due() -> None:
-    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], RunEnd(T0))
     soon = T0 + datetime.timedelta(seconds=299)
     assert plan(CLUSTERS, [topic(status=done)], BROKERS, RunningWork(), soon).copies == []
     hourly = topic(spec={"copy": {"schedule": "0 * * * *"}}, status=done)
@@ -266,14 +267,14 @@ def test_interval_and_schedule_decide_when_copies_are_due() -> None:
 
 def test_the_plan_says_when_the_next_copy_or_cleanup_falls_due() -> None:
     """``next_due``: the earliest copy or cleanup after now, for the round runner to come back then."""
-    copied = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    copied = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], RunEnd(T0))
     minute = datetime.timedelta(minutes=1)
     # Copied at T0 (interval 300 s); its first cleanup is due at once, so only the copy is ahead.
     result = plan(CLUSTERS, [topic(status=copied)], BROKERS, RunningWork(), T0 + minute)
     assert [c.topic for c in result.cleanups] == ["orders"]
     assert result.next_due == T0 + datetime.timedelta(seconds=300)
     # Cleaned up two minutes after the copy: the copy (T0 + 300 s) still comes before the next cleanup.
-    cleaned = outcomes.topic_after_cleanup(copied, {"deleted_segments": 0}, T0 + 2 * minute)
+    cleaned = outcomes.topic_after_cleanup(copied, {"deleted_segments": 0}, RunEnd(T0 + 2 * minute))
     result = plan(CLUSTERS, [topic(status=cleaned, spec={"cleanup": {"intervalSeconds": 600}})], BROKERS,
                   RunningWork(), T0 + 3 * minute)  # fmt: skip
     assert result.copies == [] and result.cleanups == []
@@ -307,7 +308,7 @@ def test_failed_copies_are_retried_then_stalled_past_the_bound_until_a_round_suc
     seen = []
     for _ in range(FAILURES_BEFORE_STALLED):
         failed = outcomes.topic_after_copy(
-            status, [copy_result(0, error="orders-0: object store unreachable")], T0
+            status, [copy_result(0, error="orders-0: object store unreachable")], RunEnd(T0)
         )
         result = plan(CLUSTERS, [topic(status=failed)], BROKERS, RunningWork(), T0)
         status = result.topic_status["ns/orders"]
@@ -319,24 +320,26 @@ def test_failed_copies_are_retried_then_stalled_past_the_bound_until_a_round_suc
     stalled = {"Ready": ("False", "CopyFailed"), "Stalled": ("True", "CopyFailed")}
     assert seen == [(retrying, []), (retrying, []), (stalled, ["CopyFailed"])]
     assert "(3 in a row)" in status.message
-    healed = outcomes.topic_after_copy(status, [copy_result(p) for p in range(4)], T0)
+    healed = outcomes.topic_after_copy(status, [copy_result(p) for p in range(4)], RunEnd(T0))
     assert healed.last_copy is not None and healed.last_copy.failures_in_a_row == 0
     after = plan(CLUSTERS, [topic(status=healed)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
     assert conditions(after) == {"Ready": ("True", "Tiering")}
     # After a success the count starts again: one failure is retried, not Stalled.
-    again = outcomes.topic_after_copy(healed, [], T0, failure="Job deadline exceeded")
+    again = outcomes.topic_after_copy(healed, [], RunEnd(T0, failure="Job deadline exceeded"))
     assert again.last_copy is not None and again.last_copy.failures_in_a_row == 1
     retried = plan(CLUSTERS, [topic(status=again)], BROKERS, RunningWork(), T0).topic_status["ns/orders"]
     assert conditions(retried) == retrying
 
 
 def test_failed_cleanups_and_broker_copies_follow_the_same_bound() -> None:
-    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], T0)
+    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(p) for p in range(4)], RunEnd(T0))
     cleanup, broker_status = done, TieredBrokerStatus()
     verdicts = []
     for _ in range(FAILURES_BEFORE_STALLED):
-        cleanup = outcomes.topic_after_cleanup(cleanup, {"errors": ["DeleteRecords: not authorized"]}, T0)
-        broker_status = outcomes.broker_after_copy(broker_status, [], T0, failure="pod evicted")
+        cleanup = outcomes.topic_after_cleanup(
+            cleanup, {"errors": ["DeleteRecords: not authorized"]}, RunEnd(T0)
+        )
+        broker_status = outcomes.broker_after_copy(broker_status, [], RunEnd(T0, failure="pod evicted"))
         failing = replace(broker(1), status=broker_status)
         result = plan(CLUSTERS, [topic(status=cleanup)], [failing, *BROKERS[1:]], RunningWork(), T0)
         verdicts.append(
@@ -380,13 +383,13 @@ def test_kafka_unreachable_is_retried_but_an_unreadable_client_config_needs_a_pe
 
 
 def test_cleanup_outcome_moves_the_remote_start() -> None:
-    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(0)], T0)
+    done = outcomes.topic_after_copy(TieredTopicStatus(), [copy_result(0)], RunEnd(T0))
     report = {
         "partitions": [{"partition": 0, "deleted": [{}], "bytes_deleted": 100, "remote_start_offset": 50}],
         "errors": [],
         "bytes_deleted": 100,
     }
-    after = outcomes.topic_after_cleanup(done, report, T0)
+    after = outcomes.topic_after_cleanup(done, report, RunEnd(T0))
     assert after.remote is not None and after.remote.partitions[0].start_offset == 50
     assert after.remote.segments == 1 and after.remote.bytes == 100
     assert after.last_cleanup is not None and after.last_cleanup.result == "Succeeded"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from storage_core.adapters.store import storage_option_value
-from storage_core.cli.common import key_values, storage_options
+from storage_core.cli.common import add_bytes_arg, key_values, storage_options
 from storage_core.cli.main import main
 from storage_core.errors import ConfigError
 
@@ -52,3 +52,15 @@ def test_a_target_storage_option_without_a_key_is_refused_without_quoting_it(
     assert main([*command, *flags, "--to-storage-option", "anon=true", "--to-storage-option", secret]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"tierkeeper {command[0]}: error: --to-storage-option number 2: expected KEY=VALUE"]
+
+
+@pytest.mark.parametrize(
+    ("default", "stated"),
+    [(16 << 20, "16 MiB"), (1536 << 10, "1536 KiB"), (1000, "1000 bytes"), (0, "0 bytes")],
+)
+def test_a_byte_flag_states_the_default_it_has(default: int, stated: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_bytes_arg(parser, "--chunk-bytes", default, "bytes a chunk (default {default})")
+    assert parser.parse_args([]).chunk_bytes == default
+    assert parser.parse_args(["--chunk-bytes", "7"]).chunk_bytes == 7
+    assert f"(default {stated})" in " ".join(parser.format_help().split())
