@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     with _kio_without_hypothesis():
         from storage_core.gateway_server.context import GatewayContext, Limits
         from storage_core.gateway_server.metrics import GatewayMetrics
-        from storage_core.gateway_server.server import Gateway, Listen
+        from storage_core.gateway_server.server import Gateway, Hooks, Listen
 
     from storage_core.gateway.addresses import PortRule
     from storage_core.gateway.history import TierHistory
@@ -327,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         shutdown_grace_s=args.shutdown_grace_seconds,
         reload_interval_s=args.reload_interval_seconds,
     )
-    gateway = Gateway(ctx, listen, discover=discover, bucket_probe=bucket_probe, reload=reload)
+    gateway = Gateway(ctx, listen, Hooks(discover=discover, bucket_probe=bucket_probe, reload=reload))
 
     async def main() -> None:
         await gateway.start()

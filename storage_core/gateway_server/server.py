@@ -24,12 +24,18 @@ from storage_core.gateway_server.session import ClientSession
 
 log = logging.getLogger("tierkeeper.gateway")
 
-Discover = Callable[[], dict[int, Address]]
-Reload = Callable[[], None]
-"""Look whether replaced files (certificates, Kafka client properties) must be loaded again
-(storage_core/gateway_server/reloading.py); blocking, so it runs on a thread."""
-Probe = Callable[[], str | None]
-"""A readiness check: None when fine, else what is wrong."""
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the gateway calls out to, each blocking and so run on a thread; None: not done."""
+
+    discover: Callable[[], dict[int, Address]] | None = None
+    """The brokers' addresses now, by node id (asked every ``Listen.discovery_interval_s``)."""
+    bucket_probe: Callable[[], str | None] | None = None
+    """A readiness check of the remote tier: None when fine, else what is wrong."""
+    reload: Callable[[], None] | None = None
+    """Look whether replaced files (certificates, Kafka client properties) must be loaded again
+    (storage_core/gateway_server/reloading.py)."""
 
 
 @dataclass(frozen=True)
@@ -45,21 +51,11 @@ class Listen:
 
 
 class Gateway:
-    def __init__(
-        self,
-        ctx: GatewayContext,
-        listen: Listen,
-        *,
-        discover: Discover | None = None,
-        bucket_probe: Probe | None = None,
-        reload: Reload | None = None,
-    ) -> None:
+    def __init__(self, ctx: GatewayContext, listen: Listen, hooks: Hooks | None = None) -> None:
         self.ctx = ctx
-        self._reload = reload
-        self._reloading = asyncio.Lock()
         self.listen = listen
-        self._discover = discover
-        self._bucket_probe = bucket_probe
+        self.hooks = hooks or Hooks()
+        self._reloading = asyncio.Lock()
         self._servers: dict[int | None, asyncio.Server] = {}
         self._absent: dict[int, int] = {}
         self._sessions: set[ClientSession] = set()
@@ -83,13 +79,13 @@ class Gateway:
             self._http = await asyncio.start_server(
                 self._serve_http, self.listen.http.host, self.listen.http.port
             )
-        if self._discover is not None:
+        if self.hooks.discover is not None:
             try:
                 await self._discovery_round()
             except Exception as exc:  # noqa: BLE001 - clients' own Metadata teaches the brokers too
                 log.warning("broker discovery at start failed: %s", exc)
             self._background.append(asyncio.get_running_loop().create_task(self._discovery_loop()))
-        if self._reload is not None:
+        if self.hooks.reload is not None:
             self._background.append(asyncio.get_running_loop().create_task(self._reload_loop()))
         log.info(
             "gateway listening: bootstrap %s:%d, broker N at %s:%d+N (%s)",
@@ -171,8 +167,8 @@ class Gateway:
                     self._absent[node_id] = self._absent.get(node_id, 0) + 1
 
     async def _discovery_round(self) -> None:
-        assert self._discover is not None
-        brokers = await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self._discover)
+        assert self.hooks.discover is not None
+        brokers = await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self.hooks.discover)
         await self.learn(brokers, True)
         async with self._listeners_lock:
             for node_id, rounds in list(self._absent.items()):
@@ -195,11 +191,11 @@ class Gateway:
     # ---- replaced files ---------------------------------------------------------------------------
     async def reload_now(self) -> None:
         """Load again what changed on disk (SIGHUP, and every ``reload_interval_s``)."""
-        if self._reload is None:
+        if self.hooks.reload is None:
             return
         async with self._reloading:
             try:
-                await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self._reload)
+                await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self.hooks.reload)
             except Exception as exc:  # noqa: BLE001 - what is loaded keeps serving; the next look tries again
                 log.error("looking for replaced certificates and client properties failed: %s", exc)
 
@@ -220,8 +216,10 @@ class Gateway:
                 reachable += 1
             except (TimeoutError, OSError) as exc:
                 problems[f"broker {node_id} ({address})"] = str(exc) or "no answer within 5 s"
-        if self._bucket_probe is not None:
-            problem = await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self._bucket_probe)
+        if self.hooks.bucket_probe is not None:
+            problem = await asyncio.get_running_loop().run_in_executor(
+                self.ctx.tier_pool, self.hooks.bucket_probe
+            )
             if problem is not None:
                 problems["remote tier"] = problem
         return {"ready": reachable > 0 and "remote tier" not in problems, "problems": problems}
