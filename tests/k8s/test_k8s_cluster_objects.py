@@ -354,7 +354,10 @@ def produce_and_tier(kafka: KafkaCluster, remote: str, options: dict[str, Any], 
     config = {"internal.segment.bytes": "16384", "retention.ms": "-1"}
     admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(60)
     kafka.wait_topic(topic, 1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 0})
+    # Idempotent: read_all's values are compared in produce order, which a retried batch could break.
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 0, "enable.idempotence": True}
+    )
     for n in range(TOPIC_RECORDS):
         producer.produce(topic, value=f"record-{n:05d}-".encode() + b"x" * 200)
         if n % 50 == 49:

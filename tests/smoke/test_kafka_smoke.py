@@ -14,9 +14,15 @@ def test_produce_consume_and_segments_on_disk(kafka_broker: KafkaCluster) -> Non
         "smoke"
     ].result(30)
 
-    # Batches must stay below the 64 KiB segment size, or the broker refuses them.
+    # Batches must stay below the 64 KiB segment size, or the broker refuses them. Idempotent: the read
+    # is compared with the produce order, which a retried batch of a new topic could otherwise break.
     producer = Producer(
-        {"bootstrap.servers": kafka_broker.bootstrap_servers, "linger.ms": 5, "batch.size": 16384}
+        {
+            "bootstrap.servers": kafka_broker.bootstrap_servers,
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "enable.idempotence": True,
+        }
     )
     errors: list[object] = []
     sent = [f"value-{i:05d}".encode() * 20 for i in range(1000)]

@@ -89,7 +89,8 @@ def _produce(data: Dataset, topic: str, values: list[bytes | None]) -> None:
     second rolls the segment, so the copy tiers every value before it. The tables have the paddings as
     rows with a null value (nothing to decode, no error)."""
     failed: list[Any] = []
-    producer = Producer({"bootstrap.servers": data.bootstrap, "linger.ms": 0})
+    # Idempotent: the tables' rows by offset are compared with ``values`` in produce order.
+    producer = Producer({"bootstrap.servers": data.bootstrap, "linger.ms": 0, "enable.idempotence": True})
     report = lambda err, _msg: err is not None and failed.append(err)  # noqa: E731
     for i, value in enumerate(values):
         producer.produce(topic, key=f"k{i}".encode(), value=value, partition=0, on_delivery=report)
