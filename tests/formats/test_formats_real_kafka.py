@@ -117,7 +117,7 @@ def _produce_transactions(bootstrap: str, topic: str) -> None:
         for i in range(150):
             producer.produce(topic, key=f"txn-{txn}".encode(), value=_value(txn * 1000 + i))
         # Flush first: librdkafka drops unsent records on abort, and an abort must reach the log.
-        producer.flush(30)
+        assert producer.flush(30) == 0
         if txn % 2:
             producer.abort_transaction(60)
         else:

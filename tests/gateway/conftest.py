@@ -159,7 +159,7 @@ def produce_transactions(cluster: KafkaCluster, topic: str) -> tuple[int, int]:
             i = sent[0]
             sent[0] += 1
             p.produce(topic, key=f"t{i}".encode(), value=rng.randbytes(1000), partition=i % TXN_PARTITIONS)
-        p.flush(60)
+        assert p.flush(60) == 0  # all delivered: an abort then races nothing and drops nothing
 
     a, b = producer("a"), producer("b")
     committed = 0
