@@ -8,12 +8,12 @@ steps; ``assignment_file`` validates the JSON form; ``placement`` builds known t
 from storage_core.fetchers.model import (
     Assignment,
     FetcherThread,
+    TopicPartition,
     fetcher_id,
     java_string_hash,
     partition_threads,
 )
 from storage_core.fetchers.planner import CountReport, Recommendation, evaluate, recommend, step_plan
-from storage_core.formats.segment_files import TopicPartition
 
 __all__ = [
     "Assignment",

@@ -17,8 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from storage_core.errors import ConfigError
-from storage_core.fetchers.model import Assignment
-from storage_core.formats.segment_files import TopicPartition
+from storage_core.fetchers.model import Assignment, TopicPartition
 
 
 class AssignmentFile(BaseModel):

@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from storage_core.formats.segment_files import TopicPartition
-
 _INT32_MIN = -(2**31)
 _UINT32 = 2**32
 
@@ -56,6 +54,14 @@ def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
     if num_fetchers < 1:
         raise ValueError(f"num.replica.fetchers must be at least 1, got {num_fetchers}")
     return fetcher_hash(topic, partition) % num_fetchers
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
 
 
 class FetcherThread(NamedTuple):

@@ -8,6 +8,7 @@ import pytest
 from storage_core.fetchers.model import (
     Assignment,
     FetcherThread,
+    TopicPartition,
     fetch_groups,
     fetcher_id,
     java_string_hash,
@@ -15,7 +16,6 @@ from storage_core.fetchers.model import (
     partition_threads,
     thread_partitions,
 )
-from storage_core.formats.segment_files import TopicPartition
 
 INT_MIN = -(2**31)
 

@@ -6,7 +6,7 @@ from collections import deque
 
 import pytest
 
-from storage_core.fetchers.model import Assignment, FetcherThread
+from storage_core.fetchers.model import Assignment, FetcherThread, TopicPartition
 from storage_core.fetchers.planner import (
     evaluate,
     is_allowed_step,
@@ -14,7 +14,6 @@ from storage_core.fetchers.planner import (
     recommendation_dict,
     step_plan,
 )
-from storage_core.formats.segment_files import TopicPartition
 
 # "t".hashCode() == 116 and 31 * 116 == 3596, so partition p of topic "t" has fetcher hash 3596 + p.
 T_BASE = 3596

@@ -7,9 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_core.fetchers.model import Assignment, fetch_groups, partition_threads
+from storage_core.fetchers.model import Assignment, TopicPartition, fetch_groups, partition_threads
 from storage_core.fetchers.planner import evaluate, is_allowed_step, recommend, step_plan
-from storage_core.formats.segment_files import TopicPartition
 
 # utf-8 cannot encode lone surrogates, so names stay valid Python strings; non-BMP characters still
 # exercise the UTF-16 surrogate pairs Java hashes.
