@@ -372,6 +372,15 @@ class TierHistory:
                 position += header.size_in_bytes
         return None
 
+    def latest_timestamp(self, tp: TopicPartitionId) -> TimestampHit | None:
+        """The first record (offset order) carrying the tier's largest timestamp, as ListOffsets
+        max-timestamp (KIP-734) finds it in a log. The largest is the segments' ``max_timestamp``; a
+        segment whose largest lies below the tier's start (cut by the cover) finds no record there, and
+        then the tier answers nothing rather than a smaller timestamp it cannot prove is the largest."""
+        cover = self.cover(tp, refresh=True)
+        latest = max((served.segment.max_timestamp for served in cover.ranges), default=-1)
+        return self.offset_for_timestamp(tp, latest) if latest >= 0 else None
+
     def _record_at(
         self, key: str, position: int, header: BatchHeader, timestamp: int, first: int, size: int
     ) -> TimestampHit | None:

@@ -3,7 +3,10 @@
 - earliest (-2): the tier's first offset when it is lower than the broker's log start.
 - a timestamp: when the tier holds a record at least that recent below the broker's answer, that record.
 - latest-tiered (-5): the tier's last offset (Kafka's meaning: the highest offset in remote storage).
-- latest (-1), max-timestamp (-3) and earliest-local (-4) are the broker's.
+- max-timestamp (-3): the tier's record when its timestamp is larger than the broker's answer's, or the
+  same and at a lower offset (KIP-734: the first record carrying the log's largest timestamp). Kafka's
+  own tiered storage looks at local segments only here (KAFKA-17552).
+- latest (-1) and earliest-local (-4) are the broker's.
 A partition the broker answered with an error keeps the error (authorization included).
 """
 
@@ -19,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from storage_core.gateway.protocol import replaced as replaced_fields
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-TIER_QUESTIONS = frozenset({EARLIEST, LATEST_TIERED})
+TIER_QUESTIONS = frozenset({EARLIEST, MAX_TIMESTAMP, LATEST_TIERED})
 
 Question = tuple[str, int, int]
 """(topic, partition, requested timestamp)."""
@@ -33,8 +36,8 @@ class TierOffset:
 
 
 def questions(request: Any, response: Any) -> list[Question]:
-    """The partitions whose answer may come from the tier: asked for earliest, latest-tiered or a
-    timestamp, and answered by the broker without an error."""
+    """The partitions whose answer may come from the tier: asked for earliest, max-timestamp,
+    latest-tiered or a timestamp, and answered by the broker without an error."""
     asked = {(t.name, p.partition_index): p.timestamp for t in request.topics for p in t.partitions}
     out = []
     for t in response.topics:
@@ -58,7 +61,7 @@ def with_tier(response: Any, tier: Mapping[Question, TierOffset | None]) -> Any:
             for (name, partition, ts), found in tier.items():
                 if name != t.name or partition != p.partition_index:
                     continue
-                better = _better(ts, p.offset, found)
+                better = _better(ts, p, found)
                 if better is not None:
                     replaced = replaced_fields(
                         p, offset=better.offset, timestamp=better.timestamp, leader_epoch=better.leader_epoch
@@ -69,14 +72,18 @@ def with_tier(response: Any, tier: Mapping[Question, TierOffset | None]) -> Any:
     return dataclasses.replace(response, topics=tuple(topics)) if changed else response
 
 
-def _better(ts: int, broker_offset: int, found: TierOffset | None) -> TierOffset | None:
+def _better(ts: int, broker: Any, found: TierOffset | None) -> TierOffset | None:
+    """The tier's answer where it replaces the broker's (``broker``: its partition answer), else None."""
     if ts == LATEST_TIERED:
         return found if found is not None else TierOffset(-1, -1, -1)
     if found is None:
         return None
-    if broker_offset < 0 or found.offset < broker_offset:
+    if broker.offset < 0:
         return found
-    return None
+    if ts == MAX_TIMESTAMP:
+        later = (found.timestamp, -found.offset) > (broker.timestamp, -broker.offset)
+        return found if later else None
+    return found if found.offset < broker.offset else None
 
 
 def with_errors(response: Any, errors: Mapping[tuple[str, int], ErrorCode]) -> Any:

@@ -470,6 +470,13 @@ def _tier_offset(history: Any, tp: TopicPartitionId, ts: int) -> offset_rules.Ti
     if ts == offset_rules.EARLIEST:
         start = history.earliest(tp)
         return None if start is None else offset_rules.TierOffset(start, -1, history.epoch_at(tp, start))
+    if ts == offset_rules.MAX_TIMESTAMP:
+        latest = history.latest_timestamp(tp)
+        return (
+            None
+            if latest is None
+            else offset_rules.TierOffset(latest.offset, latest.timestamp, latest.leader_epoch)
+        )
     if ts == offset_rules.LATEST_TIERED:
         end = history.latest_tiered(tp)
         return None if end is None else offset_rules.TierOffset(end, -1, history.epoch_at(tp, end))

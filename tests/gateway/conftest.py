@@ -6,7 +6,9 @@ The topics, all tiered and trimmed in one pass of the commands:
 - ``history``: plain records with explicit timestamps (the consumers, timestamps and seeks);
 - ``codecs``: one partition per compression codec, each written by a producer of that codec;
 - ``transactions``: committed and aborted transactions of two transactional producers, interleaved, some
-  spanning a segment roll, read directly read_committed and read_uncommitted before the trim.
+  spanning a segment roll, read directly read_committed and read_uncommitted before the trim;
+- ``peak``: one partition whose largest timestamp is carried by two early records, both tiered and
+  trimmed (ListOffsets max-timestamp).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ CODEC_RECORDS = 800
 TXN_PARTITIONS = 2
 TXN_LAST = 200
 """Records of the last (aborted) transaction of the transactions topic."""
+PEAK_RECORDS = 1200
+PEAK_OFFSETS = (5, 7)
+"""The records of ``peak`` stamped with its largest timestamp; the rest rise one millisecond apart."""
+PEAK_AFTER_MS = 100_000
 
 Record = tuple[int, int, bytes | None, bytes | None]
 """(partition, offset, key, value)."""
@@ -63,6 +69,9 @@ class Tiered:
     """A direct read_committed read of ``txn_topic`` before the trim."""
     txn_uncommitted: list[Record] = field(default_factory=list)
     """A direct read_uncommitted read of ``txn_topic`` before the trim."""
+    peak_topic: str = "peak"
+    peak_timestamp: int = -1
+    """The largest timestamp of ``peak_topic``, carried by its records at PEAK_OFFSETS."""
     all_log_starts: dict[tuple[str, int], int] = field(default_factory=dict)
     """Every topic's partitions' log starts after the trim."""
 
@@ -103,6 +112,29 @@ def produce(
         if i % 500 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
+
+
+def produce_peak(cluster: KafkaCluster, topic: str, base_timestamp: int) -> int:
+    """PEAK_RECORDS records one millisecond apart from ``base_timestamp``, but those at PEAK_OFFSETS carry
+    the topic's largest timestamp (returned). Idempotent: the offsets are the produce order."""
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True, "batch.size": 16384}
+    )
+    errors: list[Any] = []
+    peak = base_timestamp + PEAK_AFTER_MS
+    for i in range(PEAK_RECORDS):
+        stamp = peak if i in PEAK_OFFSETS else base_timestamp + i
+        producer.produce(
+            topic,
+            value=f"p{i}-".encode() + b"x" * 200,
+            partition=0,
+            timestamp=stamp,
+            on_delivery=lambda err, _msg: err is not None and errors.append(err),
+        )
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0 and not errors, errors[:3]
+    return peak
 
 
 def produce_codecs(cluster: KafkaCluster, topic: str, base_timestamp: int) -> None:
@@ -227,7 +259,13 @@ def read_all(
 
 @pytest.fixture(scope="session")
 def gateway_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-gateway"), brokers=3)
+    # Segments wholly below a trimmed log start leave the brokers' logs at the next retention check (5
+    # minutes by default); checked every second, the tests see the trimmed state soon after the trim.
+    cluster = KafkaCluster(
+        tmp_path_factory.mktemp("kafka-gateway"),
+        brokers=3,
+        broker_config={"log.retention.check.interval.ms": "1000"},
+    )
     try:
         yield cluster.start()
     finally:
@@ -238,15 +276,17 @@ def gateway_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaC
 def tiered(gateway_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
     work: Path = tmp_path_factory.mktemp("gateway")
     remote = f"file://{work / 'tier'}"
-    topic, codecs_topic, txn_topic = "history", "codecs", "transactions"
+    topic, codecs_topic, txn_topic, peak_topic = "history", "codecs", "transactions", "peak"
     # An hour ago, one millisecond per record: within retention, older than anything the brokers stamp.
     base_ts = (int(time.time()) - 3600) * 1000
     create_topic(gateway_cluster, topic)
     create_topic(gateway_cluster, codecs_topic, len(CODECS))
     create_topic(gateway_cluster, txn_topic, TXN_PARTITIONS)
+    create_topic(gateway_cluster, peak_topic, 1)
     produce(gateway_cluster, topic, RECORDS, base_timestamp=base_ts)
     produce_codecs(gateway_cluster, codecs_topic, base_ts)
     committed, written = produce_transactions(gateway_cluster, txn_topic)
+    peak_timestamp = produce_peak(gateway_cluster, peak_topic, base_ts)
     direct = gateway_cluster.bootstrap_servers
     history_detail = read_all(direct, topic, detail=True)
     expected = [r[:4] for r in history_detail]
@@ -256,11 +296,16 @@ def tiered(gateway_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFacto
     txn_committed = read_all(direct, txn_topic, TXN_PARTITIONS, **{"isolation.level": "read_committed"})
     txn_uncommitted = read_all(direct, txn_topic, TXN_PARTITIONS, **{"isolation.level": "read_uncommitted"})
     assert (len(txn_committed), len(txn_uncommitted)) == (committed, written)
-    tier_and_trim(gateway_cluster, ["--remote", remote], [topic, codecs_topic, txn_topic])
+    tier_and_trim(gateway_cluster, ["--remote", remote], [topic, codecs_topic, txn_topic, peak_topic])
     consumer = Consumer({"bootstrap.servers": gateway_cluster.bootstrap_servers, "group.id": "probe"})
     all_log_starts = {
         (name, p): consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)[0]
-        for name, count in ((topic, PARTITIONS), (codecs_topic, len(CODECS)), (txn_topic, TXN_PARTITIONS))
+        for name, count in (
+            (topic, PARTITIONS),
+            (codecs_topic, len(CODECS)),
+            (txn_topic, TXN_PARTITIONS),
+            (peak_topic, 1),
+        )
         for p in range(count)
     }
     consumer.close()
@@ -284,6 +329,8 @@ def tiered(gateway_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFacto
             txn_committed=txn_committed,
             txn_uncommitted=txn_uncommitted,
             all_log_starts=all_log_starts,
+            peak_topic=peak_topic,
+            peak_timestamp=peak_timestamp,
         )
     finally:
         gateway.stop()

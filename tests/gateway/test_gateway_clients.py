@@ -18,7 +18,18 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from harness.tierkeeper_cli import run_cli
 
-from .conftest import CODECS, PARTITIONS, RECORDS, TXN_LAST, TXN_PARTITIONS, Record, Tiered, read_all
+from .conftest import (
+    CODECS,
+    PARTITIONS,
+    PEAK_OFFSETS,
+    PEAK_RECORDS,
+    RECORDS,
+    TXN_LAST,
+    TXN_PARTITIONS,
+    Record,
+    Tiered,
+    read_all,
+)
 
 JAVA_TIMEOUT_S = 240
 
@@ -238,6 +249,28 @@ def test_list_offsets_earliest_is_the_tier_start_and_latest_tiered_the_tier_end(
     for p, address in _leaders(tiered, tiered.topic).items():
         answers = {ts: _raw_list_offset(address, tiered.topic, p, ts) for ts in (-2, -4, -5)}
         assert answers == {-2: 0, -4: tiered.log_starts[p], -5: tier_ends[p]}, p
+
+
+def test_max_timestamp_is_the_first_record_with_the_largest_timestamp_tiered_ones_included(
+    tiered: Tiered,
+) -> None:
+    tp = TopicPartition(tiered.peak_topic, 0)
+    assert tiered.all_log_starts[(tiered.peak_topic, 0)] > max(PEAK_OFFSETS), "the peak was not trimmed"
+
+    def max_timestamp(bootstrap: str) -> tuple[int, int]:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        (future,) = admin.list_offsets({tp: OffsetSpec.max_timestamp()}, request_timeout=30).values()
+        found = future.result(30)
+        return found.offset, found.timestamp
+
+    # The broker looks in its local segments only (as Kafka's own tiered storage does: KAFKA-17552); a
+    # segment below the trimmed log start still counts until the broker's retention check deletes it.
+    deadline = time.monotonic() + 60
+    while (local := max_timestamp(tiered.cluster.bootstrap_servers))[0] in PEAK_OFFSETS:
+        assert time.monotonic() < deadline, "the brokers kept the trimmed segment of the peak"
+        time.sleep(0.5)
+    assert local[0] == PEAK_RECORDS - 1 and local[1] < tiered.peak_timestamp
+    assert max_timestamp(tiered.gateway.bootstrap) == (min(PEAK_OFFSETS), tiered.peak_timestamp)
 
 
 def _tier_last_offsets(tiered: Tiered) -> dict[int, int]:

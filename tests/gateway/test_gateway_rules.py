@@ -319,7 +319,9 @@ def _list_offsets(asked: dict[int, int], answered: dict[int, tuple[ErrorCode, in
     return request, response
 
 
-def test_only_earliest_latest_tiered_and_timestamps_answered_without_error_are_tier_questions() -> None:
+def test_tier_questions_are_earliest_max_timestamp_latest_tiered_and_timestamps_answered_without_error() -> (
+    None
+):
     e, lt, latest, mts, el = (
         offset_rules.EARLIEST,
         offset_rules.LATEST_TIERED,
@@ -343,6 +345,7 @@ def test_only_earliest_latest_tiered_and_timestamps_answered_without_error_are_t
     assert offset_rules.questions(request, response) == [
         ("t", 0, e),
         ("t", 1, lt),
+        ("t", 3, mts),
         ("t", 5, 1_700_000_000_000),
     ]
 
@@ -385,3 +388,24 @@ def test_the_tier_answers_only_where_it_is_kafkas_answer_for_a_tiered_log() -> N
     first = failed.topics[0].partitions[0]
     assert (first.error_code, first.offset, first.timestamp) == (ErrorCode.kafka_storage_error, -1, -1)
     assert failed.topics[0].partitions[1:] == response.topics[0].partitions[1:]
+
+
+def test_max_timestamp_is_the_tiers_record_when_later_or_as_late_and_earlier() -> None:
+    ok, mts, ts = ErrorCode.none, offset_rules.MAX_TIMESTAMP, 1_700_000_000_000
+    request, response = _list_offsets(
+        dict.fromkeys(range(5), mts), {p: (ok, 900 if p < 4 else -1) for p in range(5)}
+    )
+    # The broker's answers: its local log's largest timestamp at offset 900; partition 4's log is empty.
+    topic = response.topics[0]
+    parts = tuple(dataclasses.replace(p, timestamp=ts if p.offset >= 0 else -1) for p in topic.partitions)
+    response = dataclasses.replace(response, topics=(dataclasses.replace(topic, partitions=parts),))
+    tier = {
+        ("t", 0, mts): offset_rules.TierOffset(40, ts + 1, 2),  # later than every local record: the tier's
+        ("t", 1, mts): offset_rules.TierOffset(40, ts, 2),  # as late, at an earlier offset: the tier's
+        ("t", 2, mts): offset_rules.TierOffset(40, ts - 1, 2),  # older: the broker's
+        ("t", 3, mts): None,  # nothing tiered: the broker's
+        ("t", 4, mts): offset_rules.TierOffset(40, ts - 1, 2),  # no local record: the tier's
+    }
+    out = offset_rules.with_tier(response, tier)
+    got = {p.partition_index: (p.offset, p.timestamp, p.leader_epoch) for p in out.topics[0].partitions}
+    assert got == {0: (40, ts + 1, 2), 1: (40, ts, 2), 2: (900, ts, 0), 3: (900, ts, 0), 4: (40, ts - 1, 2)}
