@@ -348,7 +348,9 @@ class TierHistory:
     # ---- timestamps -----------------------------------------------------------------------------
     def offset_for_timestamp(self, tp: TopicPartitionId, timestamp: int) -> TimestampHit | None:
         """The first record (offset order) with a timestamp >= ``timestamp``, as ListOffsets finds it."""
-        cover = self.cover(tp, refresh=True)
+        return self._first_at(self.cover(tp, refresh=True), timestamp)
+
+    def _first_at(self, cover: Cover, timestamp: int) -> TimestampHit | None:
         for served in cover.ranges:
             meta = served.segment
             if meta.max_timestamp < timestamp:
@@ -377,9 +379,9 @@ class TierHistory:
         max-timestamp (KIP-734) finds it in a log. The largest is the segments' ``max_timestamp``; a
         segment whose largest lies below the tier's start (cut by the cover) finds no record there, and
         then the tier answers nothing rather than a smaller timestamp it cannot prove is the largest."""
-        cover = self.cover(tp, refresh=True)
+        cover = self.cover(tp, refresh=True)  # one listing of the tier for both steps
         latest = max((served.segment.max_timestamp for served in cover.ranges), default=-1)
-        return self.offset_for_timestamp(tp, latest) if latest >= 0 else None
+        return self._first_at(cover, latest) if latest >= 0 else None
 
     def _record_at(
         self, key: str, position: int, header: BatchHeader, timestamp: int, first: int, size: int
