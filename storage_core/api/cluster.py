@@ -204,8 +204,7 @@ class JobDefaults(ApiModel):
     )
     cleanup_engine: Literal["local", "spark"] = Field(
         default="local",
-        description="How cleanup Jobs run: `local` (in the Job's process) or `spark` (one Spark task per "
-        "partition, `tierkeeper cleanup --engine spark`).",
+        description="How cleanup Jobs run: `local` in the Job's process, `spark` a Spark task per partition.",
     )
     spark_master: NonEmptyStr | None = Field(
         default=None,
@@ -226,14 +225,17 @@ class ClusterSettings(ApiModel):
 
     client_config: ClientConfig = Field(
         default_factory=dict,
-        description="Non-secret Kafka client properties (security.protocol, ssl.ca.location, ...).",
+        description="Kafka client properties (security.protocol, ssl.ca.location, ...); credentials are "
+        "refused here: put them in clientConfigSecretRef.",
     )
     client_config_secret_ref: SecretRef | None = Field(
         default=None,
-        description="Secret whose keys are extra Kafka client properties (sasl.username, sasl.password), "
-        "mounted read-only and read as files by the Jobs that talk to Kafka (copy, cleanup; the Secret "
-        "in their namespace) and by the operator's own clients (a file cluster: the Secret mounted into "
-        "the operator's pod; a TieredCluster: read by name, with `get` on exactly that Secret).",
+        description=(
+            "Secret whose keys are extra Kafka client properties (sasl.username, sasl.password), mounted "
+            "read-only and read as files by the Jobs that talk to Kafka (copy, cleanup; the Secret in their "
+            "namespace) and by the operator's own clients (a file cluster: the Secret mounted into the "
+            "operator's pod; a TieredCluster: read by name, with `get` on exactly that Secret)."
+        ),
     )
     remote: RemoteStorage = Field(description="Where the cluster's remote tier lives.")
     jobs: JobDefaults = Field(default_factory=JobDefaults, description="How Jobs run on Kubernetes.")

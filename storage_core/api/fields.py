@@ -81,6 +81,8 @@ BootstrapServers = Annotated[str, Field(min_length=3), AfterValidator(_check_boo
 AbsolutePath = Annotated[str, Field(min_length=1), AfterValidator(_check_absolute_path)]
 CronExpression = Annotated[str, AfterValidator(_check_cron)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+TableIdentifier = Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$")]
+"""An Iceberg table's NAMESPACE.NAME; the namespace may have levels (a.b.table)."""
 Port = Annotated[int, Field(ge=1, le=65535)]
 Int32Id = Annotated[int, Field(ge=0, le=2_147_483_647)]
 """A non-negative 32-bit id: a Kafka node.id, a user or group id a pod runs as."""

@@ -26,6 +26,7 @@ from storage_core.api.fields import (
     RetentionBytes,
     RetentionMs,
     RoundInterval,
+    TableIdentifier,
     ThreadCount,
     TopicName,
 )
@@ -222,16 +223,13 @@ class TableSpec(ApiModel):
         description="The table's directory (file://, s3://, ...): data and metadata files go there, written "
         "with the cluster's remote storage options when the scheme is the remote tier's."
     )
-    name: str | None = Field(
+    name: TableIdentifier | None = Field(
         default=None,
-        max_length=255,
-        pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$",
         description="Table name NAMESPACE.NAME in the catalog (default tierkeeper.<topic>).",
     )
     catalog: TableCatalog | None = Field(
         default=None,
-        description="A configured catalog; omit for the embedded one (the table directory itself, nothing "
-        "to run).",
+        description="A configured catalog; omit for the embedded one (the table directory: nothing to run).",
     )
     trigger: Literal["AfterCopy", "Interval"] = Field(
         default="AfterCopy",
@@ -429,8 +427,7 @@ class ReplicaFetchers(ApiModel):
     value: ThreadCount | None = Field(default=None, description="The count used in fixed mode.")
     auto_approve: bool = Field(
         default=False,
-        description="auto only: apply each proposal without waiting for the annotation "
-        "tierkeeper.io/fetchers=approve.",
+        description="auto only: apply each proposal without waiting for tierkeeper.io/fetchers=approve.",
     )
     replan_interval_seconds: int = Field(
         default=DEFAULT_FETCHERS_REPLAN_S,
@@ -439,17 +436,17 @@ class ReplicaFetchers(ApiModel):
         description="auto only: after the replica assignment changes (topics created, reassignments, "
         "leader changes, brokers added or removed), plan again at most this often.",
     )
-    request: FetcherRequest | None = Field(
-        default=None,
-        description="A command from Git (GitOps re-applies it harmlessly: acted on once per id). kubectl "
-        "users can annotate tierkeeper.io/fetchers=approve|refresh|stop instead.",
-    )
     step_timeout_seconds: int = Field(
         default=DEFAULT_FETCHERS_STEP_TIMEOUT_S,
         ge=5,
         le=3600,
         description="How long the broker may take to report a new value in effect (DescribeConfigs) "
         "before the change counts as failed.",
+    )
+    request: FetcherRequest | None = Field(
+        default=None,
+        description="A command from Git (GitOps re-applies it harmlessly: acted on once per id). kubectl "
+        "users can annotate tierkeeper.io/fetchers=approve|refresh|stop instead.",
     )
 
 

@@ -46,8 +46,7 @@ class TieredClusterSpec(ClusterSettings):
     )
     strimzi: StrimziRef | None = Field(
         default=None,
-        description="A Strimzi Kafka in this namespace: the bootstrap address and the TieredBrokers come "
-        "from it.",
+        description="A Strimzi Kafka in this namespace that gives the bootstrap address and TieredBrokers.",
     )
 
 

@@ -58,9 +58,8 @@ class ChunkMapping(_StoredRecord):
     partition: int
     first_old: int
     next_old: int
-    runs: list[tuple[int, int, int]] = Field(
-        default_factory=list, description="(old_start, new_start, length)"
-    )
+    runs: list[tuple[int, int, int]] = Field(default_factory=list)
+    """(old_start, new_start, length) entries."""
 
     def offset_runs(self) -> list[OffsetRun]:
         return [OffsetRun(*r) for r in self.runs]

@@ -26,12 +26,11 @@ class StoredObject(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     size: int = Field(ge=0)
-    crc32c: int | None = Field(default=None, description="CRC-32C of the whole object (small objects)")
-    batch_chain_crc32c: int | None = Field(
-        default=None,
-        description="`.log` objects: CRC-32C over the first 21 bytes of every record batch in order, which "
-        "include each batch's own CRC-32C of the rest (storage_core.formats.batch_chain)",
-    )
+    crc32c: int | None = None
+    """CRC-32C of the whole object (small objects)."""
+    batch_chain_crc32c: int | None = None
+    """`.log` objects: CRC-32C over the first 21 bytes of every record batch in order, which include each
+    batch's own CRC-32C of the rest (:mod:`storage_core.formats.batch_chain`)."""
 
 
 class SegmentMetadata(BaseModel):
@@ -45,21 +44,23 @@ class SegmentMetadata(BaseModel):
     partition: int = Field(ge=0)
     segment_id: uuid.UUID
     base_offset: int = Field(ge=0)
-    end_offset: int = Field(ge=-1, description="last offset in the segment (inclusive)")
-    next_offset: int = Field(ge=0, description="base offset of the segment that followed it on the broker")
+    end_offset: int = Field(ge=-1)
+    """Last offset in the segment (inclusive)."""
+    next_offset: int = Field(ge=0)
+    """Base offset of the segment that followed it on the broker."""
     max_timestamp: int = -1
     first_timestamp: int = -1
     size_bytes: int = Field(ge=0)
     record_count: int = Field(ge=0, default=0)
     has_transactions: bool = False
-    leader_epochs: list[tuple[int, int]] = Field(
-        default_factory=list, description="(epoch, start offset) entries up to this segment's end"
-    )
+    leader_epochs: list[tuple[int, int]] = Field(default_factory=list)
+    """(epoch, start offset) entries up to this segment's end."""
     broker_id: int | None = None
     state: SegmentState = SegmentState.COPY_STARTED
     objects: dict[SegmentObject, StoredObject] = Field(default_factory=dict)
     event_time_ms: int = 0
-    problem: str | None = Field(default=None, description="QUARANTINED markers: the damage scrub found")
+    problem: str | None = None
+    """QUARANTINED markers: the damage scrub found."""
 
     @property
     def tp(self) -> TopicPartitionId:
@@ -128,15 +129,8 @@ class Manifest(BaseModel):
 class PartitionState(BaseModel):
     """Facts about a partition that Tierkeeper itself caused, so it can tell them from others' actions."""
 
-    local_trim_offset: int | None = Field(
-        default=None,
-        description="highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)",
-    )
-    retention_expired_offset: int | None = Field(
-        default=None,
-        description=(
-            "every offset below it was tiered and then expired by remote retention (written by cleanup "
-            "before it deletes the segments): local trim moves the log start up to it, copy never tiers "
-            "those offsets again"
-        ),
-    )
+    local_trim_offset: int | None = None
+    """Highest offset Tierkeeper asked Kafka to DeleteRecords to (written before the call)."""
+    retention_expired_offset: int | None = None
+    """Every offset below it was tiered and then expired by remote retention (written by cleanup before it
+    deletes the segments): local trim moves the log start up to it, copy never tiers those offsets again."""
