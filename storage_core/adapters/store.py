@@ -57,8 +57,9 @@ def redacted_url(url: str) -> str:
 
 def bucket_check_verdict(exc: BaseException) -> str | None:
     """What a failed bucket check means: ``missing`` (404 / NoSuchBucket), ``refused`` (401/403: a bad
-    key, signature or policy), ``unreachable`` (no HTTP answer at all: refused connection, DNS, timeout),
-    or None (some other answer, reported as it is)."""
+    key, signature or policy), ``no credentials`` (none found, so no request was sent), ``unreachable`` (no
+    HTTP answer at all: refused connection, DNS, timeout), or None (some other answer, reported as it
+    is)."""
     for e in exception_chain(exc):
         response = getattr(e, "response", None)
         if isinstance(response, dict) and "Error" in response:
@@ -70,6 +71,8 @@ def bucket_check_verdict(exc: BaseException) -> str | None:
                 return "refused"
             return None
     for e in exception_chain(exc):
+        if type(e).__name__ in _NO_CREDENTIALS:
+            return "no credentials"
         if isinstance(e, FileNotFoundError):
             return "missing"
         if isinstance(e, PermissionError):
@@ -79,6 +82,8 @@ def bucket_check_verdict(exc: BaseException) -> str | None:
     return None
 
 
+# botocore's, matched by name: only s3fs's dependency raises them, and this module does not import it.
+_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError"})
 _REFUSED_CODES = frozenset(
     {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 )
@@ -364,6 +369,12 @@ class RemoteStore:
                 raise RemoteStoreError(
                     f"{tier}: the credentials were refused for bucket {bucket!r} ({_cause(exc)}); check "
                     "the access key, the secret and the bucket's policy"
+                ) from None
+            if verdict == "no credentials":
+                raise RemoteStoreError(
+                    f"{tier}: no credentials found ({_cause(exc)}); set AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY, a profile or role, or the key and secret storage options (for "
+                    "a public bucket: --anonymous)"
                 ) from None
             if verdict == "unreachable":
                 raise RemoteStoreError(

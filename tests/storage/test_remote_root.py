@@ -100,3 +100,22 @@ def test_refused_credentials_are_named_as_such_not_a_missing_bucket(
     assert code == 1
     assert "credentials were refused for bucket 'tk-any-bucket'" in err, err
     assert "does not exist" not in err and "not-the-secret" not in err
+
+
+def test_missing_credentials_are_named_as_such_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookup off this machine
+    # Port 1: had a request been sent, the error would be the unreachable endpoint instead.
+    code = main(
+        ["ls", "--remote", "s3://b/t", "--endpoint-url", "http://127.0.0.1:1", "--retry-attempts", "1"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "remote tier s3://b/t: no credentials found" in err, err
+    assert "--anonymous" in err and "unreachable" not in err and "does not exist" not in err
+    assert len(err.strip().splitlines()) == 1, err
