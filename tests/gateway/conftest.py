@@ -257,6 +257,31 @@ def read_all(
         consumer.close()
 
 
+def read_group(bootstrap: str, topic: str, group: str, **config: str) -> list[Record]:
+    """Every record of a topic read by a consumer group subscribed from earliest, committed at the end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            **config,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    got: list[Record] = []
+    try:
+        consumer.subscribe([topic])
+        while len(got) < RECORDS:
+            msg = consumer.poll(30)
+            assert msg is not None, f"stalled after {len(got)} records"
+            assert not msg.error(), msg.error()
+            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return got
+
+
 @pytest.fixture(scope="session")
 def gateway_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     # Segments wholly below a trimmed log start leave the brokers' logs at the next retention check (5

@@ -29,6 +29,7 @@ from .conftest import (
     Record,
     Tiered,
     read_all,
+    read_group,
 )
 
 JAVA_TIMEOUT_S = 240
@@ -98,26 +99,7 @@ def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tie
 # ---- 2. A KIP-848 consumer -------------------------------------------------------------------------------
 def test_a_kip848_consumer_group_reads_every_offset_once_from_zero(tiered: Tiered) -> None:
     group = f"kip848-{uuid.uuid4().hex[:8]}"
-    consumer = Consumer(
-        {
-            "bootstrap.servers": tiered.gateway.bootstrap,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    got: list[Record] = []
-    try:
-        consumer.subscribe([tiered.topic])
-        while len(got) < RECORDS:
-            msg = consumer.poll(30)
-            assert msg is not None, f"stalled after {len(got)} records"
-            assert not msg.error(), msg.error()
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    got = read_group(tiered.gateway.bootstrap, tiered.topic, group, **{"group.protocol": "consumer"})
     assert sorted(got) == tiered.expected
     # The group really is a KIP-848 ("consumer") group, and its commits landed through the gateway.
     admin = AdminClient({"bootstrap.servers": tiered.cluster.bootstrap_servers})

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import Consumer
-
-from .conftest import RECORDS, Record, Tiered, read_all
+from .conftest import RECORDS, Tiered, read_all, read_group
 
 
 def test_a_direct_consumer_starts_at_the_log_start_after_the_trim(tiered: Tiered) -> None:
@@ -23,24 +21,6 @@ def test_an_assigned_consumer_reads_every_offset_once_from_zero(tiered: Tiered) 
 
 def test_a_consumer_group_from_earliest_reads_the_history_and_commits(tiered: Tiered) -> None:
     group = f"group-{uuid.uuid4().hex[:8]}"
-    consumer = Consumer(
-        {
-            "bootstrap.servers": tiered.gateway.bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    got: list[Record] = []
-    try:
-        consumer.subscribe([tiered.topic])
-        while len(got) < RECORDS:
-            msg = consumer.poll(30)
-            assert msg is not None, f"stalled after {len(got)} records"
-            assert not msg.error(), msg.error()
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    got = read_group(tiered.gateway.bootstrap, tiered.topic, group)
     assert sorted(got) == tiered.expected
     assert len({(p, o) for p, o, _, _ in got}) == RECORDS, "an offset was delivered twice"
