@@ -4,6 +4,7 @@ and the partition stays continuous across the two tiers."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -27,6 +28,19 @@ def trim_topic(kafka_broker: KafkaCluster, tmp_path_factory: pytest.TempPathFact
         producer.produce(topic.topic, value=b"tail-%d" % i, partition=0)
     assert producer.flush(30) == 0
     return topic
+
+
+@pytest.fixture
+def remote(trim_topic: TieredTopic, tmp_path: Path) -> Path:
+    """A fresh copy of the trim topic's remote tier for one test."""
+    return trim_topic.fresh_remote(tmp_path / "remote")
+
+
+def _cleanup(topic: TieredTopic, remote: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Run ``tierkeeper cleanup --json`` on the file tier ``remote`` against the topic's broker."""
+    return run_cli(
+        "cleanup", "--remote", f"file://{remote}", "--bootstrap-servers", topic.bootstrap, *flags, "--json"
+    )
 
 
 def _broker_offsets(bootstrap: str, topic: str, start: int, end: int) -> list[int]:
@@ -66,9 +80,8 @@ def _assert_continuous(topic: TieredTopic, remote: Path, admin: KafkaAdmin) -> N
 
 
 def test_local_trim_by_time_then_bytes_never_passes_the_tiered_end(
-    trim_topic: TieredTopic, tmp_path: Path
+    trim_topic: TieredTopic, remote: Path
 ) -> None:
-    remote = trim_topic.fresh_remote(tmp_path / "remote")
     admin = KafkaAdmin(trim_topic.bootstrap)
     key = (trim_topic.topic, 0)
     segments = trim_topic.segments(remote)
@@ -77,32 +90,14 @@ def test_local_trim_by_time_then_bytes_never_passes_the_tiered_end(
 
     boundary = (segments[2].max_timestamp + segments[3].max_timestamp) // 2
     window_ms = int(time.time() * 1000) - boundary
-    proc = run_cli(
-        "cleanup",
-        "--remote",
-        f"file://{remote}",
-        "--bootstrap-servers",
-        trim_topic.bootstrap,
-        "--local-retention-ms",
-        str(window_ms),
-        "--json",
-    )
+    proc = _cleanup(trim_topic, remote, "--local-retention-ms", str(window_ms))
     assert proc.returncode == 0, proc.stderr
     trim = json.loads(proc.stdout)["partitions"][0]["local_trim"]
     assert trim["to"] == segments[3].base_offset
     assert admin.log_start_offsets([key])[key] == segments[3].base_offset
     _assert_continuous(trim_topic, remote, admin)
 
-    proc = run_cli(
-        "cleanup",
-        "--remote",
-        f"file://{remote}",
-        "--bootstrap-servers",
-        trim_topic.bootstrap,
-        "--local-retention-bytes",
-        "1",
-        "--json",
-    )
+    proc = _cleanup(trim_topic, remote, "--local-retention-bytes", "1")
     assert proc.returncode == 0, proc.stderr
     assert admin.log_start_offsets([key])[key] == tiered_end + 1, (
         "trim must stop at the highest tiered offset + 1"
@@ -111,32 +106,19 @@ def test_local_trim_by_time_then_bytes_never_passes_the_tiered_end(
     # The log start we moved ourselves never deletes remote data.
     assert [m.segment_id for m in trim_topic.segments(remote)] == [m.segment_id for m in segments]
 
-    dry = run_cli(
-        "cleanup",
-        "--remote",
-        f"file://{remote}",
-        "--bootstrap-servers",
-        trim_topic.bootstrap,
-        "--local-retention-bytes",
-        "1",
-        "--dry-run",
-        "--json",
-    )
+    dry = _cleanup(trim_topic, remote, "--local-retention-bytes", "1", "--dry-run")
     assert json.loads(dry.stdout)["partitions"][0].get("local_trim") is None, "nothing more is safe to trim"
 
 
 def test_a_log_start_we_did_not_set_deletes_remote_data_below_it(
-    trim_topic: TieredTopic, tmp_path: Path
+    trim_topic: TieredTopic, remote: Path, tmp_path: Path
 ) -> None:
-    remote = trim_topic.fresh_remote(tmp_path / "remote")
     admin = KafkaAdmin(trim_topic.bootstrap)
     key = (trim_topic.topic, 0)
     segments = trim_topic.segments(remote)
     user_start = max(admin.log_start_offsets([key])[key], segments[-2].base_offset)
     admin.delete_records({key: user_start})  # a user's DeleteRecords, not ours
-    proc = run_cli(
-        "cleanup", "--remote", f"file://{remote}", "--bootstrap-servers", trim_topic.bootstrap, "--json"
-    )
+    proc = _cleanup(trim_topic, remote)
     assert proc.returncode == 0, proc.stderr
     deleted = json.loads(proc.stdout)["partitions"][0]["deleted"]
     assert deleted and all("below the log start offset" in d["reason"] for d in deleted)
@@ -145,13 +127,5 @@ def test_a_log_start_we_did_not_set_deletes_remote_data_below_it(
     assert [m.base_offset for m in segments if m.end_offset >= user_start] == [
         m.base_offset for m in remaining
     ]
-    ignored = run_cli(
-        "cleanup",
-        "--remote",
-        f"file://{trim_topic.fresh_remote(tmp_path / 'other')}",
-        "--bootstrap-servers",
-        trim_topic.bootstrap,
-        "--ignore-log-start",
-        "--json",
-    )
+    ignored = _cleanup(trim_topic, trim_topic.fresh_remote(tmp_path / "other"), "--ignore-log-start")
     assert json.loads(ignored.stdout)["partitions"][0]["deleted"] == []

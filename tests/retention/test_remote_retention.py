@@ -42,6 +42,22 @@ def _assert_deleted(remote: Path, topic: str, gone: list[SegmentMetadata]) -> No
         assert entry.states == {SegmentState.DELETE_FINISHED}
 
 
+def _read(remote: Path, topic: str, from_offset: int, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Run ``tierkeeper read`` on partition 0 of ``topic`` in the file tier ``remote`` from an offset."""
+    return run_cli(
+        "read",
+        "--remote",
+        f"file://{remote}",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--from-offset",
+        str(from_offset),
+        *flags,
+    )
+
+
 def _retention_between(segments: list[SegmentMetadata], keep_from: int) -> int:
     """A retention.ms that expires exactly segments[:keep_from]: the boundary halfway between the two
     segments' largest timestamps, measured from now."""
@@ -73,33 +89,11 @@ def test_retention_by_time_deletes_exactly_the_expired_segments(
     assert [m.segment_id for m in after] == [m.segment_id for m in before[keep_from:]]
     _assert_deleted(remote, tiered_topic.topic, before[:keep_from])
 
-    below = run_cli(
-        "read",
-        "--remote",
-        f"file://{remote}",
-        "--topic",
-        tiered_topic.topic,
-        "--partition",
-        "0",
-        "--from-offset",
-        str(before[0].base_offset),
-    )
+    below = _read(remote, tiered_topic.topic, before[0].base_offset)
     assert below.returncode == 1
     assert f"outside the remote tier [{after[0].base_offset}," in below.stderr
     assert "Traceback" not in below.stderr
-    above = run_cli(
-        "read",
-        "--remote",
-        f"file://{remote}",
-        "--topic",
-        tiered_topic.topic,
-        "--partition",
-        "0",
-        "--from-offset",
-        str(after[0].base_offset),
-        "--max-records",
-        "5",
-    )
+    above = _read(remote, tiered_topic.topic, after[0].base_offset, "--max-records", "5")
     assert above.returncode == 0
     assert [json.loads(line)["offset"] for line in above.stdout.splitlines()] == list(
         range(after[0].base_offset, after[0].base_offset + 5)
