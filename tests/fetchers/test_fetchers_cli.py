@@ -3,35 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fetchers import cli_run
 
 from storage_core.fetchers.assignment_file import assignment_to_json
 from storage_core.fetchers.model import Assignment
 from storage_core.fetchers.placement import round_robin_placement
 from storage_core.fetchers.planner import evaluate
 
-REPO = Path(__file__).resolve().parents[2]
 LINE = Assignment(
     brokers=tuple(range(25)), topics={"line-traffic": round_robin_placement(list(range(25)), 40, 3, 0, 0)}
 )
 
 
 def tierkeeper(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, "-m", "storage_core.cli", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        env=env,
-        timeout=120,
-    )
+    """Run Tierkeeper's command line with ``args``, for at most 120 s."""
+    return cli_run.tierkeeper(*args, timeout=120)
 
 
 @pytest.fixture

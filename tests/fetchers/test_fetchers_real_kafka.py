@@ -9,16 +9,14 @@ Topics stay empty so every partition added to a thread logs its truncation with 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from fetcher_logs import Partition, Segment, Thread, resizes, segments
+from fetchers import cli_run
 
 from harness.kafka import KafkaCluster
 from storage_core.adapters.kafka_fetchers import FetcherAdmin
@@ -26,7 +24,6 @@ from storage_core.fetchers.model import Assignment, partition_threads, thread_pa
 
 pytestmark = pytest.mark.kafka
 
-REPO = Path(__file__).resolve().parents[2]
 # name -> (partitions, replication factor). "polygenelubricants" hashes to Integer.MIN_VALUE, so its
 # partition 0 exercises Kafka's abs(MIN_VALUE) = 0 rule; "clicks.v2" has a dot, "a" is one letter.
 TOPICS = {"orders": (48, 3), "polygenelubricants": (10, 3), "clicks.v2": (30, 2), "a": (7, 3)}
@@ -54,16 +51,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 
 def tierkeeper(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, "-m", "storage_core.cli", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        env=env,
-        timeout=300,
-    )
+    """Run Tierkeeper's command line with ``args``, for at most 300 s."""
+    return cli_run.tierkeeper(*args, timeout=300)
 
 
 def _live_assignment(cluster: KafkaCluster) -> Assignment:

@@ -8,15 +8,13 @@ fetchers.fetcher_topology. The tests run in file order on one cluster.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fetchers import cli_run
 from fetchers.fetcher_topology import (
     BOUNDS,
     BROKER_CONFIG,
@@ -31,7 +29,6 @@ from harness.kafka import KafkaCluster
 from storage_core.adapters.kafka_fetchers import FetcherAdmin
 
 pytestmark = pytest.mark.kafka
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +45,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 
 def standalone(cluster_file: Path, manifests: Path, *flags: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "storage_core.cli", "standalone", "--cluster", str(cluster_file)]
-        + ["--manifests", str(manifests), "--once", "--json", *flags],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        env=env,
+    proc = cli_run.tierkeeper(
+        "standalone",
+        "--cluster",
+        str(cluster_file),
+        "--manifests",
+        str(manifests),
+        "--once",
+        "--json",
+        *flags,
         timeout=600,
     )
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
