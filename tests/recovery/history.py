@@ -112,26 +112,16 @@ def produce_history(bootstrap: str, topic: str) -> int:
             for j in range(TXN_SIZE):
                 i = block * TXN_SIZE + j
                 key, value, headers = _record(rng, i)
-                if j % 3 == 0:  # interleaved non-transactional records
-                    plain.produce(
-                        topic,
-                        key=key,
-                        value=value,
-                        headers=headers,
-                        partition=p,
-                        timestamp=base_ts + i * 5,
-                        on_delivery=_check(errors),
-                    )
-                else:
-                    txp.produce(
-                        topic,
-                        key=key,
-                        value=value,
-                        headers=headers,
-                        partition=p,
-                        timestamp=base_ts + i * 5,
-                        on_delivery=_check(errors),
-                    )
+                producer = plain if j % 3 == 0 else txp  # interleaved non-transactional records
+                producer.produce(
+                    topic,
+                    key=key,
+                    value=value,
+                    headers=headers,
+                    partition=p,
+                    timestamp=base_ts + i * 5,
+                    on_delivery=_check(errors),
+                )
                 produced += 1
         plain.poll(0)
         assert txp.flush(60) == 0  # all delivered before an abort (librdkafka #4849)
