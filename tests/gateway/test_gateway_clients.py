@@ -56,25 +56,18 @@ def _by_partition(records: list[Any]) -> dict[int, list[Any]]:
     return out
 
 
-# ---- 1. Kafka's Java console consumer ------------------------------------------------------------------
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
-def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tiered, protocol: str) -> None:
-    """Kafka's own consumer, in a classic group and in a KIP-848 group (its new consumer, with fetch
-    sessions and topic ids), from the beginning."""
-    out = _run_java(
+def _console_consume(tiered: Tiered, topic: str, max_messages: int, *args: str) -> str:
+    """Kafka's console consumer through the gateway from the beginning, printing partition, offset and key."""
+    return _run_java(
         tiered,
         "org.apache.kafka.tools.consumer.ConsoleConsumer",
         "--bootstrap-server",
         tiered.gateway.bootstrap,
         "--topic",
-        tiered.topic,
+        topic,
         "--from-beginning",
-        "--group",
-        f"console-{uuid.uuid4().hex[:8]}",
-        "--consumer-property",
-        f"group.protocol={protocol}",
         "--max-messages",
-        str(RECORDS),
+        str(max_messages),
         "--timeout-ms",
         "60000",  # no record for 60 s: the consumer gives up, prints what it has, and the test fails below
         "--property",
@@ -83,6 +76,23 @@ def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tie
         "print.offset=true",
         "--property",
         "print.key=true",
+        *args,
+    )
+
+
+# ---- 1. Kafka's Java console consumer ------------------------------------------------------------------
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_the_java_console_consumer_reads_every_offset_once_from_zero(tiered: Tiered, protocol: str) -> None:
+    """Kafka's own consumer, in a classic group and in a KIP-848 group (its new consumer, with fetch
+    sessions and topic ids), from the beginning."""
+    out = _console_consume(
+        tiered,
+        tiered.topic,
+        RECORDS,
+        "--group",
+        f"console-{uuid.uuid4().hex[:8]}",
+        "--consumer-property",
+        f"group.protocol={protocol}",
     )
     got: list[Record] = []
     for line in out.splitlines():
@@ -305,26 +315,12 @@ def test_transactions_read_committed_equal_a_direct_read_before_the_trim(tiered:
 
 def test_the_java_consumer_reads_committed_transactions_as_a_direct_read_did(tiered: Tiered) -> None:
     """Kafka's own consumer filters aborted transactions from the tier's batches (and checks their CRCs)."""
-    out = _run_java(
+    out = _console_consume(
         tiered,
-        "org.apache.kafka.tools.consumer.ConsoleConsumer",
-        "--bootstrap-server",
-        tiered.gateway.bootstrap,
-        "--topic",
         tiered.txn_topic,
-        "--from-beginning",
+        len(tiered.txn_committed),
         "--isolation-level",
         "read_committed",
-        "--max-messages",
-        str(len(tiered.txn_committed)),
-        "--timeout-ms",
-        "60000",
-        "--property",
-        "print.partition=true",
-        "--property",
-        "print.offset=true",
-        "--property",
-        "print.key=true",
         "--property",
         "print.value=false",
     )
