@@ -34,6 +34,11 @@ class Remote:
         return RemoteReader(self.store(), ReadOptions(isolation=isolation))
 
 
+def copy_args(log_dir: Path, remote: str, *flags: str) -> list[str]:
+    """The ``tierkeeper copy --assume-tierable`` arguments from ``log_dir`` into the tier at ``remote``."""
+    return ["copy", "--assume-tierable", "--log-dir", str(log_dir), "--remote", remote, *flags]
+
+
 def file_remote(path: Path) -> Remote:
     url = f"file://{path}"
     return Remote(url, {}, ["--remote", url], {})

@@ -11,6 +11,7 @@ import itertools
 import random
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,24 @@ from .conftest import Remote, expected_records, file_remote, run_cli, s3_remote
 from .dataset import Dataset
 
 
+def _copy(
+    remote: Remote, dataset: Dataset, broker: KafkaCluster, *flags: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``tierkeeper copy`` of every dataset topic from the broker's log dir into ``remote``."""
+    topics = [arg for t in dataset.partitions for arg in ("--topic", t)]
+    return run_cli(
+        "copy",
+        "--log-dir",
+        str(broker.log_dir(1)),
+        "--bootstrap-servers",
+        dataset.bootstrap,
+        *flags,
+        *topics,
+        *remote.flags,
+        env=remote.env,
+    )
+
+
 @pytest.fixture(scope="module", params=["file", "s3"])
 def tiered(
     request: pytest.FixtureRequest,
@@ -50,18 +69,7 @@ def tiered(
         options = moto.storage_options()
         s3fs.S3FileSystem(**options).mkdir("tiered-dataset")
         remote = s3_remote(moto, "s3://tiered-dataset/some/prefix", options)
-    topics = [arg for t in dataset.partitions for arg in ("--topic", t)]
-    proc = run_cli(
-        "copy",
-        "--log-dir",
-        str(kafka_broker.log_dir(1)),
-        "--bootstrap-servers",
-        dataset.bootstrap,
-        "--json",
-        *topics,
-        *remote.flags,
-        env=remote.env,
-    )
+    proc = _copy(remote, dataset, kafka_broker, "--json")
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -355,17 +363,7 @@ def test_rerun_is_idempotent(
 ) -> None:
     remote, _ = tiered
     before = {k: [m.segment_id for m in v] for k, v in _finished(remote, dataset).items()}
-    topics = [arg for t in dataset.partitions for arg in ("--topic", t)]
-    proc = run_cli(
-        "copy",
-        "--log-dir",
-        str(kafka_broker.log_dir(1)),
-        "--bootstrap-servers",
-        dataset.bootstrap,
-        *topics,
-        *remote.flags,
-        env=remote.env,
-    )
+    proc = _copy(remote, dataset, kafka_broker)
     assert proc.returncode == 0, proc.stderr
     after = {k: [m.segment_id for m in v] for k, v in _finished(remote, dataset).items()}
     assert after == before

@@ -31,7 +31,7 @@ from storage_core.tiering import partition_copy
 from storage_core.tiering.partition_copy import copy_partition
 from storage_core.tiering.plan import CopyTask
 
-from .conftest import run_cli
+from .conftest import copy_args, run_cli
 from .dataset import Dataset
 from .private_logdir import copy_partitions
 from .tier_checks import finished_segments_complete, read_offsets, rolled_segments
@@ -57,7 +57,7 @@ def test_corrupted_segment_is_refused_and_other_partitions_still_tier(
     victim.write_bytes(bytes(data))
 
     remote = tmp_path / "remote"
-    proc = run_cli("copy", "--assume-tierable", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    proc = run_cli(*copy_args(log_dir, f"file://{remote}"))
     assert proc.returncode != 0
     assert f"topic={topic}" in proc.stderr and "partition=0" in proc.stderr
     assert f"offset={hit[1].base_offset}" in proc.stderr, proc.stderr
@@ -85,15 +85,13 @@ def test_unreachable_bucket_fails_with_one_line(
     closed_port = free_ports(1)[0]
     started = time.monotonic()
     proc = run_cli(
-        "copy",
-        "--assume-tierable",
-        "--log-dir",
-        str(log_dir),
-        "--remote",
-        "s3://nowhere/prefix",
-        "--endpoint-url",
-        f"http://127.0.0.1:{closed_port}",
-        "--path-style",
+        *copy_args(
+            log_dir,
+            "s3://nowhere/prefix",
+            "--endpoint-url",
+            f"http://127.0.0.1:{closed_port}",
+            "--path-style",
+        ),
         env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_MAX_ATTEMPTS": "2"},
         timeout=240,
     )
@@ -112,14 +110,7 @@ def _copy_process(log_dir: Path, remote: Path, fault: str | None = None) -> subp
             sys.executable,
             "-m",
             "storage_core.cli",
-            "copy",
-            "--assume-tierable",
-            "--log-dir",
-            str(log_dir),
-            "--remote",
-            f"file://{remote}",
-            "--parallelism",
-            "2",
+            *copy_args(log_dir, f"file://{remote}", "--parallelism", "2"),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -187,7 +178,7 @@ def test_transactional_data_needs_the_last_stable_offset(
     plain = dataset.codec_topics[0]
     log_dir = copy_partitions(kafka_broker.log_dir(1), [dataset.txn_topic, plain], tmp_path / "logs")
     remote = tmp_path / "remote"
-    proc = run_cli("copy", "--assume-tierable", "--log-dir", str(log_dir), "--remote", f"file://{remote}")
+    proc = run_cli(*copy_args(log_dir, f"file://{remote}"))
     assert proc.returncode == 1
     assert f"{dataset.txn_topic}-0" in proc.stderr and "--bootstrap-servers" in proc.stderr
     finished = finished_segments_complete(_file_store(remote), log_dir)
@@ -548,16 +539,7 @@ def test_with_segments_in_flight_the_first_failure_in_offset_order_is_reported(
 
 
 def test_copy_refuses_fewer_than_one_segment_in_flight(tmp_path: Path) -> None:
-    proc = run_cli(
-        "copy",
-        "--assume-tierable",
-        "--log-dir",
-        str(tmp_path),
-        "--remote",
-        f"file://{tmp_path / 'remote'}",
-        "--segments-in-flight",
-        "0",
-    )
+    proc = run_cli(*copy_args(tmp_path, f"file://{tmp_path / 'remote'}", "--segments-in-flight", "0"))
     assert proc.returncode != 0 and "--segments-in-flight must be >= 1, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "remote").exists()
 

@@ -15,7 +15,7 @@ from storage_core.formats.segment_files import SegmentFileKind
 from storage_core.logdir import LogDir
 from storage_core.throttle import RateLimiter, limited
 
-from .conftest import run_cli
+from .conftest import copy_args, run_cli
 from .dataset import Dataset
 from .private_logdir import copy_partitions, eligible_log_bytes, rolled_log_bytes
 
@@ -88,30 +88,13 @@ def test_copy_is_held_to_its_rate_and_rejects_a_bad_one(
     assert log_bytes == rolled_log_bytes(log_dir, [topic]) > 0
     rate = log_bytes // 3
 
-    bad = run_cli(
-        "copy",
-        "--assume-tierable",
-        "--log-dir",
-        str(log_dir),
-        "--remote",
-        f"file://{tmp_path / 'bad'}",
-        "--max-bytes-per-second",
-        "0",
-    )
+    bad = run_cli(*copy_args(log_dir, f"file://{tmp_path / 'bad'}", "--max-bytes-per-second", "0"))
     assert bad.returncode != 0 and "--max-bytes-per-second must be > 0" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "bad").exists()
 
     started = time.monotonic()
     proc = run_cli(
-        "copy",
-        "--assume-tierable",
-        "--log-dir",
-        str(log_dir),
-        "--remote",
-        f"file://{tmp_path / 'remote'}",
-        "--max-bytes-per-second",
-        str(rate),
-        "--json",
+        *copy_args(log_dir, f"file://{tmp_path / 'remote'}", "--max-bytes-per-second", str(rate), "--json")
     )
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
@@ -137,21 +120,7 @@ def test_copy_flushes_to_disk_unless_told_not_to(
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     remote = tmp_path / "remote"
-    assert (
-        main(
-            [
-                "copy",
-                "--assume-tierable",
-                "--log-dir",
-                str(log_dir),
-                "--remote",
-                f"file://{remote}",
-                "--json",
-                *flag,
-            ]
-        )
-        == 0
-    )
+    assert main(copy_args(log_dir, f"file://{remote}", "--json", *flag)) == 0
     rolled = [
         s.path(p.path, SegmentFileKind.LOG)
         for p in LogDir(log_dir).partitions({topic})
