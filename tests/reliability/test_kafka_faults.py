@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +26,8 @@ from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.store import RemoteStore
 from storage_core.errors import KafkaAdminError
 from storage_core.remote.reader import RemoteReader
+
+from .paused_cli import start_paused
 
 pytestmark = pytest.mark.kafka
 
@@ -74,31 +74,6 @@ def _topic(cluster: KafkaCluster) -> str:
     assert producer.flush(60) == 0
     assert errors == [], errors[:3]
     return name
-
-
-def _start_paused(args: list[str], point: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "TIERKEEPER_FAULT": f"{point}:1:stop"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "storage_core.cli", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 240
-    while _state(proc.pid) != "T":
-        assert proc.poll() is None, f"exited before reaching {point}: {proc.communicate()}"
-        assert time.monotonic() < deadline, f"never reached {point} in 240 s"
-        time.sleep(0.05)
-    return proc
-
-
-def _state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return "gone"
-    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def _restart_a_leader(cluster: KafkaCluster, topic: str) -> tuple[int, int]:
@@ -174,6 +149,14 @@ def _copy_args(cluster: KafkaCluster, topic: str, remote: str) -> list[str]:
     ]
 
 
+def _trim_args(bootstrap: str, topic: str, remote: str) -> list[str]:
+    """The ``cleanup`` arguments that trim every local segment of ``topic`` already in the tier."""
+    return [
+        "cleanup", "--bootstrap-servers", bootstrap, "--topic", topic,
+        "--local-retention-bytes", "0", "--remote", remote,
+    ]  # fmt: skip
+
+
 def _files(root: Path) -> dict[str, bytes]:
     return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
 
@@ -185,7 +168,7 @@ def test_a_broker_restart_and_leader_change_during_copy_and_cleanup(
     remote = f"file://{tmp_path / 'remote'}"
     store = RemoteStore(remote)
 
-    copier = _start_paused(_copy_args(cluster, topic, remote), "copy.segment.started")
+    copier = start_paused(_copy_args(cluster, topic, remote), "copy.segment.started", 240)
     partition, old_leader = _restart_a_leader(cluster, topic)
     os.kill(copier.pid, signal.SIGCONT)
     out, err = copier.communicate(timeout=300)
@@ -200,20 +183,7 @@ def test_a_broker_restart_and_leader_change_during_copy_and_cleanup(
         assert [o for o, _ in records] == list(range(len(records))), f"partition {p}: gap-free from 0"
         assert records == _consume(cluster.bootstrap_servers, topic, p, records[-1][0]), f"partition {p}"
 
-    cleaner = _start_paused(
-        [
-            "cleanup",
-            "--bootstrap-servers",
-            cluster.bootstrap_servers,
-            "--topic",
-            topic,
-            "--local-retention-bytes",
-            "0",
-            "--remote",
-            remote,
-        ],
-        "cleanup.trim.recorded",
-    )
+    cleaner = start_paused(_trim_args(cluster.bootstrap_servers, topic, remote), "cleanup.trim.recorded", 240)
     _restart_a_leader(cluster, topic)
     os.kill(cleaner.pid, signal.SIGCONT)
     _, err = cleaner.communicate(timeout=300)
@@ -221,10 +191,7 @@ def test_a_broker_restart_and_leader_change_during_copy_and_cleanup(
         cleaner.returncode != 0
     ):  # a trim sent to a leader that moved may fail; it must fail clearly, then converge
         assert "Traceback" not in err and "tierkeeper cleanup: error:" in err, err
-        again = run_cli(
-            "cleanup", "--bootstrap-servers", cluster.bootstrap_servers, "--topic", topic,
-            "--local-retention-bytes", "0", "--remote", remote,
-        )  # fmt: skip
+        again = run_cli(*_trim_args(cluster.bootstrap_servers, topic, remote))
         assert again.returncode == 0, again.stderr
     starts = KafkaAdmin(cluster.bootstrap_servers).log_start_offsets([(topic, p) for p in range(PARTITIONS)])
     for p, records in tiered.items():
@@ -248,15 +215,7 @@ def test_cleanup_with_kafka_unreachable_fails_clearly_and_trims_nothing(
 
     nowhere = f"127.0.0.1:{free_ports(1)[0]}"
     proc = run_cli(
-        "cleanup",
-        "--bootstrap-servers",
-        nowhere,
-        "--topic",
-        topic,
-        "--local-retention-bytes",
-        "0",
-        "--remote",
-        remote,
+        *_trim_args(nowhere, topic, remote),
         # Only how long the adapter waits for Kafka before it gives up (30 s when not set).
         "--kafka-property",
         "socket.timeout.ms=5000",

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from reliability.paused_cli import start_paused
 from storage.dataset import Dataset
 
 from harness.kafka import KafkaCluster
@@ -194,30 +193,6 @@ def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def _start_paused(args: list[str], env: dict[str, str], point: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "storage_core.cli", *args],
-        env={**os.environ, **env, "TIERKEEPER_FAULT": f"{point}:1:stop"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 600
-    while _state(proc.pid) != "T":
-        assert proc.poll() is None, f"exited before reaching {point}: {proc.communicate()}"
-        assert time.monotonic() < deadline, f"never reached {point} in 600 s"
-        time.sleep(0.05)
-    return proc
-
-
-def _state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return "gone"
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
 def test_killed_runs_leave_the_last_snapshot_and_of_two_racing_runs_one_commits(
     tk_spark: Any, spark_dataset: Dataset, kafka_broker: KafkaCluster, file_tier: Tier, tmp_path: Path
 ) -> None:
@@ -252,7 +227,9 @@ def test_killed_runs_leave_the_last_snapshot_and_of_two_racing_runs_one_commits(
     # Two runs race: A has stored its files and is about to commit when B runs and commits. A's commit
     # is refused, nothing of it becomes visible, and it deletes the files it wrote.
     before_race = data_files()
-    racer = _start_paused(_cli_args(file_tier, topic, location), file_tier.env, "export.iceberg.committing")
+    racer = start_paused(
+        _cli_args(file_tier, topic, location), "export.iceberg.committing", 600, file_tier.env
+    )
     try:
         winner = _run(tk_spark, file_tier, topic, location)
         assert winner.records == sum(file_tier.remote_end(topic, p) + 1 for p in range(2)) - first.records
@@ -279,7 +256,12 @@ def test_a_configured_catalog_commits_the_table_and_refuses_a_stale_commit(
     the catalog checks the requirements)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from storage_core.jobs.export_iceberg import ExportConflict, _commit, run_export_iceberg
+    from storage_core.jobs.export_iceberg import (
+        ExportConflict,
+        IcebergExportSummary,
+        _commit,
+        run_export_iceberg,
+    )
     from storage_core.remote.reader import Isolation
     from storage_core.spark.iceberg_catalog import CatalogConfig, open_table
     from storage_core.spark.iceberg_table import summary_properties
@@ -290,14 +272,13 @@ def test_a_configured_catalog_commits_the_table_and_refuses_a_stale_commit(
     catalog = CatalogConfig("lake", {"type": "sql", "uri": uri})
     location = f"file://{tmp_path / 'table'}"
     source, target = StorageSpec(file_tier.url), StorageSpec(location)
-    summary = run_export_iceberg(
-        tk_spark,
-        source,
-        target,
-        ScanOptions(storage=source, topic=topic, isolation=Isolation.READ_COMMITTED),
-        table_name="kafka.txn",
-        catalog=catalog,
-    )
+    scan = ScanOptions(storage=source, topic=topic, isolation=Isolation.READ_COMMITTED)
+
+    def export() -> IcebergExportSummary:
+        """Export the topic read_committed into the ``kafka.txn`` table through the catalog."""
+        return run_export_iceberg(tk_spark, source, target, scan, table_name="kafka.txn", catalog=catalog)
+
+    summary = export()
     table = SqlCatalog("lake", uri=uri).load_table("kafka.txn")  # the catalog's own view, not ours
     assert table.metadata.current_snapshot_id == summary.snapshot_id
     assert _rows_of(table.scan().to_arrow()) == _want(spark_dataset, file_tier, topic, 1)
@@ -335,12 +316,5 @@ def test_a_configured_catalog_commits_the_table_and_refuses_a_stale_commit(
     assert remove_orphans(load_existing(target, "kafka.txn", catalog), target, 0, now + 1) >= 2
     table = SqlCatalog("lake", uri=uri).load_table("kafka.txn")
     assert _rows_of(table.scan().to_arrow()) == _want(spark_dataset, file_tier, topic, 1)
-    rerun = run_export_iceberg(
-        tk_spark,
-        source,
-        target,
-        ScanOptions(storage=source, topic=topic, isolation=Isolation.READ_COMMITTED),
-        table_name="kafka.txn",
-        catalog=catalog,
-    )
+    rerun = export()
     assert rerun.records == 0 and rerun.next_offsets == summary.next_offsets  # the position survived
