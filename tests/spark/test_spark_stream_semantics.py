@@ -68,6 +68,14 @@ def _produce(bootstrap: str, topic: str, first: int, count: int, partitions: int
     assert producer.flush(60) == 0
 
 
+def _offsets_to_memory(spark: Any, tier: Tier, topic: str, name: str, **start: str) -> StreamRun:
+    """Start a stream of the topic's partitions and offsets from ``start`` into the memory table ``name``."""
+    reader = spark.readStream.format("tierkeeper").option("remote", tier.url).option("topic", topic)
+    stream = reader.options(**start).option("manifestRefreshIntervalMs", "0").load()
+    writer = stream.select("partition", "offset").writeStream.format("memory").queryName(name)
+    return StreamRun(writer.start)  # a failed start planned nothing: a fresh start is the same
+
+
 def _file_tier(path: Path) -> Tier:
     path.mkdir(parents=True, exist_ok=True)
     url = f"file://{path}"
@@ -146,16 +154,7 @@ def test_stream_from_latest_reads_only_what_is_tiered_after_it_started(
     copy_to(tier, spark_dataset, kafka_broker, [topic])
     ends_before = {p: tier.remote_end(topic, p) for p in range(2)}
     name = f"latest_{uuid.uuid4().hex[:8]}"
-    stream = (
-        tk_spark.readStream.format("tierkeeper")
-        .option("remote", tier.url)
-        .option("topic", topic)
-        .option("startingOffsets", "latest")
-        .option("manifestRefreshIntervalMs", "0")
-        .load()
-    )
-    writer = stream.select("partition", "offset").writeStream.format("memory").queryName(name)
-    query = StreamRun(writer.start)  # a failed start planned nothing: a fresh start is the same
+    query = _offsets_to_memory(tk_spark, tier, topic, name, startingOffsets="latest")
     try:
         query.process_all_available()
         assert tk_spark.table(name).count() == 0, "startingOffsets=latest read history"
@@ -260,16 +259,9 @@ def test_by_timestamp_start_and_a_partition_added_later(
     tier = _file_tier(tmp_path / "tier")
     copy_to(tier, spark_dataset, kafka_broker, [topic])
     name = f"added_{uuid.uuid4().hex[:8]}"
-    stream = (
-        tk_spark.readStream.format("tierkeeper")
-        .option("remote", tier.url)
-        .option("topic", topic)
-        .option("startingOffsetsByTimestamp", json.dumps({topic: {"0": 0}}))
-        .option("manifestRefreshIntervalMs", "0")
-        .load()
+    query = _offsets_to_memory(
+        tk_spark, tier, topic, name, startingOffsetsByTimestamp=json.dumps({topic: {"0": 0}})
     )
-    writer = stream.select("partition", "offset").writeStream.format("memory").queryName(name)
-    query = StreamRun(writer.start)  # a failed start planned nothing: a fresh start is the same
     try:
         query.process_all_available()
         admin = AdminClient({"bootstrap.servers": spark_dataset.bootstrap})
