@@ -45,17 +45,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 
 def standalone(cluster_file: Path, manifests: Path, *flags: str) -> dict[str, Any]:
-    proc = cli_run.tierkeeper(
-        "standalone",
-        "--cluster",
-        str(cluster_file),
-        "--manifests",
-        str(manifests),
-        "--once",
-        "--json",
-        *flags,
-        timeout=600,
-    )
+    args = ["standalone", "--cluster", str(cluster_file), "--manifests", str(manifests), "--once", "--json"]
+    proc = cli_run.tierkeeper(*args, *flags, timeout=600)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     data: dict[str, Any] = json.loads(proc.stdout)
     return data["tieredBrokers"]
