@@ -105,6 +105,7 @@ def produce_history(bootstrap: str, topic: str) -> int:
         }
     )
     txp.init_transactions(60)
+    check = _check(errors)
     produced = 0
     for block in range(RECORDS_PER_PARTITION // TXN_SIZE):
         txp.begin_transaction()
@@ -113,14 +114,9 @@ def produce_history(bootstrap: str, topic: str) -> int:
                 i = block * TXN_SIZE + j
                 key, value, headers = _record(rng, i)
                 producer = plain if j % 3 == 0 else txp  # interleaved non-transactional records
+                ts = base_ts + i * 5
                 producer.produce(
-                    topic,
-                    key=key,
-                    value=value,
-                    headers=headers,
-                    partition=p,
-                    timestamp=base_ts + i * 5,
-                    on_delivery=_check(errors),
+                    topic, key=key, value=value, headers=headers, partition=p, timestamp=ts, on_delivery=check
                 )
                 produced += 1
         plain.poll(0)
