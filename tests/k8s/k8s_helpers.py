@@ -35,6 +35,38 @@ def pod_manifest(name: str, containers: list[dict[str, Any]], **spec: Any) -> di
     }
 
 
+def service_account_with_role(
+    plane: ControlPlane, namespace: str, account: str, role: str, rules: list[dict[str, Any]]
+) -> None:
+    """A ServiceAccount ``account`` bound to a new Role ``role`` granting ``rules`` in ``namespace``."""
+    create(
+        plane,
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
+    )
+    create(
+        plane,
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": role},
+            "rules": rules,
+        },
+    )
+    create(
+        plane,
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    )
+
+
 def get_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         pod: dict[str, Any] = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")

@@ -27,7 +27,7 @@ from test_k8s_helm import (
     requests_of,
     running_pod,
 )
-from test_k8s_operator_real import resource, tier_storage
+from test_k8s_operator_real import moto_remote, resource, tier_storage, tiered_broker_spec
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
@@ -68,11 +68,7 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
     cluster = {
         "name": "local",
         "bootstrapServers": kafka.bootstrap_servers,
-        "remote": {
-            "url": f"s3://{bucket}/tier",
-            "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
-            "storageOptionsSecretRef": {"name": "s3"},
-        },
+        "remote": moto_remote(bucket, options),
         "jobs": {"backoffLimit": 0},
     }
     probes, readiness, metrics = free_ports(3)
@@ -87,16 +83,7 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
     }
     values.write_text(yaml.safe_dump(settings))
     (broker,) = kafka.node_ids
-    broker_spec = {
-        "clusterRef": {"name": "local"},
-        "brokerId": broker,
-        "logDir": {
-            "claimName": f"data-{broker}",
-            "mountPath": "/var/lib/kafka/data",
-            "path": "/var/lib/kafka/data",
-        },
-        "placement": {"nodeName": plane.kubelet.node_names[0]},
-    }
+    broker_spec = tiered_broker_spec("local", broker, plane.kubelet.node_names[0])
     topic_spec = {
         "clusterRef": {"name": "local"},
         "topic": "orders",

@@ -100,6 +100,29 @@ def tier_storage(
     return bucket, options
 
 
+def moto_remote(bucket: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A TieredCluster's ``remote`` in ``bucket`` on moto, with the ``s3`` Secret of tier_storage."""
+    return {
+        "url": f"s3://{bucket}/tier",
+        "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
+        "storageOptionsSecretRef": {"name": "s3"},
+    }
+
+
+def tiered_broker_spec(cluster: str, broker: int, node: str) -> dict[str, Any]:
+    """A TieredBroker spec whose log dir is the claim log_dir_claims made for ``broker``, on ``node``."""
+    return {
+        "clusterRef": {"name": cluster},
+        "brokerId": broker,
+        "logDir": {
+            "claimName": f"data-{broker}",
+            "mountPath": "/var/lib/kafka/data",
+            "path": "/var/lib/kafka/data",
+        },
+        "placement": {"nodeName": node},
+    }
+
+
 def log_dir_claims(plane: ControlPlane, namespace: str, kafka: KafkaCluster) -> None:
     for node in kafka.node_ids:
         pv = f"{namespace}-data-{node}"
@@ -155,25 +178,12 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     # without a restart, and a bucket-check Job runs with the copy Jobs' storage Secret.
     cluster_spec = {
         "bootstrapServers": kafka.bootstrap_servers,
-        "remote": {
-            "url": f"s3://{bucket}/tier",
-            "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
-            "storageOptionsSecretRef": {"name": "s3"},
-        },
+        "remote": moto_remote(bucket, options),
         "jobs": {"image": "tierkeeper", "ttlSecondsAfterFinished": 600, "backoffLimit": 0},
     }
     node = plane.kubelet.node_names[0]
     for broker in kafka.node_ids:
-        spec = {
-            "clusterRef": {"name": "local"},
-            "brokerId": broker,
-            "logDir": {
-                "claimName": f"data-{broker}",
-                "mountPath": "/var/lib/kafka/data",
-                "path": "/var/lib/kafka/data",
-            },
-            "placement": {"nodeName": node},
-        }
+        spec = tiered_broker_spec("local", broker, node)
         plane.request(
             "POST",
             f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredbrokers",
