@@ -50,19 +50,15 @@ def manual_volume(
     name: str, path: Path, claim_namespace: str, claim_name: str, **spec: Any
 ) -> dict[str, Any]:
     """A 1Gi host-path PersistentVolume of storage class manual, reserved for one claim."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "manual",
-            "hostPath": {"path": str(path)},
-            "claimRef": {"namespace": claim_namespace, "name": claim_name},
-            **spec,
-        },
+    volume = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "manual",
+        "hostPath": {"path": str(path)},
+        "claimRef": {"namespace": claim_namespace, "name": claim_name},
+        **spec,
     }
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": volume}
 
 
 # What a claim asks for, so that it binds to a manual_volume.
