@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from harness.control_plane import ControlPlane
-from harness.k8s import wait_until
+from harness.k8s import load_crds, wait_until
 from harness.kafka import KafkaCluster
 from harness.kube_rest import ApiError
 
@@ -65,6 +65,16 @@ def service_account_with_role(
             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
         },
     )
+
+
+def restore_crds_and_drop(plane: ControlPlane, namespace: str) -> None:
+    """The repository's CRDs again, and ``namespace`` deleted unless it is gone already."""
+    # A test that installed or uninstalled the chart's CRDs must not leave them to the tests that follow.
+    plane.apply_crds(load_crds())
+    try:
+        plane.request("DELETE", f"/api/v1/namespaces/{namespace}")
+    except ApiError:
+        pass
 
 
 def get_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
