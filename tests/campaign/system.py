@@ -399,11 +399,8 @@ class CampaignSystem:
     def rebuild_broker(self, node_id: int) -> dict[str, Any]:
         """What the rebuild init container does before a broker pod starts: ``tierkeeper rebuild
         --if-empty`` into its (wiped) log dir, through the same S3 endpoint as the reconciler."""
-        proc = subprocess.run(
+        stdout = self._tierkeeper(
             [
-                sys.executable,
-                "-m",
-                "storage_core.cli",
                 "rebuild",
                 "--if-empty",
                 "--log-dir",
@@ -417,15 +414,9 @@ class CampaignSystem:
                 "--json",
                 *self._remote_args(self.proxy.endpoint_url),
             ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env=self._env(),
-            timeout=RECONCILE_TIMEOUT,
+            f"tierkeeper rebuild of broker {node_id}",
         )
-        if proc.returncode != 0:
-            raise AssertionError(f"tierkeeper rebuild of broker {node_id} failed: {proc.stderr[-2000:]}")
-        summary: dict[str, Any] = json.loads(proc.stdout)
+        summary: dict[str, Any] = json.loads(stdout)
         return summary
 
     def wait_in_isr(self, node_id: int, topics: list[str], timeout: float = 240.0) -> str | None:
@@ -465,35 +456,24 @@ class CampaignSystem:
 
     def tier_listing(self, topic: str | None = None) -> list[dict[str, Any]]:
         """``tierkeeper ls --json``: every remote segment (of ``topic``) with its state."""
-        proc = subprocess.run(
+        stdout = self._tierkeeper(
             [
-                sys.executable,
-                "-m",
-                "storage_core.cli",
                 "ls",
                 *(["--topic", topic] if topic else []),
                 "--json",
                 *self._remote_args(self.moto.endpoint_url),
             ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env=self._env(),
+            "tierkeeper ls",
             timeout=600,
         )
-        if proc.returncode != 0:
-            raise AssertionError(f"tierkeeper ls failed: {proc.stderr[-2000:]}")
-        rows: list[dict[str, Any]] = json.loads(proc.stdout)["segments"]
+        rows: list[dict[str, Any]] = json.loads(stdout)["segments"]
         return rows
 
     def sweep(self, topic: str) -> None:
         """The orphan sweep with no grace (``tierkeeper cleanup --orphan-grace-ms 0``): safe here because
         no copy runs between reconcile rounds, so every unfinished attempt is a dead one."""
-        proc = subprocess.run(
+        self._tierkeeper(
             [
-                sys.executable,
-                "-m",
-                "storage_core.cli",
                 "cleanup",
                 "--topic",
                 topic,
@@ -502,23 +482,14 @@ class CampaignSystem:
                 "--json",
                 *self._remote_args(self.proxy.endpoint_url),
             ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env=self._env(),
-            timeout=RECONCILE_TIMEOUT,
+            f"the orphan sweep of {topic}",
         )
-        if proc.returncode != 0:
-            raise AssertionError(f"the orphan sweep of {topic} failed: {proc.stderr[-2000:]}")
 
     def cleanup_retention(self, topic: str) -> None:
         """One remote-retention pass over ``topic`` as the reconciler's cleanup runs it (its TieredTopic's
         windows), without Kafka: so the pass deletes by retention only, never below a log start."""
-        proc = subprocess.run(
+        self._tierkeeper(
             [
-                sys.executable,
-                "-m",
-                "storage_core.cli",
                 "cleanup",
                 "--topic",
                 topic,
@@ -529,14 +500,8 @@ class CampaignSystem:
                 "--json",
                 *self._remote_args(self.proxy.endpoint_url),
             ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env=self._env(),
-            timeout=RECONCILE_TIMEOUT,
+            f"the retention pass over {topic}",
         )
-        if proc.returncode != 0:
-            raise AssertionError(f"the retention pass over {topic} failed: {proc.stderr[-2000:]}")
 
     def served_segments(self, topic: str) -> dict[int, list[tuple[int, int, int]]]:
         """Partition -> (first offset, last offset, .log object bytes as the bucket lists them) of each
@@ -598,6 +563,20 @@ class CampaignSystem:
 
     def _remote_args(self, endpoint: str) -> list[str]:
         return ["--remote", self.remote, "--endpoint-url", endpoint, "--path-style"]
+
+    def _tierkeeper(self, args: list[str], what: str, timeout: float = RECONCILE_TIMEOUT) -> str:
+        """The stdout of ``tierkeeper <args>``; an AssertionError naming ``what`` when it fails."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "storage_core.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            env=self._env(),
+            timeout=timeout,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"{what} failed: {proc.stderr[-2000:]}")
+        return proc.stdout
 
     # ---- reading -------------------------------------------------------------------------------
     def log_start_offsets(self, topic: str) -> dict[int, int]:
@@ -696,11 +675,8 @@ class CampaignSystem:
         """What ``tierkeeper read`` returns from the tier (read_committed, its default) from offset
         ``from_offset`` (where the tier begins, for a topic whose retention deletes); ``topic_id`` names
         the incarnation once the topic was deleted and recreated."""
-        proc = subprocess.run(
+        stdout = self._tierkeeper(
             [
-                sys.executable,
-                "-m",
-                "storage_core.cli",
                 "read",
                 "--topic",
                 topic,
@@ -711,16 +687,11 @@ class CampaignSystem:
                 *(["--topic-id", topic_id] if topic_id else []),
                 *self._remote_args(self.moto.endpoint_url),
             ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env=self._env(),
+            f"tierkeeper read {topic}-{partition}",
             timeout=600,
         )
-        if proc.returncode != 0:
-            raise AssertionError(f"tierkeeper read {topic}-{partition} failed: {proc.stderr[-2000:]}")
         records = []
-        for line in proc.stdout.splitlines():
+        for line in stdout.splitlines():
             row = json.loads(line)
             records.append(Record(topic, partition, int(row["offset"]), _value(row)))
         return records

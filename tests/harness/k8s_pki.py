@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from harness.tls import ca_key_usage
+
 SERVING_NAMES = (
     "localhost",
     "kubernetes",
@@ -67,20 +69,7 @@ def make_pki(directory: Path) -> Pki:
     ca_cert = (
         _builder("tierkeeper-harness-ca", "tierkeeper-harness-ca", ca_key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(ca_key_usage(), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     serving_key = _key()

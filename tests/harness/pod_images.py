@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.kafka_dist import HarnessError
@@ -79,14 +79,8 @@ def default_images() -> dict[str, ImageCommand]:
         "tierkeeper/operator": tierkeeper,
         "tierkeeper/pipeline": tierkeeper,
         # The operator's own entry point, for pods that do not go through the console script.
-        "tierkeeper-operator": ImageCommand(
-            entrypoint=(sys.executable, "-m", "tierkeeper_operator"),
-            env=tierkeeper_env,
-            working_dir="/tmp",
-            user=10001,
-            group=10001,
-            needs=needs,
-            accounts={10001: "tierkeeper"},
+        "tierkeeper-operator": replace(
+            tierkeeper, entrypoint=(sys.executable, "-m", "tierkeeper_operator"), cmd=()
         ),
         # A Python image with the project installed, for test pods that script something (python:3.11 runs
         # as root with CMD ["python3"]).

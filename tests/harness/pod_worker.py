@@ -328,18 +328,7 @@ class PodWorker(threading.Thread):
         start_failure = start_error.read_text(errors="replace") if start_error.exists() else ""
         if start_failure:
             reason, message = "StartError", start_failure
-        elif (
-            not message
-            and code != 0
-            and record.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
-        ):
-            message = "\n".join(log.read_text(errors="replace").splitlines()[-80:])[-2048:]
-        terminated = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now()}
-        if message:
-            terminated["message"] = message
-        record.state = {"terminated": terminated}
-        self._report()
-        return code
+        return self._terminated(record, code, reason, message, started, log)
 
     def _run_container(
         self,
@@ -397,8 +386,16 @@ class PodWorker(threading.Thread):
         reason = "Completed" if code == 0 else "Error"
         if code == START_FAILURE:  # the runtime's own failure: its words are the last lines of the log
             reason, message = "StartError", "\n".join(log.read_text(errors="replace").splitlines()[-5:])
-        elif (
-            not message
+        return self._terminated(record, code, reason, message, started, log)
+
+    def _terminated(
+        self, record: ContainerRecord, code: int, reason: str, message: str, started: str, log: Path
+    ) -> int:
+        """Report the finished run's terminated state and return its exit code."""
+        # A start failure keeps the runtime's words: the container's log is not its message.
+        if (
+            reason != "StartError"
+            and not message
             and code != 0
             and record.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
         ):

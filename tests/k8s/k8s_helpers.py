@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from harness.control_plane import ControlPlane
-from harness.k8s import wait_until
+from harness.k8s import load_crds, wait_until
 from harness.kafka import KafkaCluster
 from harness.kube_rest import ApiError
 
@@ -33,6 +33,48 @@ def pod_manifest(name: str, containers: list[dict[str, Any]], **spec: Any) -> di
         "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "containers": containers, **spec},
     }
+
+
+def service_account_with_role(
+    plane: ControlPlane, namespace: str, account: str, role: str, rules: list[dict[str, Any]]
+) -> None:
+    """A ServiceAccount ``account`` bound to a new Role ``role`` granting ``rules`` in ``namespace``."""
+    create(
+        plane,
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
+    )
+    create(
+        plane,
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": role},
+            "rules": rules,
+        },
+    )
+    create(
+        plane,
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    )
+
+
+def restore_crds_and_drop(plane: ControlPlane, namespace: str) -> None:
+    """The repository's CRDs again, and ``namespace`` deleted unless it is gone already."""
+    # A test that installed or uninstalled the chart's CRDs must not leave them to the tests that follow.
+    plane.apply_crds(load_crds())
+    try:
+        plane.request("DELETE", f"/api/v1/namespaces/{namespace}")
+    except ApiError:
+        pass
 
 
 def get_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:

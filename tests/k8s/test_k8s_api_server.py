@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from k8s_helpers import DEADLINE, create, unique
+from k8s_helpers import DEADLINE, create, service_account_with_role, unique
 
 from harness.control_plane import ControlPlane
 from harness.k8s import wait_until
@@ -193,31 +193,8 @@ def test_a_service_account_is_refused_what_its_role_does_not_grant(
     k8s_control_plane: ControlPlane, k8s_namespace: str
 ) -> None:
     plane, ns = k8s_control_plane, k8s_namespace
-    create(
-        plane,
-        f"/api/v1/namespaces/{ns}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lister"}},
-    )
-    create(
-        plane,
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "pods"},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
-        },
-    )
-    create(
-        plane,
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "lister"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
-            "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": ns}],
-        },
+    service_account_with_role(
+        plane, ns, "lister", "pods", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     )
     token = plane.token_for(ns, "lister")
     assert plane.request("GET", f"/api/v1/namespaces/{ns}/pods", token=token)["items"] == []

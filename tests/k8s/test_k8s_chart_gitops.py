@@ -17,11 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_helpers import create, unique
+from k8s_helpers import create, restore_crds_and_drop, unique
 
 from harness.control_plane import ControlPlane
-from harness.k8s import load_crds
-from harness.kube_rest import ApiError
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool
 from tierkeeper_operator import GROUP, VERSION
@@ -203,8 +201,4 @@ def test_prune_and_uninstall_never_delete_a_tieredtopic(
         kept = plane.request("GET", f"{path}/kept")
         assert "deletionTimestamp" not in kept["metadata"], kept["metadata"]
     finally:
-        plane.apply_crds(load_crds())  # the repository's CRDs again, for the tests that follow
-        try:
-            plane.request("DELETE", f"/api/v1/namespaces/{ns}")
-        except ApiError:
-            pass
+        restore_crds_and_drop(plane, ns)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from k8s_helpers import DEADLINE, create, unique, wait_for
+from k8s_helpers import DEADLINE, create, restore_crds_and_drop, unique, wait_for
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds, wait_until
@@ -245,11 +245,7 @@ def test_helm_install_upgrade_uninstall_runs_the_operator_under_the_chart_rbac(
         assert "Test-Column" in printer_columns(plane)
         assert topic_status(plane, k8s_namespace, "orders")["conditions"]
     finally:
-        plane.apply_crds(load_crds())  # the repository's CRDs again, for the tests that follow
-        try:
-            plane.request("DELETE", f"/api/v1/namespaces/{ns}")
-        except ApiError:
-            pass
+        restore_crds_and_drop(plane, ns)
 
 
 def test_watching_namespaces_runs_on_roles_alone(

@@ -16,8 +16,7 @@ from typing import Any
 
 import s3fs
 import yaml
-from confluent_kafka.admin import AdminClient, NewTopic
-from k8s_helpers import produce, unique
+from k8s_helpers import unique
 from test_k8s_helm import (
     CHART,
     RESTRICTED,
@@ -27,7 +26,7 @@ from test_k8s_helm import (
     requests_of,
     running_pod,
 )
-from test_k8s_operator_real import resource, tier_storage
+from test_k8s_operator_real import moto_remote, orders_topic, resource, tier_storage, tiered_broker_spec
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
@@ -59,20 +58,12 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
     plane.create_namespace(system, labels=RESTRICTED)
     plane.create_namespace(ns, labels=RESTRICTED)
     kafka = kafka_cluster_factory(1)
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    config = {"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"}
-    admin.create_topics([NewTopic("orders", 2, 1, config=config)])["orders"].result(60)
-    kafka.wait_topic("orders", 2)
-    produce(kafka, "orders", 2000)
+    orders_topic(kafka, 2, 1, 2000)
     bucket, options = tier_storage(plane, ns, kafka, moto_server)
     cluster = {
         "name": "local",
         "bootstrapServers": kafka.bootstrap_servers,
-        "remote": {
-            "url": f"s3://{bucket}/tier",
-            "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
-            "storageOptionsSecretRef": {"name": "s3"},
-        },
+        "remote": moto_remote(bucket, options),
         "jobs": {"backoffLimit": 0},
     }
     probes, readiness, metrics = free_ports(3)
@@ -87,16 +78,7 @@ def test_chart_operator_tiers_a_topic_through_jobs_in_a_restricted_namespace(
     }
     values.write_text(yaml.safe_dump(settings))
     (broker,) = kafka.node_ids
-    broker_spec = {
-        "clusterRef": {"name": "local"},
-        "brokerId": broker,
-        "logDir": {
-            "claimName": f"data-{broker}",
-            "mountPath": "/var/lib/kafka/data",
-            "path": "/var/lib/kafka/data",
-        },
-        "placement": {"nodeName": plane.kubelet.node_names[0]},
-    }
+    broker_spec = tiered_broker_spec("local", broker, plane.kubelet.node_names[0])
     topic_spec = {
         "clusterRef": {"name": "local"},
         "topic": "orders",

@@ -9,7 +9,16 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from k8s_helpers import create, finished_pod, get_pod, pod_manifest, terminated, unique, wait_for
+from k8s_helpers import (
+    create,
+    finished_pod,
+    get_pod,
+    pod_manifest,
+    service_account_with_role,
+    terminated,
+    unique,
+    wait_for,
+)
 
 from harness.control_plane import ControlPlane
 from harness.kube_rest import ApiError
@@ -35,6 +44,29 @@ def job_condition(plane: ControlPlane, namespace: str, name: str) -> str | None:
 def job_pods(plane: ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
     pods = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name%3D{job}")
     return list(pods["items"])
+
+
+def manual_volume(
+    name: str, path: Path, claim_namespace: str, claim_name: str, **spec: Any
+) -> dict[str, Any]:
+    """A 1Gi host-path PersistentVolume of storage class manual, reserved for one claim."""
+    volume = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "manual",
+        "hostPath": {"path": str(path)},
+        "claimRef": {"namespace": claim_namespace, "name": claim_name},
+        **spec,
+    }
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": volume}
+
+
+# What a claim asks for, so that it binds to a manual_volume.
+MANUAL_CLAIM_SPEC: dict[str, Any] = {
+    "accessModes": ["ReadWriteOnce"],
+    "storageClassName": "manual",
+    "resources": {"requests": {"storage": "1Gi"}},
+}
 
 
 def tierkeeper_job(name: str, args: list[str], tier: Path) -> dict[str, Any]:
@@ -238,19 +270,7 @@ def test_a_persistent_volume_claim_is_a_static_host_path_volume(
     create(
         plane,
         "/api/v1/persistentvolumes",
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "manual",
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(disk)},
-                "claimRef": {"namespace": ns, "name": "data"},
-            },
-        },
+        manual_volume(pv_name, disk, ns, "data", persistentVolumeReclaimPolicy="Retain"),
     )
     create(
         plane,
@@ -259,11 +279,7 @@ def test_a_persistent_volume_claim_is_a_static_host_path_volume(
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
             "metadata": {"name": "data"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "manual",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
+            "spec": MANUAL_CLAIM_SPEC,
         },
     )
     container = python_container(
@@ -374,31 +390,12 @@ def test_pods_get_a_service_account_token_that_works_in_cluster_and_rbac_limits_
     k8s_control_plane: ControlPlane, k8s_namespace: str
 ) -> None:
     plane, ns = k8s_control_plane, k8s_namespace
-    create(
+    service_account_with_role(
         plane,
-        f"/api/v1/namespaces/{ns}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}},
-    )
-    create(
-        plane,
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "configmap-reader"},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}],
-        },
-    )
-    create(
-        plane,
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "reader"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmap-reader"},
-            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}],
-        },
+        ns,
+        "reader",
+        "configmap-reader",
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}],
     )
     # The official client's in-cluster config: token, ca.crt and namespace from the projected volume,
     # the address from KUBERNETES_SERVICE_HOST/PORT.
@@ -526,23 +523,8 @@ def test_a_stateful_set_pod_gets_its_claim_bound_to_a_static_volume(
     disk = tmp_path / "broker-0"
     disk.mkdir()
     pv_name = unique("pv")
-    create(
-        plane,
-        "/api/v1/persistentvolumes",
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "manual",
-                "hostPath": {"path": str(disk)},
-                # Reserved for the claim the StatefulSet controller will create for its pod 0.
-                "claimRef": {"namespace": ns, "name": "data-broker-0"},
-            },
-        },
-    )
+    # Reserved for the claim the StatefulSet controller will create for its pod 0.
+    create(plane, "/api/v1/persistentvolumes", manual_volume(pv_name, disk, ns, "data-broker-0"))
     script = "import socket; open('/var/lib/data/owner', 'w').write(socket.gethostname())"
     create(
         plane,
@@ -567,16 +549,7 @@ def test_a_stateful_set_pod_gets_its_claim_bound_to_a_static_volume(
                         ]
                     },
                 },
-                "volumeClaimTemplates": [
-                    {
-                        "metadata": {"name": "data"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": "manual",
-                            "resources": {"requests": {"storage": "1Gi"}},
-                        },
-                    }
-                ],
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": MANUAL_CLAIM_SPEC}],
             },
         },
     )

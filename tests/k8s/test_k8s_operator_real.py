@@ -100,6 +100,38 @@ def tier_storage(
     return bucket, options
 
 
+def orders_topic(kafka: KafkaCluster, partitions: int, replicas: int, records: int) -> None:
+    """Topic ``orders`` kept forever in 64 KiB segments, with ``records`` records produced to it."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    config = {"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"}
+    admin.create_topics([NewTopic("orders", partitions, replicas, config=config)])["orders"].result(60)
+    kafka.wait_topic("orders", partitions)
+    produce(kafka, "orders", records)
+
+
+def moto_remote(bucket: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A TieredCluster's ``remote`` in ``bucket`` on moto, with the ``s3`` Secret of tier_storage."""
+    return {
+        "url": f"s3://{bucket}/tier",
+        "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
+        "storageOptionsSecretRef": {"name": "s3"},
+    }
+
+
+def tiered_broker_spec(cluster: str, broker: int, node: str) -> dict[str, Any]:
+    """A TieredBroker spec whose log dir is the claim log_dir_claims made for ``broker``, on ``node``."""
+    return {
+        "clusterRef": {"name": cluster},
+        "brokerId": broker,
+        "logDir": {
+            "claimName": f"data-{broker}",
+            "mountPath": "/var/lib/kafka/data",
+            "path": "/var/lib/kafka/data",
+        },
+        "placement": {"nodeName": node},
+    }
+
+
 def log_dir_claims(plane: ControlPlane, namespace: str, kafka: KafkaCluster) -> None:
     for node in kafka.node_ids:
         pv = f"{namespace}-data-{node}"
@@ -145,35 +177,18 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     plane, ns = k8s_control_plane, k8s_namespace
     plane.apply_crds(load_crds())
     kafka = kafka_cluster_factory(3)
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    config = {"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"}
-    admin.create_topics([NewTopic("orders", 3, 3, config=config)])["orders"].result(60)
-    kafka.wait_topic("orders", 3)
-    produce(kafka, "orders", 3000)
+    orders_topic(kafka, 3, 3, 3000)
     bucket, options = tier_storage(plane, ns, kafka, moto_server)
     # The cluster is a TieredCluster created after the operator's first round (below): it takes effect
     # without a restart, and a bucket-check Job runs with the copy Jobs' storage Secret.
     cluster_spec = {
         "bootstrapServers": kafka.bootstrap_servers,
-        "remote": {
-            "url": f"s3://{bucket}/tier",
-            "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
-            "storageOptionsSecretRef": {"name": "s3"},
-        },
+        "remote": moto_remote(bucket, options),
         "jobs": {"image": "tierkeeper", "ttlSecondsAfterFinished": 600, "backoffLimit": 0},
     }
     node = plane.kubelet.node_names[0]
     for broker in kafka.node_ids:
-        spec = {
-            "clusterRef": {"name": "local"},
-            "brokerId": broker,
-            "logDir": {
-                "claimName": f"data-{broker}",
-                "mountPath": "/var/lib/kafka/data",
-                "path": "/var/lib/kafka/data",
-            },
-            "placement": {"nodeName": node},
-        }
+        spec = tiered_broker_spec("local", broker, node)
         plane.request(
             "POST",
             f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredbrokers",

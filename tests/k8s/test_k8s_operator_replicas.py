@@ -35,7 +35,7 @@ import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from k8s_helpers import produce, wait_for
 from prometheus_client.parser import text_string_to_metric_families
-from test_k8s_operator_real import resource, tier_storage
+from test_k8s_operator_real import moto_remote, resource, tier_storage, tiered_broker_spec
 
 from harness.control_plane import ControlPlane
 from harness.kafka import KafkaCluster
@@ -181,11 +181,7 @@ def test_two_replicas_one_active_takeover_after_kill_mid_job_and_metrics(
     cluster = {
         "name": "local",
         "bootstrapServers": kafka.bootstrap_servers,
-        "remote": {
-            "url": f"s3://{bucket}/tier",
-            "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
-            "storageOptionsSecretRef": {"name": "s3"},
-        },
+        "remote": moto_remote(bucket, options),
         "jobs": {"image": "tierkeeper", "ttlSecondsAfterFinished": 600, "backoffLimit": 0},
     }
     cluster_file = tmp_path / "local.yaml"
@@ -197,16 +193,7 @@ def test_two_replicas_one_active_takeover_after_kill_mid_job_and_metrics(
         resource(
             "TieredBroker",
             f"broker-{broker}",
-            {
-                "clusterRef": {"name": "local"},
-                "brokerId": broker,
-                "logDir": {
-                    "claimName": f"data-{broker}",
-                    "mountPath": "/var/lib/kafka/data",
-                    "path": "/var/lib/kafka/data",
-                },
-                "placement": {"nodeName": plane.kubelet.node_names[0]},
-            },
+            tiered_broker_spec("local", broker, plane.kubelet.node_names[0]),
         ),
     )
     for name, kafka_topic in (("orders", topic), ("compacted", compacted)):

@@ -18,7 +18,15 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from k8s_helpers import produce
 from reliability.secret_scan import leaks, secret_volume
-from test_k8s_operator_real import DEADLINE, chart_rbac, kstatus, resource, tier_storage
+from test_k8s_operator_real import (
+    DEADLINE,
+    chart_rbac,
+    kstatus,
+    moto_remote,
+    resource,
+    tier_storage,
+    tiered_broker_spec,
+)
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
@@ -75,25 +83,12 @@ def test_operator_tiers_a_topic_on_a_sasl_broker_with_credentials_from_files(
                 "bootstrapServers": kafka.bootstrap_servers,
                 "clientConfig": MECHANISM,
                 "clientConfigSecretRef": {"name": "kafka-client"},
-                "remote": {
-                    "url": f"s3://{bucket}/tier",
-                    "storageOptions": {k: options[k] for k in ("client_kwargs", "config_kwargs")},
-                    "storageOptionsSecretRef": {"name": "s3"},
-                },
+                "remote": moto_remote(bucket, options),
                 "jobs": {"image": "tierkeeper", "ttlSecondsAfterFinished": 600, "backoffLimit": 0},
             }
         )
         node = plane.kubelet.node_names[0]
-        broker_spec = {
-            "clusterRef": {"name": "secure"},
-            "brokerId": 1,
-            "logDir": {
-                "claimName": "data-1",
-                "mountPath": "/var/lib/kafka/data",
-                "path": "/var/lib/kafka/data",
-            },
-            "placement": {"nodeName": node},
-        }
+        broker_spec = tiered_broker_spec("secure", 1, node)
         base = f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}"
         plane.request("POST", f"{base}/tieredbrokers", resource("TieredBroker", "broker-1", broker_spec))
         topic_spec = {

@@ -40,8 +40,9 @@ def cli_args(*args: str) -> list[str]:
     return [sys.executable, "-m", "storage_core.cli", *args]
 
 
-def rebuild_json(cluster: KafkaCluster, remote: str, *extra: str) -> dict[str, Any]:
-    proc = run_cli(
+def rebuild_args(cluster: KafkaCluster, remote: str, *extra: str) -> tuple[str, ...]:
+    """The ``tierkeeper rebuild --json`` arguments that rebuild broker REBUILT's log dir from ``remote``."""
+    return (
         "rebuild",
         "--log-dir",
         str(cluster.log_dir(REBUILT)),
@@ -54,6 +55,10 @@ def rebuild_json(cluster: KafkaCluster, remote: str, *extra: str) -> dict[str, A
         "--json",
         *extra,
     )
+
+
+def rebuild_json(cluster: KafkaCluster, remote: str, *extra: str) -> dict[str, Any]:
+    proc = run_cli(*rebuild_args(cluster, remote, *extra))
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Any] = json.loads(proc.stdout)
     return out

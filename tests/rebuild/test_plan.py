@@ -32,7 +32,10 @@ def observation(
     policy: RetentionPolicy | None = None,
     partition: int = 0,
     leader: int | None = 1,
+    remote_topic_ids: tuple[str, ...] = (TOPIC_ID,),
+    manifest_topic_id: str = TOPIC_ID,
 ) -> PartitionObservation:
+    """What the planner sees of one partition of TOPIC whose tier holds ``segments``."""
     return PartitionObservation(
         TOPIC,
         partition,
@@ -42,8 +45,8 @@ def observation(
         log_start,
         hw,
         policy=policy or RetentionPolicy(),
-        remote_topic_ids=(TOPIC_ID,),
-        manifest=manifest_of(segments, partition=partition) if segments else None,
+        remote_topic_ids=remote_topic_ids,
+        manifest=manifest_of(segments, partition=partition, topic_id=manifest_topic_id) if segments else None,
     )
 
 
@@ -161,36 +164,14 @@ def test_untiered_partition_restores_nothing() -> None:
 
 
 def test_other_topic_incarnation_is_refused() -> None:
-    obs = PartitionObservation(
-        TOPIC,
-        0,
-        TOPIC_ID,
-        1,
-        (1, 2, 3),
-        0,
-        100,
-        policy=RetentionPolicy(),
-        remote_topic_ids=(OTHER_TOPIC_ID,),
-        manifest=None,
-    )
+    obs = observation([], hw=100, remote_topic_ids=(OTHER_TOPIC_ID,))
     with pytest.raises(RebuildRefused, match="topic id"):
         plan_partition(obs, LAYOUT, NOW)
 
 
 def test_metadata_of_another_topic_id_is_refused() -> None:
     segments = build_segments([Seg(10, 100, NOW)] * 2, topic_id=OTHER_TOPIC_ID)
-    obs = PartitionObservation(
-        TOPIC,
-        0,
-        TOPIC_ID,
-        1,
-        (1, 2, 3),
-        0,
-        100,
-        policy=RetentionPolicy(),
-        remote_topic_ids=(TOPIC_ID,),
-        manifest=manifest_of(segments, topic_id=OTHER_TOPIC_ID),
-    )
+    obs = observation(segments, hw=100, manifest_topic_id=OTHER_TOPIC_ID)
     with pytest.raises(RebuildRefused):
         plan_partition(obs, LAYOUT, NOW)
 

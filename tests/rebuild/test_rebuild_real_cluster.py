@@ -41,6 +41,7 @@ from .real import (
     log_files,
     produce,
     produce_transactions,
+    rebuild_args,
     rebuild_json,
     run_cli,
     server_log_since_last_start,
@@ -218,18 +219,7 @@ def test_producer_state_older_than_the_window_survives(
 
 def test_rerun_on_the_rebuilt_dir_is_a_no_op(rebuilt: Rebuilt, tiered: Tiered, cluster: KafkaCluster) -> None:
     data = cluster.log_dir(REBUILT)
-    args = (
-        "rebuild",
-        "--log-dir",
-        str(data),
-        "--bootstrap-servers",
-        cluster.bootstrap_servers,
-        "--broker-id",
-        str(REBUILT),
-        "--remote",
-        tiered.remote,
-        "--json",
-    )
+    args = rebuild_args(cluster, tiered.remote)
     cluster.stop_broker(REBUILT)
     before = {str(f): (f.stat().st_mtime_ns, f.stat().st_size) for f in data.rglob("*")}
     again = run_cli(*args)
@@ -292,20 +282,7 @@ def _tree(data: Path) -> dict[str, bytes]:
 def test_kill_9_during_rebuild_always_converges(cluster: KafkaCluster, tiered: Tiered) -> None:
     stop_and_wipe(cluster)
     data = cluster.log_dir(REBUILT)
-    args = cli_args(
-        "rebuild",
-        "--log-dir",
-        str(data),
-        "--bootstrap-servers",
-        cluster.bootstrap_servers,
-        "--broker-id",
-        str(REBUILT),
-        "--remote",
-        tiered.remote,
-        "--parallelism",
-        "2",
-        "--json",
-    )
+    args = cli_args(*rebuild_args(cluster, tiered.remote, "--parallelism", "2"))
     assert subprocess.run(args, capture_output=True, check=False).returncode == 0
     reference = _tree(data)
     assert len([k for k in reference if k.endswith(".log")]) > 20
