@@ -470,17 +470,14 @@ def _tier_offset(history: Any, tp: TopicPartitionId, ts: int) -> offset_rules.Ti
     if ts == offset_rules.EARLIEST:
         start = history.earliest(tp)
         return None if start is None else offset_rules.TierOffset(start, -1, history.epoch_at(tp, start))
-    if ts == offset_rules.MAX_TIMESTAMP:
-        latest = history.latest_timestamp(tp)
-        return (
-            None
-            if latest is None
-            else offset_rules.TierOffset(latest.offset, latest.timestamp, latest.leader_epoch)
-        )
     if ts == offset_rules.LATEST_TIERED:
         end = history.latest_tiered(tp)
         return None if end is None else offset_rules.TierOffset(end, -1, history.epoch_at(tp, end))
-    hit: TimestampHit | None = history.offset_for_timestamp(tp, ts)
+    hit: TimestampHit | None = (
+        history.latest_timestamp(tp)
+        if ts == offset_rules.MAX_TIMESTAMP
+        else history.offset_for_timestamp(tp, ts)
+    )
     return None if hit is None else offset_rules.TierOffset(hit.offset, hit.timestamp, hit.leader_epoch)
 
 
