@@ -71,6 +71,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --delete-topic: a topic with nothing in the remote tier is not an error",
     )
+    add_trim_hold_args(p)
     add_dry_run_arg(p, "report what would be deleted or trimmed")
     add_engine_arg(p, "clean", "topic-partition")
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -78,6 +79,38 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_kafka_client_args(p)
     add_remote_args(p)
     add_spark_args(p)
+
+
+def add_trim_hold_args(p: argparse.ArgumentParser) -> None:
+    """The trimHold settings (storage_core.api.trim_hold): consumer groups reading the brokers directly
+    hold the local trim at their committed offsets, within these bounds."""
+    p.add_argument(
+        "--no-trim-hold",
+        action="store_true",
+        help="trim by the local window alone: direct readers' committed offsets do not hold the trim",
+    )
+    p.add_argument(
+        "--trim-hold-max-age-ms",
+        type=int,
+        help="never keep a tiered segment for a group once its newest record is older (default 7 days; -1: "
+        "no age bound)",
+    )
+    p.add_argument(
+        "--trim-hold-max-bytes",
+        type=int,
+        help="per-partition bytes the hold may keep beyond the local window (default -1: no size bound)",
+    )
+    p.add_argument(
+        "--trim-hold-inactive-group-ms",
+        type=int,
+        help="a group with no members for longer stops holding (default 7 days; -1: never)",
+    )
+    p.add_argument(
+        "--trim-hold-ignore-group",
+        action="append",
+        metavar="GROUP",
+        help="a group id, or a prefix ending in *, that never holds the trim (repeatable)",
+    )
 
 
 RETENTION_FLAGS = (
@@ -93,6 +126,7 @@ def cleanup_options_from_args(args: argparse.Namespace) -> Any:
     Jobs pass a ``CleanupRequest``'s arguments; a test proves they come back as the in-process
     executor's options)."""
     from storage_core.jobs.cleanup import CleanupOptions
+    from storage_core.reconcile.requests import trim_hold_from_args
     from storage_core.tiering.eligibility import TrimTiming
 
     require_positive(args, "copy_interval_ms")
@@ -105,6 +139,7 @@ def cleanup_options_from_args(args: argparse.Namespace) -> Any:
         use_log_start=not args.ignore_log_start,
         now_ms=int(time.time() * 1000),
         trim_timing=TrimTiming() if args.copy_interval_ms is None else TrimTiming(args.copy_interval_ms),
+        trim_hold=trim_hold_from_args(args),
         **{name: getattr(args, name) for name in same},
     )
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage_core.api.trim_hold import TrimHold
 from storage_core.errors import TierkeeperError
 from storage_core.faults import fault_point
 from storage_core.reconcile.requests import CleanupRequest
@@ -50,6 +51,8 @@ class CleanupOptions:
     now_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     trim_timing: TrimTiming = field(default_factory=TrimTiming)
     """How often copy and cleanup run: decides which topics' Kafka retention leaves time to trim."""
+    trim_hold: TrimHold = field(default_factory=TrimHold)
+    """How direct readers' committed offsets hold the local trim."""
 
 
 def cleanup_options(
@@ -67,6 +70,7 @@ def cleanup_options(
         local_retention_bytes=request.local_retention_bytes,
         now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
         trim_timing=TrimTiming(copy_interval_ms=request.copy_interval_ms),
+        trim_hold=request.trim_hold,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from storage_core.api.cluster import JobDefaults, KafkaClusterConfig
 from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec, default_table_name
+from storage_core.api.trim_hold import TrimHold
 from storage_core.reconcile.eligibility import trim_timing
 from storage_core.reconcile.planner import CleanupAction, CopyAction
 from storage_core.reconcile.tables import TableAction
@@ -170,6 +171,8 @@ class CleanupRequest:
     engine: str = "local"
     spark: SparkTarget = SparkTarget()
     """Used by the ``spark`` engine only."""
+    trim_hold: TrimHold = TrimHold()
+    """How direct readers' committed offsets hold the local trim (topic trimHold, else the cluster's)."""
 
     def args(self) -> list[str]:
         out = [
@@ -189,6 +192,7 @@ class CleanupRequest:
             "--copy-interval-ms",
             str(self.copy_interval_ms),
             *self.remote.args(),
+            *trim_hold_args(self.trim_hold),
         ]
         if self.engine != "local":
             out += ["--engine", self.engine, *self.spark.args()]
@@ -208,7 +212,37 @@ class CleanupRequest:
             copy_interval_ms=args.copy_interval_ms,
             engine=args.engine,
             spark=SparkTarget.from_args(args),
+            trim_hold=trim_hold_from_args(args),
         )
+
+
+def trim_hold_args(hold: TrimHold) -> list[str]:
+    """``tierkeeper cleanup``'s flags for ``hold``, every setting spelled out (the Job shows what it ran)."""
+    if not hold.enabled:
+        return ["--no-trim-hold"]
+    out = [
+        "--trim-hold-max-age-ms",
+        str(hold.max_age_ms),
+        "--trim-hold-max-bytes",
+        str(hold.max_bytes),
+        "--trim-hold-inactive-group-ms",
+        str(hold.inactive_group_ms),
+    ]
+    for group in hold.ignore_groups:
+        out += ["--trim-hold-ignore-group", group]
+    return out
+
+
+def trim_hold_from_args(args: argparse.Namespace) -> TrimHold:
+    """The :class:`TrimHold` ``tierkeeper cleanup``'s flags ask for (absent flags: the model's defaults)."""
+    given = {
+        "enabled": not args.no_trim_hold,
+        "max_age_ms": args.trim_hold_max_age_ms,
+        "max_bytes": args.trim_hold_max_bytes,
+        "inactive_group_ms": args.trim_hold_inactive_group_ms,
+        "ignore_groups": args.trim_hold_ignore_group,
+    }
+    return TrimHold(**{k: v for k, v in given.items() if v is not None})
 
 
 @dataclass(frozen=True)
