@@ -152,8 +152,9 @@ def plan_held_trim(
         )
         if to is not None:
             bounds.append((to, reason))
-    # The furthest bound wins; on a tie the named limit is the reason (it is what the user set).
-    bound, reason = max(bounds, key=lambda b: (b[0], b[1] != "retention"))
+    # The furthest bound wins. A limit's plan includes what remote retention expired, so a limit that
+    # reaches no further than that is not the reason.
+    bound, reason = max(bounds, key=lambda b: (b[0], b[1] == "retention"))
     target = min(window_to, max(held, bound))
     if target <= log_start_offset:
         # Nothing moves (a group below the log start lost those offsets before: holding keeps the rest).
