@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.kafka import KafkaCluster
@@ -28,6 +28,11 @@ from storage_core.remote.layout import RemoteLayout
 from .conftest import TieredTopic, make_topic
 
 HOUR = 3600 * 1000
+COORDINATOR_BUSY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
 DEADLINE_S = 90.0
 
 
@@ -86,7 +91,11 @@ def _join(consumers: list[Consumer], group: str, bootstrap: str) -> None:
             consumer.poll(0.2)
             if consumer.assignment():
                 consumer.pause(consumer.assignment())
-        described = admin.describe_consumer_groups([group])[group].result(30)
+        try:
+            described = admin.describe_consumer_groups([group])[group].result(30)
+        except KafkaException as exc:
+            assert exc.args[0].code() in COORDINATOR_BUSY, exc  # still loading, at the session's start
+            continue
         if len(described.members) == len(consumers) and sum(len(c.assignment()) for c in consumers) == 1:
             return
     raise AssertionError(f"group {group} did not form with {len(consumers)} members")
