@@ -146,6 +146,9 @@ class GroupMemory(BaseModel):
     """The last cleanup that saw a member read the brokers directly (no gateway sighting carried it)."""
     gateway_seen_ms: int | None = None
     """The last cleanup that saw the group's members all read through gateways."""
+    committed: dict[int, int] = Field(default_factory=dict)
+    """Its committed offsets on the topic's partitions when last seen: a group with no members whose
+    offsets move is still reading (it assigns partitions and commits, as Flink's Kafka source does)."""
 
 
 class TrimHoldState(BaseModel):

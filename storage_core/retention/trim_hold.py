@@ -15,7 +15,9 @@ that reads the brokers directly needs their copy of everything from its committe
   cap at the highest tiered offset + 1.
 
 Kafka does not say since when a group is empty nor how its former members read: :func:`remember` keeps
-that in the topic's ``TrimHoldState`` from one cleanup to the next.
+that in the topic's ``TrimHoldState`` from one cleanup to the next. A group with no members whose
+committed offsets moved since the last round counts as empty from this round on: a reader that assigns
+partitions and commits (Flink's Kafka source) is never a member, and still reads.
 """
 
 from __future__ import annotations
@@ -56,13 +58,18 @@ def remember(previous: TrimHoldState, groups: Sequence[GroupSeen], now_ms: int) 
         if not seen.committed:
             continue
         old = previous.groups.get(seen.group, GroupMemory())
+        update: dict[str, Any] = {"committed": dict(seen.committed), "empty_since_ms": None}
         if seen.members == 0:
-            since = old.empty_since_ms if old.empty_since_ms is not None else now_ms
-            out[seen.group] = old.model_copy(update={"empty_since_ms": since})
+            # Empty since the first round that saw it so, unless its commits moved since the last round:
+            # then something still reads for it (a reader that assigns partitions and commits).
+            moved = bool(old.committed) and old.committed != dict(seen.committed)
+            keep = old.empty_since_ms is not None and not moved
+            update["empty_since_ms"] = old.empty_since_ms if keep else now_ms
         elif seen.direct:
-            out[seen.group] = old.model_copy(update={"empty_since_ms": None, "direct_seen_ms": now_ms})
+            update["direct_seen_ms"] = now_ms
         else:
-            out[seen.group] = old.model_copy(update={"empty_since_ms": None, "gateway_seen_ms": now_ms})
+            update["gateway_seen_ms"] = now_ms
+        out[seen.group] = old.model_copy(update=update)
     return TrimHoldState(groups=out)
 
 

@@ -136,22 +136,35 @@ def test_an_empty_group_holds_by_how_it_was_last_seen_and_for_how_long() -> None
 
 
 def test_remember_keeps_what_kafka_does_not_say() -> None:
+    at = {0: 5}
     first = remember(TrimHoldState(), [_seen("direct", 1, True), _seen("empty"), GroupSeen("elsewhere")], NOW)
     assert first.groups == {
-        "direct": GroupMemory(direct_seen_ms=NOW),
-        "empty": GroupMemory(empty_since_ms=NOW),
+        "direct": GroupMemory(direct_seen_ms=NOW, committed=at),
+        "empty": GroupMemory(empty_since_ms=NOW, committed=at),
     }
     later = NOW + HOUR
     second = remember(first, [_seen("direct"), _seen("empty"), _seen("gw", 1, False)], later)
     assert second.groups == {
-        "direct": GroupMemory(empty_since_ms=later, direct_seen_ms=NOW),
-        "empty": GroupMemory(empty_since_ms=NOW),  # empty since the first round that saw it so
-        "gw": GroupMemory(gateway_seen_ms=later),
+        "direct": GroupMemory(empty_since_ms=later, direct_seen_ms=NOW, committed=at),
+        "empty": GroupMemory(empty_since_ms=NOW, committed=at),  # since the first round that saw it so
+        "gw": GroupMemory(gateway_seen_ms=later, committed=at),
     }
     # Members again: no longer empty. A group Kafka no longer lists is forgotten.
     third = remember(second, [_seen("empty", 1, True)], later + 1)
-    assert third.groups == {"empty": GroupMemory(direct_seen_ms=later + 1)}
-    assert holding_offsets([_seen("empty", 1, True)], third, HOLD, later + 1) == {"empty": {0: 5}}
+    assert third.groups == {"empty": GroupMemory(direct_seen_ms=later + 1, committed=at)}
+    assert holding_offsets([_seen("empty", 1, True)], third, HOLD, later + 1) == {"empty": at}
+
+
+def test_an_empty_group_whose_commits_move_is_still_reading() -> None:
+    hold = TrimHold(inactive_group_ms=HOUR)
+    first = remember(TrimHoldState(), [GroupSeen("flink", {0: 5})], NOW)
+    moved = GroupSeen("flink", {0: 9})
+    second = remember(first, [moved], NOW + 2 * HOUR)
+    assert second.groups["flink"].empty_since_ms == NOW + 2 * HOUR
+    assert group_holds(moved, second.groups["flink"], hold, NOW + 2 * HOUR)
+    # Its commits stand still from then on: it stops holding once inactive_group_ms has passed.
+    third = remember(second, [moved], NOW + 3 * HOUR + 1)
+    assert not group_holds(moved, third.groups["flink"], hold, NOW + 3 * HOUR + 1)
 
 
 def _sighting(group: str, members: tuple[str, ...], seen_ms: int) -> dict[str, list[GroupSighting]]:
