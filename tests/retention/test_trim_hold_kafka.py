@@ -16,7 +16,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.kafka import KafkaCluster
-from harness.tierkeeper_cli import run_cli
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.adapters.store import RemoteStore
 from storage_core.api.trim_hold import TrimHold
@@ -24,6 +23,7 @@ from storage_core.gateway.group_sightings import SIGHTINGS_TOPIC, GroupSighting,
 from storage_core.jobs.cleanup import CleanupOptions, run_cleanup
 from storage_core.remote.catalog import list_topics, read_trim_hold_state
 from storage_core.remote.layout import RemoteLayout
+from storage_core.remote.metadata import SegmentMetadata
 
 from .conftest import TieredTopic, make_topic
 
@@ -50,20 +50,7 @@ def _cleanup(
     topic: TieredTopic, remote: Path, *flags: str, env: dict[str, str] | None = None
 ) -> tuple[int, dict[str, Any]]:
     """``tierkeeper cleanup --json`` of the topic with a local window that trims everything tiered."""
-    proc = run_cli(
-        "cleanup",
-        "--remote",
-        f"file://{remote}",
-        "--bootstrap-servers",
-        topic.bootstrap,
-        "--topic",
-        topic.topic,
-        "--local-retention-bytes",
-        "1",
-        *flags,
-        "--json",
-        env=env,
-    )
+    proc = topic.cleanup(remote, "--local-retention-bytes", "1", *flags, env=env)
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -112,6 +99,18 @@ def _simple_commit(topic: TieredTopic, group: str, offset: int) -> None:
         _commit(consumer, topic.topic, offset)
     finally:
         consumer.close()
+
+
+def _held(
+    topic: TieredTopic, tmp_path: Path, name: str, segment: int, into: int
+) -> tuple[Path, list[SegmentMetadata], str, int]:
+    """A fresh tier of the topic and a group with no members that committed ``into`` offsets into the tiered
+    ``segment``: (tier, its segments, group, committed offset)."""
+    remote = _remote(topic, tmp_path)
+    segments = topic.segments(remote)
+    group, committed = f"{name}-{topic.topic}", segments[segment].base_offset + into
+    _simple_commit(topic, group, committed)
+    return remote, segments, group, committed
 
 
 def _read_rest(topic: TieredTopic, group: str, high: int, **kw: str) -> list[int]:
@@ -252,11 +251,7 @@ def test_empty_deleted_and_ignored_groups(topic: TieredTopic, tmp_path: Path) ->
 def test_the_bound_trims_past_a_stalled_group_and_names_what_it_misses(
     topic: TieredTopic, tmp_path: Path
 ) -> None:
-    remote = _remote(topic, tmp_path)
-    segments = topic.segments(remote)
-    stalled = f"stalled-{topic.topic}"
-    committed = segments[1].base_offset + 5
-    _simple_commit(topic, stalled, committed)
+    remote, segments, stalled, committed = _held(topic, tmp_path, "stalled", 1, 5)
 
     # maxBytes: the held data may keep the two newest tiered segments on the brokers.
     keep = segments[-1].size_bytes + segments[-2].size_bytes
@@ -287,10 +282,7 @@ def test_the_bound_trims_past_a_stalled_group_and_names_what_it_misses(
 def test_unknown_group_information_keeps_the_trim_and_no_trim_hold_is_the_old_trim(
     topic: TieredTopic, tmp_path: Path
 ) -> None:
-    remote = _remote(topic, tmp_path)
-    segments = topic.segments(remote)
-    group = f"holder-{topic.topic}"
-    _simple_commit(topic, group, segments[2].base_offset)
+    remote, segments, _, _ = _held(topic, tmp_path, "holder", 2, 0)
 
     code, report = _cleanup(topic, remote, env={"TIERKEEPER_FAULT": "cleanup.groups.observe:1:raise"})
     assert code == 1
