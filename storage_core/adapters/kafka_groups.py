@@ -66,10 +66,11 @@ class GroupPositions:
             fault_point("cleanup.groups.observe")
             listed = self._list()
             described = self._describe(sorted(listed))
+            committed = self._committed(list(described), topic, wanted)
             return [
-                KafkaGroup(group, listed[group], members, committed)
+                KafkaGroup(group, listed[group], members, committed[group])
                 for group, members in described.items()
-                if (committed := self._committed(group, topic, wanted)) is not None
+                if group in committed
             ]
         except GroupsUnknown:
             raise
@@ -118,28 +119,34 @@ class GroupPositions:
             out[group] = tuple((m.member_id, m.group_instance_id or None) for m in answer.members)
         return out
 
-    def _committed(self, group: str, topic: str, partitions: list[int]) -> dict[int, int] | None:
-        """The group's committed offsets on ``partitions`` (None: the group is gone)."""
+    def _committed(self, groups: list[str], topic: str, partitions: list[int]) -> dict[str, dict[int, int]]:
+        """Each group's committed offsets on ``partitions`` (groups gone since the listing left out). One
+        request per group (librdkafka asks one group per OffsetFetch), all sent before the first wait."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         if not partitions:
-            return {}
-        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-        futures = self._admin.client.list_consumer_group_offsets(
-            [request], request_timeout=self._admin.timeout
-        )
-        answer = self._answer(futures[group], "list committed offsets of group", group)
-        if answer is None:
-            return None
-        out: dict[int, int] = {}
-        for tp in answer.topic_partitions or []:
-            if tp.error is not None:
-                raise GroupsUnknown(
-                    f"committed offset of group {group} on {topic}-{tp.partition} on "
-                    f"{self._admin.bootstrap_servers}: {tp.error}"
-                )
-            if tp.topic == topic and tp.offset >= 0:
-                out[tp.partition] = int(tp.offset)
+            return {group: {} for group in groups}
+        futures = {
+            group: self._admin.client.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])],
+                request_timeout=self._admin.timeout,
+            )[group]
+            for group in groups
+        }
+        out: dict[str, dict[int, int]] = {}
+        for group, future in futures.items():
+            answer = self._answer(future, "list committed offsets of group", group)
+            if answer is None:
+                continue
+            offsets = out[group] = {}
+            for tp in answer.topic_partitions or []:
+                if tp.error is not None:
+                    raise GroupsUnknown(
+                        f"committed offset of group {group} on {topic}-{tp.partition} on "
+                        f"{self._admin.bootstrap_servers}: {tp.error}"
+                    )
+                if tp.topic == topic and tp.offset >= 0:
+                    offsets[tp.partition] = int(tp.offset)
         return out
 
     def _answer(self, future: Any, what: str, group: str) -> Any:

@@ -36,8 +36,8 @@ def group_seen(group: KafkaGroup, sightings: Mapping[str, list[GroupSighting]], 
     its ids (member id, group.instance.id)."""
     direct = False
     for member_id, instance_id in group.members:
-        ids = [member_id] if instance_id is None else [member_id, instance_id]
-        if len(direct_members(ids, sightings, group.group, now_ms)) == len(ids):
+        ids = {member_id} if instance_id is None else {member_id, instance_id}
+        if direct_members(ids, sightings, group.group, now_ms) == ids:
             direct = True
     return GroupSeen(
         group=group.group,

@@ -10,6 +10,7 @@ import pytest
 from storage_core.adapters.kafka_groups import KafkaGroup
 from storage_core.adapters.store import RemoteStore
 from storage_core.api.trim_hold import TrimHold
+from storage_core.cli.cleanup import _print_hold
 from storage_core.errors import CorruptDataError
 from storage_core.gateway.group_sightings import FRESH_MS, GroupSighting
 from storage_core.jobs.cleanup_hold import TopicHold, group_seen
@@ -197,3 +198,18 @@ def test_the_memory_round_trips_and_an_unreadable_one_is_an_error_naming_it() ->
     store.put_atomic(layout.trim_hold_state_key(TP.topic, TP.topic_id), b'{"groups": 3}')
     with pytest.raises(CorruptDataError, match="trim-hold-groups.json"):
         read_trim_hold_state(store, layout, TP.topic, TP.topic_id)
+
+
+def test_the_text_report_names_what_holds_and_what_the_trim_passes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plan = plan_held_trim(
+        WINDOW_TO, 0, SEGMENTS, {"g": 250, "h": 700}, TrimHold(max_age_ms=int(5.5 * HOUR)), NOW
+    )
+    _print_hold("t-0", plan.report())
+    _print_hold("t-1", {"unknown": "consumer group offsets unavailable: timeout"})
+    assert capsys.readouterr().out.splitlines() == [
+        "t-0: local trim held at 500 by group h (committed 700)",
+        "t-0: trim passes group g (maxAge): it misses offsets 250..499 on the brokers",
+        "t-1: local trim held where it was: consumer group offsets unavailable: timeout",
+    ]
