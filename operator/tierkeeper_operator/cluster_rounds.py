@@ -30,25 +30,15 @@ from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.reconcile import tiered_clusters as decide
 from storage_core.reconcile.conditions import Health, rfc3339
 from tierkeeper_operator.cluster_objects import sync_gateway, sync_strimzi_brokers
-from tierkeeper_operator.gateway_objects import GatewaySettings
-from tierkeeper_operator.jobs import (
-    ANNOTATION_RECORDED,
-    BUCKET_CHECK,
-    LABEL_CLUSTER,
-    LABEL_KIND,
-    Owner,
-    bucket_check_job,
-    job_state,
-    termination_message,
-)
+from tierkeeper_operator.job_kinds import JobKind, bucket_check_job, kind_of
+from tierkeeper_operator.jobs import ANNOTATION_RECORDED, LABEL_CLUSTER, Owner, job_state, termination_message
 from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.settings import GatewaySettings
 from tierkeeper_operator.status_patch import status_patch
 from tierkeeper_operator.strimzi_brokers import bootstrap_servers
+from tierkeeper_operator.writes import EventSink
 
 log = logging.getLogger("tierkeeper.operator")
-
-EventSink = Callable[[Mapping[str, Any], str, str, str, str], None]
-"""(object, kind, type, reason, message): posts an Event."""
 
 
 class LiveClusters(Mapping[str, KafkaClusterConfig]):
@@ -338,7 +328,7 @@ class ClusterRounds:
         for job in jobs:
             meta = job["metadata"]
             labels = meta.get("labels") or {}
-            if labels.get(LABEL_KIND) != BUCKET_CHECK:
+            if kind_of(job) != JobKind.BUCKET_CHECK:
                 continue
             key = f"{meta['namespace']}/{labels.get(LABEL_CLUSTER, '')}"
             state = job_state(job)

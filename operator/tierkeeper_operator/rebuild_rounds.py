@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from storage_core.api.cluster import KafkaClusterConfig
@@ -39,6 +39,7 @@ from storage_core.reconcile.rebuild import (
 )
 from storage_core.reconcile.request_ids import acted_on, pending_rebuild
 from storage_core.reconcile.requests import rebuild_request
+from tierkeeper_operator.job_kinds import KINDS, JobKind
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
     KAFKA_CONFIG_DIR,
@@ -48,19 +49,19 @@ from tierkeeper_operator.jobs import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     Owner,
-    _container,
-    _job,
-    _with_kafka_client,
     job_args,
+    job_container,
+    job_manifest,
     job_name,
     job_state,
     log_dir_volumes,
+    mount_kafka_client,
     termination_message,
 )
 from tierkeeper_operator.kube import Kube
+from tierkeeper_operator.writes import EventSink
 
-KIND = "rebuild"
-EventSink = Callable[[Mapping[str, Any], str, str, str, str], None]
+KIND = JobKind.REBUILD.value
 
 
 def rebuild_job(
@@ -69,9 +70,9 @@ def rebuild_job(
     """The Job restoring the broker's log dirs on their claims, mounted read-write (the broker is held)."""
     assert spec.log_dir.claim_name is not None
     args = job_args(rebuild_request(spec, cluster, config_dir=KAFKA_CONFIG_DIR))
-    container = _container(cluster, args)
+    container = job_container(cluster, args)
     volumes, mounts = log_dir_volumes(spec, read_only=False)
-    _with_kafka_client(cluster, container, volumes)
+    mount_kafka_client(cluster, container, volumes)
     container["volumeMounts"].extend(mounts)
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -79,7 +80,8 @@ def rebuild_job(
         LABEL_CLUSTER: spec.cluster_ref.name,
         LABEL_BROKER: str(spec.broker_id),
     }
-    job = _job(job_name(KIND, owner.name, round_key), owner, labels, {}, cluster, container, volumes, node)
+    name = job_name(KINDS[JobKind.REBUILD].name_part, owner.name, round_key)
+    job = job_manifest(name, owner, labels, {}, cluster, container, volumes, node)
     pod = job["spec"]["template"]["spec"]
     # It writes the broker's files, so it runs as the broker does when the spec says how.
     if spec.rebuild.run_as_user is not None:

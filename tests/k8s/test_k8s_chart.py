@@ -379,7 +379,7 @@ def test_a_clusters_client_secret_is_mounted_into_the_operator_as_files(tmp_path
 
     from storage_core.adapters.kafka_client_config import parse_config_dirs
     from storage_core.api.parse import parse_cluster_config
-    from tierkeeper_operator.run import add_arguments, options_from_args
+    from tierkeeper_operator.run import add_arguments, settings_from_args
 
     base = yaml.safe_load((REPO_ROOT / "examples" / "cluster.yaml").read_text())
     secure = {
@@ -402,12 +402,12 @@ def test_a_clusters_client_secret_is_mounted_into_the_operator_as_files(tmp_path
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    options = options_from_args(parser.parse_args(container["args"][1:]))
+    settings = settings_from_args(parser.parse_args(container["args"][1:]))
     configmap = only(docs, "ConfigMap")["data"]
     clusters = {
-        c.name: c for f in options.cluster_files for c in parse_cluster_config(configmap[f.name], f.name)
+        c.name: c for f in settings.clusters.files for c in parse_cluster_config(configmap[f.name], f.name)
     }
-    assert parse_config_dirs(list(options.kafka_config_dirs), clusters) == {"secure": Path(path)}
+    assert parse_config_dirs(list(settings.clusters.kafka_config_dirs), clusters) == {"secure": Path(path)}
     for role in [d for d in docs if d["kind"] in ("ClusterRole", "Role")]:
         assert not any("secrets" in rule.get("resources", []) for rule in role["rules"]), role
 

@@ -13,18 +13,16 @@ from storage_core.api.cluster import KafkaClusterConfig, credential_like
 from storage_core.api.parse import describe_errors
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
+from tierkeeper_operator.job_kinds import cleanup_job, copy_job, tier_writers
 from tierkeeper_operator.jobs import (
     ANNOTATION_WORK,
     KAFKA_CONFIG_DIR,
     LABEL_BROKER,
     LABEL_KIND,
     Owner,
-    cleanup_job,
-    copy_job,
     job_name,
     job_state,
     termination_message,
-    tier_writers,
     work_of,
 )
 from tierkeeper_operator.rebuild_rounds import rebuild_job
@@ -107,7 +105,7 @@ def test_cleanup_job_manifest() -> None:
 def test_table_job_manifest_gets_the_catalog_secret_only_as_environment(kind: str) -> None:
     from storage_core.reconcile.results import decode_table, encode_table
     from storage_core.reconcile.tables import TableAction
-    from tierkeeper_operator.jobs import table_job
+    from tierkeeper_operator.job_kinds import table_job
 
     spec = TieredTopicSpec.model_validate(
         {

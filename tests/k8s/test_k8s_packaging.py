@@ -11,7 +11,8 @@ import pytest
 
 from harness.paths import REPO_ROOT
 from tierkeeper_operator import cli
-from tierkeeper_operator.run import OperatorOptions, options_from_args
+from tierkeeper_operator.run import settings_from_args
+from tierkeeper_operator.settings import OperatorSettings, ProbeSettings, ScopeSettings
 
 
 def parser_with_operator_verb() -> argparse.ArgumentParser:
@@ -25,8 +26,9 @@ def test_subcommand_parses_scope_and_liveness() -> None:
         ["operator", "-n", "kafka", "--namespace", "streams", "--liveness", "http://0.0.0.0:8080/healthz"]
     )
     assert callable(args.handler)
-    assert options_from_args(args) == OperatorOptions(
-        namespaces=("kafka", "streams"), all_namespaces=False, liveness_endpoint="http://0.0.0.0:8080/healthz"
+    assert settings_from_args(args) == OperatorSettings(
+        scope=ScopeSettings(namespaces=("kafka", "streams"), all_namespaces=False),
+        probes=ProbeSettings(liveness="http://0.0.0.0:8080/healthz"),
     )
 
 
@@ -73,12 +75,12 @@ LOG_SCRIPT = """
 import logging, sys
 from tierkeeper_operator import cli
 from tierkeeper_operator.kube import log_ref
-from tierkeeper_operator.run import configure_logging, options_from_args
+from tierkeeper_operator.run import configure_logging, settings_from_args
 import argparse
 import json
 parser = argparse.ArgumentParser(prog="tierkeeper")
 cli.register(parser.add_subparsers(dest="command"))
-configure_logging(options_from_args(parser.parse_args(sys.argv[1:])))
+configure_logging(settings_from_args(parser.parse_args(sys.argv[1:])).logging)
 obj = {"apiVersion": "tierkeeper.io/v1alpha1", "kind": "TieredBroker",
        "metadata": {"namespace": "kafka", "name": "broker-0", "uid": "u1"}}
 logging.getLogger("tierkeeper_operator.x").warning("about %s", "it", extra=log_ref(obj))
