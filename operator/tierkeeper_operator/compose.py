@@ -18,12 +18,13 @@ from storage_core.adapters.kafka_client_config import ClusterClients, kafka_admi
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.reconcile.round import KafkaObserver
 from tierkeeper_operator.background import Rounds
-from tierkeeper_operator.cluster_rounds import ClusterRounds, LiveClusters
+from tierkeeper_operator.cluster_rounds import ClusterRounds
 from tierkeeper_operator.deletion import Deletion
 from tierkeeper_operator.fetcher_rounds import FetcherRounds
 from tierkeeper_operator.job_results import JobResults
 from tierkeeper_operator.job_starter import JobStarter
 from tierkeeper_operator.kube import Kube
+from tierkeeper_operator.live_clusters import LiveClusters
 from tierkeeper_operator.loop import Reconciler
 from tierkeeper_operator.metrics import Metrics
 from tierkeeper_operator.peering import PeeringGate

@@ -27,7 +27,7 @@ from storage_core.reconcile.round import (
     topic_inputs,
 )
 from storage_core.reconcile.tiered_clusters import admitted
-from tierkeeper_operator.cluster_rounds import ClusterRounds, LiveClusters
+from tierkeeper_operator.cluster_rounds import ClusterRounds
 from tierkeeper_operator.deletion import Deletion
 from tierkeeper_operator.fetcher_rounds import FetcherRounds
 from tierkeeper_operator.job_results import JobResults
@@ -35,6 +35,7 @@ from tierkeeper_operator.job_starter import JobStarter
 from tierkeeper_operator.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from tierkeeper_operator.kube import Kube, KubeError
 from tierkeeper_operator.listing import Listed, status_of
+from tierkeeper_operator.live_clusters import LiveClusters
 from tierkeeper_operator.metrics import Metrics
 from tierkeeper_operator.rebuild_rounds import RebuildRounds
 from tierkeeper_operator.status_patch import status_patch

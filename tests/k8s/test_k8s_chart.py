@@ -14,7 +14,7 @@ import yaml
 
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool, tool_path
-from tierkeeper_operator import chartgen, rbac
+from tierkeeper_operator import chartgen, rbac, reference_docs
 
 CHART = REPO_ROOT / "charts" / "tierkeeper"
 RELEASE_NAMESPACE = "tierkeeper-system"
@@ -606,7 +606,7 @@ def test_configuration_doc_lists_every_field_default_and_rule() -> None:
 
     doc = (REPO_ROOT / "docs" / "configuration.md").read_text()
     for root in (TieredTopicSpec, TieredBrokerSpec, KafkaClusterConfig):
-        for model in chartgen._models(root):
+        for model in reference_docs._models(root):
             assert f"### {model.__name__}\n" in doc, model.__name__
             for name, field in model.model_fields.items():
                 alias = field.alias or name
