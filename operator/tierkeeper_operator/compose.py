@@ -32,7 +32,7 @@ from tierkeeper_operator.probes import ReadyState, serve_readiness
 from tierkeeper_operator.rebuild_rounds import RebuildRounds
 from tierkeeper_operator.settings import OperatorSettings
 from tierkeeper_operator.wakeups import SpecWatch, Wakeups
-from tierkeeper_operator.writes import Events, JobCreator
+from tierkeeper_operator.writes import Events, JobCreator, RoundTools
 
 log = logging.getLogger("tierkeeper.operator")
 
@@ -63,6 +63,7 @@ def build_reconciler(
     metrics = Metrics(topic_labels=settings.metrics.topic_labels)
     event = Events(kube)
     create_job = JobCreator(kube, metrics, settings.peering.identity)
+    tools = RoundTools(kube, live, clock, event, create_job)
     cluster_rounds = ClusterRounds(kube, clusters, live, clock, event, create_job, settings.gateway)
     # A file entry's clientConfigSecretRef Secret is mounted in this pod (read as files); a
     # TieredCluster's is read by name, with `get` on exactly the Secrets granted (cluster_rounds).
@@ -77,9 +78,9 @@ def build_reconciler(
         kafka=kafka,
         observer=KafkaObserver(kafka, clock),
         cluster_rounds=cluster_rounds,
-        deletion=Deletion(kube, live, clock, event, create_job),
-        results=JobResults(kube, metrics, clock, event),
-        starter=JobStarter(kube, live, create_job, event),
+        deletion=Deletion(tools),
+        results=JobResults(tools, metrics),
+        starter=JobStarter(tools),
         fetchers=FetcherRounds(
             kube, live, clock, metrics, kafka_config_dirs=dirs, secret_reader=cluster_rounds.secret_for
         ),

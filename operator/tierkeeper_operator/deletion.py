@@ -4,39 +4,26 @@ the live objects whose deletion has work to do, and on a deleted one its ``delet
 
 from __future__ import annotations
 
-import datetime
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import parse_spec
 from storage_core.api.resources import TieredTopicSpec
 from storage_core.api.status import TieredTopicStatus
 from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION, decide_deletion, needs_finalizer
 from tierkeeper_operator.job_kinds import JobKind, delete_job, kind_of, tier_writers
 from tierkeeper_operator.jobs import LABEL_TOPIC, Owner, job_state
-from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.kube import KubeError
 from tierkeeper_operator.listing import Listed, status_of
-from tierkeeper_operator.writes import EventSink, key_of, parallel
+from tierkeeper_operator.writes import RoundTools, key_of, parallel
 
 log = logging.getLogger("tierkeeper.operator")
 
 
 class Deletion:
-    def __init__(
-        self,
-        kube: Kube,
-        clusters: Mapping[str, KafkaClusterConfig],
-        clock: Callable[[], datetime.datetime],
-        event: EventSink,
-        create_job: Callable[[dict[str, Any]], bool],
-    ) -> None:
-        self._kube = kube
-        self._clusters = clusters
-        self._clock = clock
-        self._event = event
-        self._create_job = create_job
+    def __init__(self, tools: RoundTools) -> None:
+        self._tools = tools
 
     def add_finalizers(self, listed: Listed) -> None:
         """The finalizer goes on the live objects whose deletion has work to do (deletionPolicy Delete), a
@@ -57,7 +44,7 @@ class Deletion:
         is gone (404): the next round, with the object as it is then, tries again. Nothing else of this
         round depends on it, so the round goes on for every other object."""
         try:
-            self._kube.set_finalizers("tieredtopics", obj, finalizers)
+            self._tools.kube.set_finalizers("tieredtopics", obj, finalizers)
         except KubeError as exc:
             if exc.status not in (404, 409):
                 raise
@@ -93,11 +80,11 @@ class Deletion:
         )
         if decision.step == "release":
             if self._set_finalizers(obj, [f for f in finalizers if f != FINALIZER]):
-                self._event(obj, "TieredTopic", "Normal", "Released", decision.reason)
+                self._tools.event(obj, "TieredTopic", "Normal", "Released", decision.reason)
         elif decision.step == "start-delete" and spec is not None and status.topic_id is not None:
-            cluster = self._clusters.get(spec.cluster_ref.name)
+            cluster = self._tools.clusters.get(spec.cluster_ref.name)
             if cluster is None:
-                self._event(
+                self._tools.event(
                     obj, "TieredTopic", "Warning", "ClusterNotFound", f"cannot delete: {decision.reason}"
                 )
                 return
@@ -107,19 +94,19 @@ class Deletion:
                 spec.cluster_ref.name,
                 cluster,
                 Owner.of("TieredTopic", obj),
-                self._clock().strftime("%Y%m%dT%H%M%S"),
+                self._tools.clock().strftime("%Y%m%dT%H%M%S"),
             )
             try:
-                created = self._create_job(job)
+                created = self._tools.create_job(job)
             except KubeError as exc:
                 # E.g. 403 in a namespace being deleted: no new object may be created there, so this
                 # delete can never start. The object waits for the way out (the skip annotation);
                 # the round goes on for everything else.
                 log.warning("cannot start the delete Job of %s: %s", key_of(obj), exc)
-                self._event(obj, "TieredTopic", "Warning", "DeleteNotStarted", f"{exc}"[:300])
+                self._tools.event(obj, "TieredTopic", "Warning", "DeleteNotStarted", f"{exc}"[:300])
                 return
             if created:
-                self._event(
+                self._tools.event(
                     obj,
                     "TieredTopic",
                     "Normal",

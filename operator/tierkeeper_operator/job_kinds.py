@@ -3,8 +3,8 @@
 A row (:class:`KindRules`, in :data:`KINDS`) says how a kind's Job is made (``make``, from a planned
 action), which part of the round follows its Jobs, what a running one holds (at most one copy per broker,
 one cleanup and one table run per TieredTopic), whether it writes the remote tier (a delete waits for
-those), how its finished Job's result is decoded and folded into statuses (``fold``), and which status
-field says how its last run went (``last_run``, read for the Event of a finished Job). The round's
+those), how its finished Job's result is folded into statuses (``fold``, :mod:`.job_folds`), and which
+status field says how its last run went (``last_run``, read for the Event of a finished Job). The round's
 executor (:mod:`.job_starter`) and the folding of finished Jobs (:mod:`.job_results`) read the rows and
 never compare kind names, so a new kind is a new row (and its request in
 :mod:`storage_core.reconcile.requests`).
@@ -15,7 +15,6 @@ Copy Jobs run on the broker's node with its log-dir claims mounted read-only.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,26 +22,18 @@ from typing import Any, Literal
 
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.api.status import RunOutcome, TieredTopicStatus
-from storage_core.reconcile.planner import CleanupAction, CopyAction, Event
+from storage_core.api.status import RunOutcome, TableStatus, TieredTopicStatus
+from storage_core.reconcile.planner import CleanupAction, CopyAction
 from storage_core.reconcile.requests import (
     check_remote_request,
     cleanup_request,
     copy_request,
     delete_request,
+    rebuild_request,
     table_request,
 )
-from storage_core.reconcile.results import decode_cleanup, decode_copy, decode_table
-from storage_core.reconcile.round import (
-    CleanupOutcome,
-    CopyOutcome,
-    Statuses,
-    TableOutcome,
-    fold_cleanup,
-    fold_copy,
-    fold_table,
-)
 from storage_core.reconcile.tables import TableAction
+from tierkeeper_operator.job_folds import Fold, fold_cleanup_result, fold_copy_result, fold_table_result
 from tierkeeper_operator.jobs import (
     KAFKA_CONFIG_DIR,
     LABEL_BROKER,
@@ -75,6 +66,11 @@ class JobKind(StrEnum):
     REBUILD = "rebuild"
     BUCKET_CHECK = "bucket-check"
 
+    @property
+    def event(self) -> str:
+        """Stem of its Events' reasons: ``<event>Started``, ``<event>Succeeded``, ``<event>Failed``."""
+        return self.value.title().replace("-", "")
+
 
 TABLE_RUNS: Mapping[str, JobKind] = {"export": JobKind.EXPORT, "maintain": JobKind.TABLE_MAINTENANCE}
 """The Job kind of a table run, by ``TableAction.kind``."""
@@ -82,41 +78,21 @@ TABLE_RUNS: Mapping[str, JobKind] = {"export": JobKind.EXPORT, "maintain": JobKi
 
 @dataclass(frozen=True)
 class JobInputs:
-    """What making a planned action's Job needs besides the action."""
+    """What making a planned action's Job needs besides the action: the cluster, the resource it belongs
+    to, the round (deterministic names) and, for a copy, the TieredBroker it reads and its node if known."""
 
     cluster: KafkaClusterConfig
     owner: Owner
     round_key: str
     broker: TieredBrokerSpec | None = None
-    """The TieredBroker a copy reads (its log dirs), for kinds owned by a TieredBroker."""
     node: str | None = None
-    """The broker's node, when known (a copy Job runs there)."""
 
 
-@dataclass(frozen=True)
-class Finished:
-    """A finished Job of the topic rounds, as its row's ``fold`` gets it."""
-
-    name: str
-    state: str
-    """``Succeeded`` or ``Failed`` (:func:`~tierkeeper_operator.jobs.job_state`)."""
-    message: str
-    """Its termination message ("" when no pod left one)."""
-    work: list[tuple[str, str]]
-    """(TieredTopic key, topic) it worked for."""
-    broker_key: str | None
-    """The TieredBroker it copied from, if any."""
-    now: datetime.datetime
-
-    def failure(self, problem: str | None) -> str | None:
-        """A readable result speaks for itself (per-partition errors); without one the whole run failed."""
-        return None if problem is None else f"Job {self.name} {self.state.lower()}: {problem}"
-
-
-Fold = Callable[[Finished, Statuses], Sequence[Event]]
-"""Decode a finished Job's result and fold it into the statuses; returns the Events the result calls for
-beyond the row's own ``<event>Succeeded``/``<event>Failed`` (posted on the objects their keys name)."""
 Follower = Literal["topics", "deletion", "rebuilds", "clusters"]
+
+
+def _started(name: str, _action: Any) -> str:
+    return f"Job {name} started"
 
 
 @dataclass(frozen=True)
@@ -125,13 +101,11 @@ class KindRules:
 
     name_part: str
     """In its Jobs' names (``tk-<name_part>-<owner>-<hash>``): short, so a name fits 52 characters."""
-    followed_by: Follower
+    followed_by: Follower = "topics"
     """The part of a round that makes and follows its Jobs: the topic rounds (plan, executor, fold), the
     deletion of a TieredTopic, the rebuild rounds or the TieredCluster rounds."""
-    owner_kind: Literal["TieredTopic", "TieredBroker", "TieredCluster"]
+    owner_kind: Literal["TieredTopic", "TieredBroker", "TieredCluster"] = "TieredTopic"
     """The resource its Jobs belong to and its Events are about."""
-    event: str = ""
-    """Stem of its Events' reasons: ``<event>Started``, ``<event>Succeeded``, ``<event>Failed``."""
     holds: Literal["broker", "cleanup", "table"] | None = None
     """What a running Job of it holds: the (cluster, broker) of a copy, or the TieredTopics of a cleanup
     or of a table run (:class:`storage_core.reconcile.observed.RunningWork`)."""
@@ -139,7 +113,7 @@ class KindRules:
     """Its running Jobs write the remote tier (a TieredTopic's delete waits for them)."""
     make: Callable[[Any, JobInputs], dict[str, Any]] | None = None
     """Planned action -> its Job (the topic rounds' kinds; the others are made by their follower)."""
-    started: Callable[[str, Any], str] = lambda name, _action: f"Job {name} started"
+    started: Callable[[str, Any], str] = _started
     """The message of the ``<event>Started`` Event: the Job's name and the action it runs."""
     fold: Fold | None = None
     last_run: Callable[[TieredTopicStatus], RunOutcome | None] | None = None
@@ -226,6 +200,31 @@ def delete_job(
     return job_manifest(name, owner, labels, {}, cluster, job_container(cluster, args), [], None)
 
 
+def rebuild_job(
+    spec: TieredBrokerSpec, cluster: KafkaClusterConfig, owner: Owner, node: str | None, round_key: str
+) -> dict[str, Any]:
+    """The Job restoring the broker's log dirs on their claims, mounted read-write (the broker is held)."""
+    assert spec.log_dir.claim_name is not None
+    args = job_args(rebuild_request(spec, cluster, config_dir=KAFKA_CONFIG_DIR))
+    container = job_container(cluster, args)
+    volumes, mounts = log_dir_volumes(spec, read_only=False)
+    mount_kafka_client(cluster, container, volumes)
+    container["volumeMounts"].extend(mounts)
+    labels = _labels(JobKind.REBUILD, spec.cluster_ref.name, **{LABEL_BROKER: str(spec.broker_id)})
+    name = _name(JobKind.REBUILD, owner.name, round_key)
+    job = job_manifest(name, owner, labels, {}, cluster, container, volumes, node)
+    pod = job["spec"]["template"]["spec"]
+    # It writes the broker's files, so it runs as the broker does when the spec says how.
+    if spec.rebuild.run_as_user is not None:
+        pod["securityContext"]["runAsUser"] = spec.rebuild.run_as_user
+        pod["securityContext"]["runAsNonRoot"] = spec.rebuild.run_as_user != 0
+        container["securityContext"]["runAsNonRoot"] = spec.rebuild.run_as_user != 0
+    if spec.rebuild.run_as_group is not None:
+        pod["securityContext"]["runAsGroup"] = spec.rebuild.run_as_group
+    job["spec"]["backoffLimit"] = 0  # a failed rebuild is reported, not retried behind the user's back
+    return job
+
+
 def bucket_check_job(cluster: KafkaClusterConfig, owner: Owner, attempt_key: str) -> dict[str, Any]:
     """The short Job checking the cluster's remote tier with the storage Secret the copy Jobs get (envFrom):
     the operator learns the verdict from its termination message and never reads the Secret itself."""
@@ -238,38 +237,31 @@ def bucket_check_job(cluster: KafkaClusterConfig, owner: Owner, attempt_key: str
     return job
 
 
-# ---- how a finished Job's result is folded ---------------------------------------------------------
-def _fold_copy(done: Finished, statuses: Statuses) -> list[Event]:
-    by_topic, problem = decode_copy(done.message)
-    rows = [row for rows in by_topic.values() for row in rows]
-    fold_copy(
-        statuses, done.work, done.broker_key, CopyOutcome(rows, done.failure(problem), done.name), done.now
-    )
-    return []
-
-
-def _fold_cleanup(done: Finished, statuses: Statuses) -> list[Event]:
-    report, problem = decode_cleanup(done.message)
-    outcome = CleanupOutcome(report, done.failure(problem), done.name)
-    fold_cleanup(statuses, [key for key, _ in done.work], outcome, done.now)
-    return []
-
-
-def _fold_table(action_kind: str) -> Fold:
-    def fold(done: Finished, statuses: Statuses) -> list[Event]:
-        report, problem = decode_table(action_kind, done.message)
-        for key, _ in done.work:
-            outcome = TableOutcome(report, done.failure(problem), done.name)
-            fold_table(statuses, key, action_kind, outcome, done.now)
-        return []
-
-    return fold
-
-
 def _make_copy(action: CopyAction, at: JobInputs) -> dict[str, Any]:
     if at.broker is None:
         raise ValueError(f"copy Job of {at.owner.namespace}/{at.owner.name}: no TieredBroker spec")
     return copy_job(action, at.cluster, at.broker, at.owner, at.node, at.round_key)
+
+
+def _make_cleanup(action: CleanupAction, at: JobInputs) -> dict[str, Any]:
+    return cleanup_job(action, at.cluster, at.owner, at.round_key)
+
+
+def _make_table(action: TableAction, at: JobInputs) -> dict[str, Any]:
+    return table_job(action, at.cluster, at.owner, at.round_key)
+
+
+def _table_kind(
+    name_part: str, action_kind: str, last_run: Callable[[TableStatus], RunOutcome | None]
+) -> KindRules:
+    """An export or a table maintenance run: one Job per TieredTopic at a time, its run in status.table."""
+    return KindRules(
+        name_part=name_part,
+        holds="table",
+        make=_make_table,
+        fold=fold_table_result(action_kind),
+        last_run=lambda status: last_run(status.table) if status.table is not None else None,
+    )
 
 
 def _copies(name: str, action: CopyAction) -> str:
@@ -279,50 +271,27 @@ def _copies(name: str, action: CopyAction) -> str:
 KINDS: Mapping[JobKind, KindRules] = {
     JobKind.COPY: KindRules(
         name_part="copy",
-        followed_by="topics",
         owner_kind="TieredBroker",
-        event="Copy",
         holds="broker",
         writes_tier=True,
         make=_make_copy,
         started=_copies,
-        fold=_fold_copy,
+        fold=fold_copy_result,
         last_run=lambda status: status.last_copy,
     ),
     JobKind.CLEANUP: KindRules(
         name_part="cleanup",
-        followed_by="topics",
-        owner_kind="TieredTopic",
-        event="Cleanup",
         holds="cleanup",
         writes_tier=True,
-        make=lambda action, at: cleanup_job(action, at.cluster, at.owner, at.round_key),
-        fold=_fold_cleanup,
+        make=_make_cleanup,
+        fold=fold_cleanup_result,
         last_run=lambda status: status.last_cleanup,
     ),
-    JobKind.EXPORT: KindRules(
-        name_part="export",
-        followed_by="topics",
-        owner_kind="TieredTopic",
-        event="Export",
-        holds="table",
-        make=lambda action, at: table_job(action, at.cluster, at.owner, at.round_key),
-        fold=_fold_table("export"),
-        last_run=lambda status: status.table.last_export if status.table is not None else None,
-    ),
-    JobKind.TABLE_MAINTENANCE: KindRules(
-        name_part="tablemaint",
-        followed_by="topics",
-        owner_kind="TieredTopic",
-        event="TableMaintenance",
-        holds="table",
-        make=lambda action, at: table_job(action, at.cluster, at.owner, at.round_key),
-        fold=_fold_table("maintain"),
-        last_run=lambda status: status.table.last_maintenance if status.table is not None else None,
-    ),
-    # Made and followed by the deletion of a TieredTopic (deletion.py), the rebuild rounds
-    # (rebuild_rounds.rebuild_job) and the TieredCluster rounds: no plan, executor or fold of the topics'.
-    JobKind.DELETE: KindRules(name_part="delete", followed_by="deletion", owner_kind="TieredTopic"),
+    JobKind.EXPORT: _table_kind("export", "export", lambda t: t.last_export),
+    JobKind.TABLE_MAINTENANCE: _table_kind("tablemaint", "maintain", lambda t: t.last_maintenance),
+    # Made (delete_job, rebuild_job, bucket_check_job) and followed by the deletion of a TieredTopic, the
+    # rebuild rounds and the TieredCluster rounds: no plan, executor or fold of the topic rounds.
+    JobKind.DELETE: KindRules(name_part="delete", followed_by="deletion"),
     JobKind.REBUILD: KindRules(name_part="rebuild", followed_by="rebuilds", owner_kind="TieredBroker"),
     JobKind.BUCKET_CHECK: KindRules(name_part="check", followed_by="clusters", owner_kind="TieredCluster"),
 }

@@ -10,13 +10,13 @@ does not know (a newer version's) is left alone.
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from storage_core.api.status import TieredTopicStatus
 from storage_core.reconcile.observed import RunningWork
-from tierkeeper_operator.job_kinds import KINDS, Finished, JobKind, KindRules, kind_of
+from tierkeeper_operator.job_folds import Finished
+from tierkeeper_operator.job_kinds import KINDS, JobKind, KindRules, kind_of
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
     LABEL_BROKER,
@@ -25,20 +25,15 @@ from tierkeeper_operator.jobs import (
     termination_message,
     work_of,
 )
-from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.listing import Listed
 from tierkeeper_operator.metrics import Metrics
-from tierkeeper_operator.writes import EventSink, post_events
+from tierkeeper_operator.writes import RoundTools, post_events
 
 
 class JobResults:
-    def __init__(
-        self, kube: Kube, metrics: Metrics, clock: Callable[[], datetime.datetime], event: EventSink
-    ) -> None:
-        self._kube = kube
+    def __init__(self, tools: RoundTools, metrics: Metrics) -> None:
+        self._tools = tools
         self._metrics = metrics
-        self._clock = clock
-        self._event = event
 
     def take(self, listed: Listed, full: bool) -> tuple[RunningWork, list[str]]:
         """What the running Jobs hold, and (full rounds only: a quick round may not hold the topics a
@@ -57,8 +52,7 @@ class JobResults:
             rules = KINDS[kind]
             meta = job["metadata"]
             labels = meta.get("labels") or {}
-            state = job_state(job)
-            if state == "Running":
+            if job_state(job) == "Running":
                 if rules.holds == "broker":
                     held["broker"].add((labels.get(LABEL_CLUSTER, ""), int(labels.get(LABEL_BROKER, -1))))
                 elif rules.holds is not None:
@@ -67,35 +61,31 @@ class JobResults:
                 broker_key = broker_keys.get(
                     (labels.get(LABEL_CLUSTER, ""), int(labels.get(LABEL_BROKER, -1)))
                 )
-                self._record(job, kind, state, broker_key, listed)
+                self._record(job, kind, broker_key, listed)
                 recorded.append(meta["name"])
         running = RunningWork(frozenset(held["broker"]), frozenset(held["cleanup"]), frozenset(held["table"]))
         return running, recorded
 
-    def _record(
-        self, job: Mapping[str, Any], kind: JobKind, state: str, broker_key: str | None, listed: Listed
-    ) -> None:
+    def _record(self, job: Mapping[str, Any], kind: JobKind, broker_key: str | None, listed: Listed) -> None:
         rules, meta = KINDS[kind], job["metadata"]
-        name = meta["name"]
-        message = termination_message(self._kube.job_pods(meta["namespace"], name))
-        work = work_of(job)
-        done = Finished(name, state, message or "", [(k, t) for k, t, _ in work], broker_key, self._clock())
+        message = termination_message(self._tools.kube.job_pods(meta["namespace"], meta["name"]))
+        done = Finished(job, message or "", broker_key, self._tools.clock())
         further = rules.fold(done, listed.statuses) if rules.fold is not None else []
-        self._metrics.jobs.labels(kind=kind.value, result=state).inc()
-        for key, _, _ in work:
+        self._metrics.jobs.labels(kind=kind.value, result=done.state).inc()
+        for key, _ in done.work:
             obj, status = listed.topic_objs.get(key), listed.statuses.topics.get(key)
             outcome = _last_run(rules, status)
             if obj is not None and outcome is not None:
                 failed = outcome.result == "Failed"
-                self._event(
+                self._tools.event(
                     obj,
                     "TieredTopic",
                     "Warning" if failed else "Normal",
-                    f"{rules.event}{outcome.result}",
-                    f"Job {name}: {outcome.message}",
+                    f"{kind.event}{outcome.result}",
+                    f"Job {done.name}: {outcome.message}",
                 )
-        post_events(self._event, listed, further)
-        self._kube.annotate_job(meta["namespace"], name, {ANNOTATION_RECORDED: "true"})
+        post_events(self._tools.event, listed, further)
+        self._tools.kube.annotate_job(meta["namespace"], done.name, {ANNOTATION_RECORDED: "true"})
 
 
 def _last_run(rules: KindRules, status: TieredTopicStatus | None) -> Any:

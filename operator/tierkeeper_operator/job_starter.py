@@ -5,33 +5,21 @@ termination message (:mod:`.job_results`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.reconcile.planner import CleanupAction, CopyAction
 from storage_core.reconcile.tables import TableAction
 from tierkeeper_operator.job_kinds import KINDS, TABLE_RUNS, JobInputs, JobKind
 from tierkeeper_operator.jobs import Owner
-from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.listing import Listed
-from tierkeeper_operator.writes import EventSink
+from tierkeeper_operator.writes import RoundTools
 
 
 class JobStarter:
     """Starts planned actions' Jobs; one per operator, bound to each round's listing by :meth:`bind`."""
 
-    def __init__(
-        self,
-        kube: Kube,
-        clusters: Mapping[str, KafkaClusterConfig],
-        create_job: Callable[[dict[str, Any]], bool],
-        event: EventSink,
-    ) -> None:
-        self._kube = kube
-        self._clusters = clusters
-        self._create_job = create_job
-        self._event = event
+    def __init__(self, tools: RoundTools) -> None:
+        self._tools = tools
 
     def bind(self, listed: Listed, round_key: str) -> RoundJobs:
         """The executor of one round (:class:`storage_core.reconcile.round.Executor`)."""
@@ -41,23 +29,25 @@ class JobStarter:
         """Create ``action``'s Job; its name, or None when it existed already."""
         rules = KINDS[kind]
         assert rules.make is not None, f"{kind} Jobs are not made from planned actions"
-        cluster = self._clusters[action.cluster]
+        cluster = self._tools.clusters[action.cluster]
         if rules.owner_kind == "TieredBroker":
             obj = listed.broker_objs[action.broker_key]
             broker = listed.broker_specs[action.broker_key].value
             assert broker is not None
             node = broker.placement.node_name
             if node is None and broker.placement.pod_name:
-                node = self._kube.pod_node(obj["metadata"]["namespace"], broker.placement.pod_name)
+                node = self._tools.kube.pod_node(obj["metadata"]["namespace"], broker.placement.pod_name)
             inputs = JobInputs(cluster, Owner.of(rules.owner_kind, obj), round_key, broker, node)
         else:
             obj = listed.topic_objs[action.topic_key]
             inputs = JobInputs(cluster, Owner.of(rules.owner_kind, obj), round_key)
         job = rules.make(action, inputs)
-        if not self._create_job(job):
+        if not self._tools.create_job(job):
             return None
         name: str = job["metadata"]["name"]
-        self._event(obj, rules.owner_kind, "Normal", f"{rules.event}Started", rules.started(name, action))
+        self._tools.event(
+            obj, rules.owner_kind, "Normal", f"{kind.event}Started", rules.started(name, action)
+        )
         return name
 
 

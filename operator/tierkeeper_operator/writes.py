@@ -4,11 +4,14 @@ counted the same way whichever part creates it."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.reconcile.planner import Event
 from tierkeeper_operator.jobs import ANNOTATION_CREATED_BY, LABEL_KIND
 from tierkeeper_operator.kube import Kube, KubeError
@@ -80,3 +83,16 @@ def parallel(action: Callable[[Any], Any], items: list[Any]) -> None:
     with ThreadPoolExecutor(max_workers=PATCH_WORKERS, thread_name_prefix="tierkeeper-write") as pool:
         for future in [pool.submit(action, item) for item in items]:
             future.result()
+
+
+@dataclass(frozen=True)
+class RoundTools:
+    """What the parts of a round act through, built once (:mod:`.compose`) and shared: the API server,
+    the clusters in effect, the clock, Events and Job creation (stamped and counted the same way
+    whichever part creates a Job)."""
+
+    kube: Kube
+    clusters: Mapping[str, KafkaClusterConfig]
+    clock: Callable[[], datetime.datetime]
+    event: EventSink
+    create_job: Callable[[dict[str, Any]], bool]

@@ -13,7 +13,7 @@ from storage_core.api.cluster import KafkaClusterConfig, credential_like
 from storage_core.api.parse import describe_errors
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
-from tierkeeper_operator.job_kinds import cleanup_job, copy_job, tier_writers
+from tierkeeper_operator.job_kinds import cleanup_job, copy_job, rebuild_job, tier_writers
 from tierkeeper_operator.jobs import (
     ANNOTATION_WORK,
     KAFKA_CONFIG_DIR,
@@ -25,7 +25,6 @@ from tierkeeper_operator.jobs import (
     termination_message,
     work_of,
 )
-from tierkeeper_operator.rebuild_rounds import rebuild_job
 
 CLUSTER = KafkaClusterConfig.model_validate(
     {
