@@ -100,7 +100,8 @@ class KindRules:
     """What one Job kind is (one row of :data:`KINDS`)."""
 
     name_part: str
-    """In its Jobs' names (``tk-<name_part>-<owner>-<hash>``): short, so a name fits 52 characters."""
+    """In its Jobs' names (``tk-<name_part>-<owner>-<hash>``): at most 10 characters, so a name fits the
+    63 of a label value; never changed (a Job of the same round must keep its name across an upgrade)."""
     followed_by: Follower = "topics"
     """The part of a round that makes and follows its Jobs: the topic rounds (plan, executor, fold), the
     deletion of a TieredTopic, the rebuild rounds or the TieredCluster rounds."""

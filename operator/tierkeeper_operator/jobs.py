@@ -91,7 +91,8 @@ def restricted_pod_security() -> dict[str, Any]:
 
 
 def job_name(kind: str, owner: str, round_key: str) -> str:
-    """``tk-<kind>-<owner>-<hash>``: at most 52 characters, so the pods' ``job-name`` labels stay valid."""
+    """``tk-<kind>-<owner>-<hash>``: 47 characters besides ``kind``, so with the kinds' parts (at most 10,
+    :data:`.job_kinds.KINDS`) a name stays within the 63 of the pods' ``job-name`` label."""
     digest = hashlib.sha256(f"{kind}/{owner}/{round_key}".encode()).hexdigest()[:10]
     return f"tk-{kind}-{owner[:32].rstrip('-.')}-{digest}"
 
