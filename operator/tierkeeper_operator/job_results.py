@@ -1,8 +1,8 @@
 """The topic rounds' Jobs at the start of a round: running ones become :class:`RunningWork` (what they
 hold), and in a full round every finished one not yet recorded is folded into the statuses of the
 resources it worked for (its row's ``fold`` in :data:`.job_kinds.KINDS`), counted, announced by an Event
-and then marked recorded (an annotation, written after the fold: a restarted operator neither loses nor
-double-counts a result, since the status is written by the same round before the next one lists the Job).
+and marked recorded (an annotation), so a restarted operator does not fold it again. The statuses are
+written at the end of the same round: a result is folded at most once.
 
 Jobs of the other kinds (delete, rebuild, bucket check) are their followers', and a kind this operator
 does not know (a newer version's) is left alone.
