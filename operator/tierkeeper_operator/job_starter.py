@@ -1,7 +1,7 @@
 """The Kubernetes executor of a round: each planned action becomes its kind's Job (the ``make`` of its row
-in :data:`.job_kinds.KINDS`) and a ``<event>Started`` Event. Names are deterministic per round, so a Job
-of the same round that exists already is not duplicated; the outcome comes later, from the Job's
-termination message (:mod:`.job_results`)."""
+in :data:`.job_kinds.KINDS`) and a ``<Kind>Started`` Event (``JobKind.event``). Names are deterministic
+per round, so a Job of the same round that exists already is not duplicated; the outcome comes later,
+from the Job's termination message (:mod:`.job_results`)."""
 
 from __future__ import annotations
 
