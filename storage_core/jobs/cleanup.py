@@ -32,6 +32,7 @@ from storage_core.tiering.eligibility import (
     TrimTiming,
     config_int,
     copy_refusal,
+    kafka_deletion_ceiling,
     local_trim_refusal,
 )
 
@@ -109,6 +110,8 @@ class _TopicView:
     """Why Tierkeeper must leave this topic alone (tiering.eligibility); the cleanup skips it."""
     hold: TopicHold | None = None
     """Which consumer groups hold the local trim (None: the hold is off, or there is no trim to hold)."""
+    kafka_ceiling: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """What the hold may keep before Kafka's own retention would delete it first (unlimited: no limit)."""
 
 
 def _policies(
@@ -250,6 +253,7 @@ def _view(admin: Any, topic: str, options: CleanupOptions, report: dict[str, Any
             configs = admin.topic_configs(topic)
             view.log_start = {p: o for (_, p), o in admin.log_start_offsets(list(described)).items()}
     view.remote, view.local = _policies(options, configs)
+    view.kafka_ceiling = kafka_deletion_ceiling(configs, options.trim_timing)
     if configs:
         # Checked only where Kafka still has the topic: a deleted topic's tier is only expired.
         view.refusal = (
@@ -295,7 +299,7 @@ def _cleanup_one(
         if view.hold is not None and view.hold.unknown is not None:
             out["trim_hold"] = {"unknown": view.hold.unknown}  # the previous trim point stays
         else:
-            out["local_trim"], held = _trim(catalog, admin, tp, log_start, view.local, view.hold, options)
+            out["local_trim"], held = _trim(catalog, admin, tp, log_start, view, options)
             if held is not None:
                 out["trim_hold"] = held
     return out
@@ -306,11 +310,12 @@ def _trim(
     admin: Any,
     tp: TopicPartitionId,
     log_start: int,
-    policy: RetentionPolicy,
-    hold: TopicHold | None,
+    view: _TopicView,
     options: CleanupOptions,
 ) -> tuple[dict[str, int | None] | None, dict[str, Any] | None]:
     """(the local trim's report entry, the trim hold's: None when the hold is off)."""
+    hold, policy = view.hold, view.local
+    assert policy is not None
     no_hold = None if hold is None else HeldTrim(None, None).report()
     listing = catalog.listing()
     manifest = catalog.rebuild_manifest(listing, write=not options.dry_run)
@@ -336,6 +341,17 @@ def _trim(
     )
     held = None
     if hold is not None:
+        # Where the trim must reach so Kafka's own retention never deletes held data first: a log start
+        # Tierkeeper did not set expires the remote copies below it (KIP-405), so the tier would pay.
+        kafka_floor = plan_local_trim(
+            manifest.segments,
+            log_start,
+            view.kafka_ceiling,
+            options.now_ms,
+            untiered_local_bytes=untiered,
+            quarantined=quarantined,
+            expired_offset=expired,
+        )
         plan = plan_held_trim(
             target,
             log_start,
@@ -345,6 +361,7 @@ def _trim(
             options.now_ms,
             quarantined=quarantined,
             expired_offset=expired,
+            kafka_floor=kafka_floor,
         )
         target, held = plan.to, plan.report()
     if target is None:

@@ -31,9 +31,11 @@ from storage_core.remote.metadata import GroupMemory, SegmentMetadata, TrimHoldS
 from storage_core.retention.local_trim import expired_floor, plan_local_trim
 from storage_core.retention.policy import UNLIMITED, RetentionPolicy
 
-OverrideReason = Literal["maxAge", "maxBytes", "retention"]
-"""Why the trim passes a holding group's offset: the ``trimHold`` bound by age or bytes, or the topic's
-remote retention expired those offsets (they leave the brokers as Kafka's retention would delete them)."""
+OverrideReason = Literal["maxAge", "maxBytes", "retention", "kafkaRetention"]
+"""Why the trim passes a holding group's offset: the ``trimHold`` bound by age or bytes; the topic's
+remote retention expired those offsets (they leave the brokers as Kafka's retention would delete them);
+or Kafka's own retention.ms / retention.bytes would delete them first (``kafkaRetention``: a log start
+Tierkeeper did not set expires the remote copies below it, so holding past it would cost the tier)."""
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,13 @@ def plan_held_trim(
     *,
     quarantined: Sequence[SegmentMetadata] = (),
     expired_offset: int | None = None,
+    kafka_floor: int | None = None,
 ) -> HeldTrim:
     """Where the trim of one partition goes: ``window_to`` (``plan_local_trim``'s target) lowered to the
     lowest of ``holders`` (holding group -> committed offset on this partition) below it, never below the
-    bound. ``finished``, ``quarantined`` and ``expired_offset`` are as for ``plan_local_trim``."""
+    bound. ``finished``, ``quarantined`` and ``expired_offset`` are as for ``plan_local_trim``;
+    ``kafka_floor``: where the trim must reach before Kafka's own retention would delete held data first
+    (``plan_local_trim`` under ``tiering.eligibility.kafka_deletion_ceiling``)."""
     if window_to is None:
         return HeldTrim(None, None)
     below = sorted((o, g) for g, o in holders.items() if o < window_to)
@@ -147,6 +152,8 @@ def plan_held_trim(
     bounds: list[tuple[int, OverrideReason]] = [
         (expired_floor(log_start_offset, expired_offset, quarantined), "retention")
     ]
+    if kafka_floor is not None:
+        bounds.append((kafka_floor, "kafkaRetention"))
     limits: tuple[tuple[RetentionPolicy, OverrideReason], ...] = (
         (RetentionPolicy(retention_ms=hold.max_age_ms), "maxAge"),
         (RetentionPolicy(retention_bytes=hold.max_bytes), "maxBytes"),

@@ -208,3 +208,23 @@ def local_trim_refusal(
         f"{UNTIERED_SEGMENTS} x segment.bytes {segment}",
         RefusalReason.RETENTION_SIZE,
     )
+
+
+def kafka_deletion_ceiling(configs: Mapping[str, str], timing: TrimTiming) -> RetentionPolicy:
+    """The most local data a trim may leave behind before Kafka's own retention could delete it first: per
+    dimension, Kafka's retention less the same headroom :func:`local_trim_refusal` requires (UNLIMITED where
+    Kafka never deletes). The trim hold keeps tiered data past the local window for direct readers; if it
+    kept more than this, Kafka would delete held segments itself, and a log start Tierkeeper did not set
+    expires the remote copies below it (KIP-405's rule): the hold would cost the tier its data."""
+    kafka_ms = config_int(configs, "retention.ms")
+    kafka_bytes = config_int(configs, "retention.bytes")
+    segment = config_int(configs, "segment.bytes") or 0
+    margin = timing.copy_interval_ms + timing.safety_margin_ms
+    return RetentionPolicy(
+        retention_ms=UNLIMITED if kafka_ms is None or kafka_ms < 0 else max(0, kafka_ms - margin),
+        retention_bytes=(
+            UNLIMITED
+            if kafka_bytes is None or kafka_bytes < 0
+            else max(0, kafka_bytes - UNTIERED_SEGMENTS * segment)
+        ),
+    )
