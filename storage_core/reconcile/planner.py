@@ -17,7 +17,9 @@ Rules:
 - Conditions (kstatus, :mod:`storage_core.reconcile.conditions`): Reconciling until the topic's first copy
   round finished, while Kafka cannot be reached, and while the last runs failed fewer than
   ``FAILURES_BEFORE_STALLED`` times in a row; Stalled while a refusal stands or past that bound; Ready
-  otherwise. Scheduled rounds change neither.
+  otherwise. Scheduled rounds change neither. Beside them, once a cleanup has reported on the trim hold,
+  ``TrimHeld`` (:mod:`storage_core.reconcile.trim_holds`) says what holds the local trim; it never
+  changes Ready (a held trim is the hold working), and a bound overridden is a Warning Event.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from storage_core.reconcile.eligibility import refusals
 from storage_core.reconcile.observed import BrokerInput, ClientConfigProblem, RunningWork, TopicInput
 from storage_core.reconcile.schedule import copy_due, copy_due_next, interval_due, interval_due_next
 from storage_core.reconcile.tables import TableAction, decide_table, with_lag
+from storage_core.reconcile.trim_holds import trim_condition, warns
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,17 +257,21 @@ def plan(
         # A table no longer in the spec leaves the status (it stays where it is: never deleted by us).
         dropped = topic.spec is not None and topic.spec.table is None and topic.status.table is not None
         current = topic.status.model_copy(update={"table": None}) if dropped else with_lag(topic.status)
+        conditions = conditions_for(health, topic.generation, topic.status.conditions, now)
+        held = trim_condition(current.trim_hold, topic.generation, topic.status.conditions, now)
         result.topic_status[topic.key] = current.model_copy(
             update={
                 "observed_generation": topic.generation,
                 "message": health.message,
-                "conditions": conditions_for(health, topic.generation, topic.status.conditions, now),
+                "conditions": conditions if held is None else [*conditions, held],
                 "topic_id": topic.kafka.topic_id if topic.kafka is not None else topic.status.topic_id,
             }
         )
         event = _event_for(topic.key, topic.status.conditions, health)
         if event is not None:
             result.events.append(event)
+        if held is not None and warns(topic.status.conditions, held):
+            result.events.append(Event(topic.key, "Warning", held.reason, held.message))
         spec = topic.spec
         if spec is not None:
             result.topic_cluster[topic.key] = spec.cluster_ref.name
