@@ -32,7 +32,7 @@ from storage_core.api.trim_hold_status import (
     PartitionTrimHold,
     TrimHoldStatus,
 )
-from storage_core.reconcile.conditions import rfc3339
+from storage_core.reconcile.conditions import condition, rfc3339
 from storage_core.reconcile.text import one_line
 
 MAX_CONDITION_MESSAGE = 600
@@ -173,26 +173,16 @@ def trim_condition(
     if status is None:
         return None
     flag, reason, message = verdict(status)
-    transition = rfc3339(now)
-    for old in previous:
-        if old.type == TRIM_HELD and old.status == flag:
-            transition = old.last_transition_time
-    return Condition(
-        type=TRIM_HELD,
-        status=flag,
-        reason=reason,
-        message=message,
-        last_transition_time=transition,
-        observed_generation=generation,
-    )
+    return condition(TRIM_HELD, flag, reason, message, generation, previous, now)
 
 
-def warns(previous: Sequence[Condition], condition: Condition | None) -> bool:
-    """Whether ``condition`` deserves a Warning Event: a bound newly overridden (or overriding further: the
-    message names the offsets), or the groups' offsets newly unknown. Said once, not every round."""
-    if condition is None or condition.reason not in WARNING_REASONS:
+def warns(previous: Sequence[Condition], held: Condition | None) -> bool:
+    """Whether the TrimHeld condition ``held`` deserves a Warning Event: a bound newly overridden (or
+    overriding further: the message names the offsets), or the groups' offsets newly unknown. Said once,
+    not every round."""
+    if held is None or held.reason not in WARNING_REASONS:
         return False
     return not any(
-        old.type == TRIM_HELD and old.reason == condition.reason and old.message == condition.message
+        old.type == TRIM_HELD and old.reason == held.reason and old.message == held.message
         for old in previous
     )
