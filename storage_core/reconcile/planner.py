@@ -87,6 +87,8 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     topic_cluster: dict[str, str] = field(default_factory=dict)
     """Key -> cluster name of every TieredTopic judged whose spec parsed (per-cluster metrics)."""
+    topic_name: dict[str, str] = field(default_factory=dict)
+    """Key -> Kafka topic of the same TieredTopics (the trim-hold metrics name the topic Kafka knows)."""
     next_due: datetime.datetime | None = None
     """The earliest time after ``now`` at which a copy or cleanup of a topic judged here falls due (a
     scheduled copy only within the next minutes), so a round runner can run its next round then rather
@@ -275,6 +277,7 @@ def plan(
         spec = topic.spec
         if spec is not None:
             result.topic_cluster[topic.key] = spec.cluster_ref.name
+            result.topic_name[topic.key] = spec.topic
         if leaders is None or spec is None or spec.paused:
             continue
         cluster = spec.cluster_ref.name
