@@ -115,9 +115,11 @@ def trim_hold_after_cleanup(
     summaries: Mapping[str, TrimHoldStatus] | None = report.get(SUMMARIES)
     summary: TrimHoldStatus | None
     if summaries is not None:
-        summary = summaries.get(topic_id or "")
+        # As fold_cleanup does with rows: partitions without a topic id count for every status, and a
+        # status without one yet takes the only incarnation there is.
+        summary = summaries.get(topic_id or "", summaries.get(""))
         if summary is None and topic_id is None and len(summaries) == 1:
-            summary = next(iter(summaries.values()))  # a status that has no topic id yet
+            summary = next(iter(summaries.values()))
     else:
         summary = summarize(report.get("partitions", []))
     if summary is None:
