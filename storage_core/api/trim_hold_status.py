@@ -36,7 +36,10 @@ class MissedOffsets(ApiModel):
     group: str = Field(description="The consumer group.")
     offset: int = Field(description="Its committed offset.")
     to: int = Field(description="Where the trim went: offsets from offset up to here are gone locally.")
-    reason: Literal["maxAge", "maxBytes"] = Field(description="The bound that was exceeded.")
+    reason: Literal["maxAge", "maxBytes", "retention"] = Field(
+        description="Why the trim passed the group: a bound (maxAge, maxBytes) exceeded, or the remote "
+        "retention expired those offsets (they leave the brokers as Kafka's own retention would delete them)."
+    )
 
 
 class PartitionTrimHold(ApiModel):

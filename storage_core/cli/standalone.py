@@ -15,7 +15,6 @@ from typing import Any
 from storage_core.api.trim_hold_status import TRIM_HELD
 from storage_core.cli.common import emit_json, require_above_zero
 from storage_core.cli.subcommand import Subcommand
-from storage_core.reconcile.trim_holds import NOT_HELD
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -122,6 +121,16 @@ def status_table(runner: Any) -> str:
     )
 
 
+def trim_hold_lines(runner: Any) -> list[str]:
+    """One line per TieredTopic whose trim direct readers hold (its TrimHeld reason and message)."""
+    out = []
+    for obj in runner.topics:
+        held = next((c for c in runner.topic_status[obj.key].conditions if c.type == TRIM_HELD), None)
+        if held is not None:
+            out.append(f"trim hold {obj.key}: {held.reason}: {held.message}")
+    return out
+
+
 def _statuses(runner: Any) -> dict[str, Any]:
     return {
         "tieredTopics": {
@@ -146,10 +155,8 @@ def _show(runner: Any, report: Any, as_json: bool) -> None:
     ]
     print(f"ran: {', '.join(done) if done else 'nothing due'}")
     print(status_table(runner), flush=True)
-    for obj in runner.topics:
-        held = next((c for c in runner.topic_status[obj.key].conditions if c.type == TRIM_HELD), None)
-        if held is not None and held.reason != NOT_HELD:
-            print(f"trim hold {obj.key}: {held.reason}: {held.message}")
+    for line in trim_hold_lines(runner):
+        print(line)
     for obj in runner.brokers:
         fetchers = runner.broker_status[obj.key].fetchers
         if fetchers is not None:

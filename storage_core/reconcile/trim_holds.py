@@ -11,7 +11,8 @@ the same thing.
 The condition (``TrimHeld``) is not one of kstatus's: a held trim is the hold doing its job, not trouble,
 so Ready is left alone. Its reason says what is going on, most urgent first: ``TrimHoldUnknown`` (the trim
 was kept for want of the groups' offsets), ``TrimHoldExceeded`` (a bound let the trim pass a group: a
-Warning names the group, the partition and the offsets it misses), ``TrimHeld``, ``NotHeld``.
+Warning names the group, the partition and the offsets it misses), ``TrimHeld``; with none of these the
+condition is absent.
 
 Pure: no I/O.
 """
@@ -170,11 +171,15 @@ def trim_condition(
     previous: Sequence[Condition],
     now: datetime.datetime,
 ) -> Condition | None:
-    """The TrimHeld condition (None while no cleanup reported a hold); its transition time moves only when
-    its status flips, as for every condition."""
+    """The TrimHeld condition, present only while there is something to say (as Reconciling and Stalled
+    are): a hold, a bound overridden, or the groups' offsets unknown; None otherwise (no hold reported, or
+    nobody below the window), so the thousands of topics nobody reads directly carry no extra condition.
+    Its transition time moves only when its status flips, as for every condition."""
     if status is None:
         return None
     flag, reason, message = verdict(status)
+    if reason == NOT_HELD:
+        return None
     return condition(TRIM_HELD, flag, reason, message, generation, previous, now)
 
 

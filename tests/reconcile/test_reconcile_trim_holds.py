@@ -96,10 +96,15 @@ def test_a_held_partition_shows_who_holds_it_and_ready_is_left_alone() -> None:
     assert not [e for e in planned(fold(copied(), cleanup)).events if e.reason.startswith("Trim")]
 
 
-def test_nobody_holding_reads_not_held_and_no_report_of_holds_means_no_condition() -> None:
+def test_nobody_holding_and_no_report_of_holds_mean_no_condition() -> None:
+    """Like Reconciling and Stalled, TrimHeld is there only while it has something to say."""
     quiet = fold(copied(), report(held(30_000, 30_000), held(10, 10)))
     assert quiet.trim_hold == TrimHoldStatus(checked_at="2026-03-01T12:10:00Z")
-    assert conditions(planned(quiet).topic_status["ns/orders"])["TrimHeld"] == ("False", "NotHeld")
+    assert conditions(planned(quiet).topic_status["ns/orders"]) == {"Ready": ("True", "Tiering")}
+    was_held = planned(fold(copied(), report(held(30_000, 100, ("g", 100))))).topic_status["ns/orders"]
+    assert "TrimHeld" in conditions(was_held)
+    released = planned(fold(was_held, report(held(30_000, 30_000)))).topic_status["ns/orders"]
+    assert "TrimHeld" not in conditions(released)  # the group caught up: the condition goes
     # trimHold disabled (or a cleanup of before the hold existed): the report has no trim_hold at all.
     disabled = fold(quiet, report(None, None))
     assert disabled.trim_hold is None
