@@ -5,7 +5,8 @@ those requests gave in process, left by the operator's Jobs as their termination
 same TieredTopic and TieredBroker statuses through the API server as in standalone mode's memory. The
 topic's copy interval is not the default (standalone mode used to judge its local trim with the default
 1 h), and the cluster has a rate limit (standalone mode used to ignore it). The topic keeps an Iceberg
-table: standalone mode exports to it on Spark, the operator's export Job folds the same result.
+table: standalone mode exports to it on Spark, the operator's export Job folds the same result. A consumer
+group reading the brokers directly holds the trim: both statuses say what holds it (``trimHold``).
 
 Standalone mode does the work (a second copy of the same log would find nothing left to copy): the Jobs'
 image, run by the process kubelet, replays the result standalone mode's run of the same request gave,
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from k8s_helpers import job_finished, replay_image, unique
 from test_k8s_operator_real import log_dir_claims
@@ -167,6 +168,10 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
     for i in range(400):
         producer.produce(topic, value=f"{i:06d}".encode() * 20, partition=0)
     assert producer.flush(60) == 0
+    # A group reading the brokers directly, committed far below the window: both executors hold the trim.
+    reader = Consumer({"bootstrap.servers": servers, "group.id": f"direct-{topic}"})
+    reader.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
+    reader.close()
     cluster = KafkaClusterConfig.model_validate(
         {
             "name": "local",
@@ -226,6 +231,11 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
         plane.request("GET", f"{path}/tieredtopics/{topic}")["status"]
     )
     assert _folded(live_topic) == _folded(status)
+    assert status.trim_hold is not None and status.trim_hold.held_partitions == 1, status.trim_hold
+    (held,) = status.trim_hold.partitions
+    assert [(h.group, h.offset) for h in held.held_by] == [(f"direct-{topic}", 50)]
+    live_conditions = {c.type: (c.status, c.reason) for c in live_topic.conditions}
+    assert live_conditions["TrimHeld"] == ("True", "TrimHeld"), live_conditions
     assert live_topic.last_copy is not None and live_topic.last_copy.job  # it did come from a Job
     (broker_key,) = standalone.broker_status
     broker = resources[0]["metadata"]["name"]
