@@ -17,9 +17,10 @@ Rules:
 - Conditions (kstatus, :mod:`storage_core.reconcile.conditions`): Reconciling until the topic's first copy
   round finished, while Kafka cannot be reached, and while the last runs failed fewer than
   ``FAILURES_BEFORE_STALLED`` times in a row; Stalled while a refusal stands or past that bound; Ready
-  otherwise. Scheduled rounds change neither. Beside them, once a cleanup has reported on the trim hold,
-  ``TrimHeld`` (:mod:`storage_core.reconcile.trim_holds`) says what holds the local trim; it never
-  changes Ready (a held trim is the hold working), and a bound overridden is a Warning Event.
+  otherwise. Scheduled rounds change neither. Beside them, while the last cleanup found direct readers
+  holding the local trim (or a bound overriding them, or their offsets unknown), ``TrimHeld``
+  (:mod:`storage_core.reconcile.trim_holds`) says so; it never changes Ready (a held trim is the hold
+  working), and a bound overridden or unknown offsets are a Warning Event.
 """
 
 from __future__ import annotations
