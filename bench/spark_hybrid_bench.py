@@ -143,14 +143,15 @@ def _traced_source(trace: str) -> type:
     ``trace`` (driver-side planner calls and each task's read in the Python workers, with their pid)."""
     import time
 
-    from storage_core.spark.source import TierkeeperDataSource, _StreamReader
+    from storage_core.spark.source import TierkeeperDataSource
+    from storage_core.spark.stream import StreamReader
 
     def note(call: str, began: float, **extra: Any) -> None:
         span = {"call": call, "pid": os.getpid(), "at": began, "s": round(time.time() - began, 4), **extra}
         with open(trace, "a") as f:
             f.write(json.dumps(span) + "\n")
 
-    class Reader(_StreamReader):  # type: ignore[misc]
+    class Reader(StreamReader):  # type: ignore[misc]
         def latestOffset(self) -> Any:
             began = time.time()
             out = super().latestOffset()

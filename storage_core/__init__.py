@@ -1,9 +1,8 @@
 """Tierkeeper storage core: Kafka log formats, tiering decisions and remote-tier I/O.
 
-Layering (checked by import-linter, see ``.importlinter``):
-``storage_core.cli`` (entry points) -> ``storage_core.adapters`` (Kafka Admin, fsspec, Spark)
--> pure core (``formats``, ``fetchers`` and the decision modules). The pure core never imports an
-adapter or an entry point.
+Its packages are layered, and nothing imports upward: the one statement of the layers is the layers
+contract of ``.importlinter`` (checked by ``make lint``), quoted and explained in storage_core/DESIGN.md,
+"Layers"; each package's docstring names its layer.
 """
 
 __version__ = "0.1.0"

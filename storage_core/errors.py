@@ -2,6 +2,8 @@
 
 Adapters translate third-party exceptions into these, so entry points can print one clear line and
 exit non-zero without knowing which library failed.
+
+Layer: errors (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

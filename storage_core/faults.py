@@ -16,6 +16,8 @@ fast or slow the machine is.
 Never set it in production. When it is unset a point costs one environment lookup. The pass counters
 are per process and live in this module: they are the hook's only state, and they exist only to count
 passes of points that the variable names.
+
+Layer: building blocks (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Only live partition directories count: ``-delete``, ``-future`` and ``-stray`` directories and the
 ``__cluster_metadata`` log are skipped. Nothing here writes to the log dir.
+
+Layer: building blocks (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The store adapter (``adapters.store``, ``adapters.s3_upload``) is the only user: it decides *what* may be
 retried (idempotent requests only) and *which* failures are transient; this module decides *how often* and
 *how long to wait*, so the whole process waits by one rule instead of botocore's, s3fs's and ours stacked.
+
+Layer: building blocks (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

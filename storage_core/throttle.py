@@ -4,6 +4,8 @@ Tiering reads the broker's own disk, a rebuild writes the new broker's and a rec
 cluster; on a busy node each can take the I/O the brokers need to serve producers. The limit is a token
 bucket one second deep: a burst of up to one second's worth goes at once, after that callers sleep so the
 average stays at the rate.
+
+Layer: building blocks (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

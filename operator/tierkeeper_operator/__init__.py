@@ -4,6 +4,8 @@ Kubernetes adapters. The models and the reconcile planner live in the storage co
 
 The source folder is ``operator/`` but the package is ``tierkeeper_operator``: a package named
 ``operator`` would shadow the standard library module of that name.
+
+Layer: entry points (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tierkeeper_operator.run import add_arguments, options_from_args, run
+from tierkeeper_operator.run import add_arguments, run, settings_from_args
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tierkeeper_operator", description=__doc__)
     add_arguments(parser)
-    return run(options_from_args(parser.parse_args()))
+    return run(settings_from_args(parser.parse_args()))
 
 
 if __name__ == "__main__":

@@ -14,17 +14,11 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from storage_core.api.cluster import KafkaClusterConfig
-from tierkeeper_operator.gateway_objects import GatewaySettings
 from tierkeeper_operator.loop import Reconciler
-from tierkeeper_operator.metrics import Metrics
-from tierkeeper_operator.peering import PeeringConfig, PeeringGate
-from tierkeeper_operator.probes import ReadyState, serve_readiness
-from tierkeeper_operator.wakeups import SpecWatch, Wakeups
+from tierkeeper_operator.peering import PeeringGate
+from tierkeeper_operator.probes import ReadyState
+from tierkeeper_operator.wakeups import Wakeups
 
 log = logging.getLogger("tierkeeper.operator")
 
@@ -125,63 +119,3 @@ class Rounds:
         if self.wakeups.signal.wait(timeout) and not self._stop.is_set():
             self._stop.wait(self.settle)
         self.wakeups.signal.clear()
-
-
-@dataclass(frozen=True)
-class RoundsOptions:
-    """What the rounds thread needs from the command line."""
-
-    interval: float
-    namespaces: tuple[str, ...] = ()
-    metrics_port: int | None = None
-    readiness_endpoint: str | None = None
-    peering: PeeringConfig | None = None
-    """None: no peering (one replica)."""
-    identity: str = ""
-    """This replica's id (the peer id with peering), written on the Jobs it creates."""
-    topic_labels: bool = False
-    """Per-topic labels on the tiered-bytes and lag metrics (opt-in: one series per topic)."""
-    kafka_config_dirs: Mapping[str, Path] = field(default_factory=dict)
-    """Cluster name -> where its clientConfigSecretRef Secret is mounted (the operator's own clients)."""
-    gateway_settings: GatewaySettings | None = None
-    """What every TieredCluster's gateway gets from the operator's configuration (ServiceMonitors)."""
-
-
-def start_rounds(clusters: Mapping[str, KafkaClusterConfig], options: RoundsOptions) -> Rounds:
-    import kubernetes
-
-    from tierkeeper_operator.kube import Kube
-
-    try:
-        kubernetes.config.load_incluster_config()
-        api_client = kubernetes.client.ApiClient()
-    except kubernetes.config.ConfigException:
-        api_client = kubernetes.config.new_client_from_config()
-    metrics = Metrics(topic_labels=options.topic_labels)
-    if options.metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(options.metrics_port, registry=metrics.registry)
-    kube = Kube(api_client, options.namespaces)
-    gate = None
-    if options.peering is not None:
-        gate = PeeringGate(kube, options.peering, clusterwide=not options.namespaces)
-        try:
-            gate.ensure()
-        except Exception as exc:  # noqa: BLE001 - the gate retries every interval; not fatal at startup
-            log.warning("could not create the peering objects yet: %s", exc)
-    ready = ReadyState()
-    if options.readiness_endpoint:
-        serve_readiness(options.readiness_endpoint, ready)
-    reconciler = Reconciler(
-        kube,
-        clusters,
-        metrics=metrics,
-        identity=options.identity,
-        kafka_config_dirs=options.kafka_config_dirs,
-        gateway_settings=options.gateway_settings,
-    )
-    wakeups = Wakeups()
-    SpecWatch(kube, wakeups).start()
-    SpecWatch(kube, wakeups, "tieredclusters", full_rounds=True).start()
-    return Rounds(reconciler, options.interval, gate, ready, wakeups=wakeups).start()

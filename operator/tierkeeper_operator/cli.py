@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from tierkeeper_operator.run import add_arguments, options_from_args, run
+from tierkeeper_operator.run import add_arguments, run, settings_from_args
 
 
 def _handle(args: argparse.Namespace) -> int:
-    return run(options_from_args(args))
+    return run(settings_from_args(args))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -15,7 +15,6 @@ from storage_core.api.cluster_parts import GatewaySpec, StrimziRef
 from tierkeeper_operator.gateway_objects import (
     GATEWAY_KINDS,
     GatewayPortError,
-    GatewaySettings,
     bootstrap_address,
     gateway_name,
     gateway_objects,
@@ -23,6 +22,7 @@ from tierkeeper_operator.gateway_objects import (
 )
 from tierkeeper_operator.jobs import Owner
 from tierkeeper_operator.kube import OBJECT_PATHS, Kube
+from tierkeeper_operator.settings import GatewaySettings
 from tierkeeper_operator.strimzi_brokers import BrokerChanges, StrimziView, broker_changes, strimzi_view
 
 _API_VERSIONS = {kind: api_version for api_version, kind in OBJECT_PATHS}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from storage_core.adapters.kafka_features import KafkaFeatures, KafkaFeaturesError
@@ -30,45 +30,16 @@ from storage_core.errors import ConfigError, TierkeeperError
 from storage_core.reconcile import tiered_clusters as decide
 from storage_core.reconcile.conditions import Health, rfc3339
 from tierkeeper_operator.cluster_objects import sync_gateway, sync_strimzi_brokers
-from tierkeeper_operator.gateway_objects import GatewaySettings
-from tierkeeper_operator.jobs import (
-    ANNOTATION_RECORDED,
-    BUCKET_CHECK,
-    LABEL_CLUSTER,
-    LABEL_KIND,
-    Owner,
-    bucket_check_job,
-    job_state,
-    termination_message,
-)
+from tierkeeper_operator.job_kinds import JobKind, bucket_check_job, kind_of
+from tierkeeper_operator.jobs import ANNOTATION_RECORDED, LABEL_CLUSTER, Owner, job_state, termination_message
 from tierkeeper_operator.kube import Kube, KubeError
+from tierkeeper_operator.live_clusters import LiveClusters
+from tierkeeper_operator.settings import GatewaySettings
 from tierkeeper_operator.status_patch import status_patch
 from tierkeeper_operator.strimzi_brokers import bootstrap_servers
+from tierkeeper_operator.writes import EventSink
 
 log = logging.getLogger("tierkeeper.operator")
-
-EventSink = Callable[[Mapping[str, Any], str, str, str, str], None]
-"""(object, kind, type, reason, message): posts an Event."""
-
-
-class LiveClusters(Mapping[str, KafkaClusterConfig]):
-    """The clusters in effect, swapped whole by each full round (one assignment: a reader on another
-    thread, such as a kopf handler, sees the old map or the new one, never half of one)."""
-
-    def __init__(self, initial: Mapping[str, KafkaClusterConfig]) -> None:
-        self._current: dict[str, KafkaClusterConfig] = dict(initial)
-
-    def replace(self, clusters: Mapping[str, KafkaClusterConfig]) -> None:
-        self._current = dict(clusters)
-
-    def __getitem__(self, name: str) -> KafkaClusterConfig:
-        return self._current[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict(self._current))
-
-    def __len__(self) -> int:
-        return len(self._current)
 
 
 def _status(obj: Mapping[str, Any]) -> api.TieredClusterStatus:
@@ -338,7 +309,7 @@ class ClusterRounds:
         for job in jobs:
             meta = job["metadata"]
             labels = meta.get("labels") or {}
-            if labels.get(LABEL_KIND) != BUCKET_CHECK:
+            if kind_of(job) != JobKind.BUCKET_CHECK:
                 continue
             key = f"{meta['namespace']}/{labels.get(LABEL_CLUSTER, '')}"
             state = job_state(job)

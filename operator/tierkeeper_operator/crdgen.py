@@ -2,11 +2,10 @@
 
 The models are the only source of truth; ``crds/*.yaml`` and the Helm chart's copy
 ``charts/tierkeeper/files/crds/*.yaml`` (real files, not a symbolic link: Flux's source-controller drops
-symlinks from the artifacts it packs, and the chart then rendered no CRD) are derived files, checked
-for staleness by ``make lint``. Pydantic emits JSON Schema
-with ``$ref``/``$defs`` and ``anyOf: [..., null]``; Kubernetes wants a *structural* schema (every
-node typed, no references, no unions), so this module inlines definitions and turns optional
-fields into ``nullable: true``.
+symlinks from the artifacts it packs, and the chart then rendered no CRD) are derived files, checked for
+staleness by ``make lint``. Pydantic emits JSON Schema with ``$ref``/``$defs`` and ``anyOf: [..., null]``;
+Kubernetes wants a *structural* schema (every node typed, no references, no unions), so this module
+inlines definitions and turns optional fields into ``nullable: true``.
 
     python -m tierkeeper_operator.crdgen --out crds/          # write
     python -m tierkeeper_operator.crdgen --out crds/ --check  # exit 1 if the files are stale

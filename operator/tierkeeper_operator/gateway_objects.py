@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from storage_core.api.cluster import KafkaClusterConfig
@@ -37,6 +36,7 @@ from tierkeeper_operator.jobs import (
     restricted_container_security,
     restricted_pod_security,
 )
+from tierkeeper_operator.settings import GatewaySettings
 
 COMPONENT = "gateway"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -49,19 +49,6 @@ METRICS_PORT = DEFAULT_GATEWAY_METRICS_PORT
 SHUTDOWN_GRACE_SECONDS = 30
 """What the gateway gives in-flight requests on SIGTERM; the pod's grace period adds 10 s to it."""
 MAX_NAME = 63
-
-
-@dataclass(frozen=True)
-class GatewaySettings:
-    """What the operator's own configuration (the chart) says about every gateway."""
-
-    service_monitor: bool = False
-    """Also keep a prometheus-operator ServiceMonitor per gateway (chart: metrics.serviceMonitor.enabled)."""
-    service_monitor_labels: Mapping[str, str] = field(default_factory=dict)
-    """Extra labels of the ServiceMonitors (what the Prometheus' serviceMonitorSelector matches)."""
-    scrape_interval: str = "30s"
-    metrics_port: int = METRICS_PORT
-    """The pods' /metrics, /readyz and /healthz port (also on the Service, for the ServiceMonitor)."""
 
 
 class GatewayPortError(ValueError):

@@ -34,10 +34,10 @@ from storage_core.api.status import ResourceStatus
 from storage_core.reconcile.conditions import Health, conditions_for, recorded_conditions
 from storage_core.reconcile.planner import admission
 from storage_core.reconcile.tiered_clusters import Directory, admitted
-from tierkeeper_operator.settings import apply_operator_settings
+from tierkeeper_operator.kopf_settings import apply_operator_settings
 
 if TYPE_CHECKING:
-    from tierkeeper_operator.background import RoundsOptions
+    from tierkeeper_operator.settings import OperatorSettings
 
 BROKER_USABLE = Health(True, "Ready", "spec accepted")
 
@@ -120,8 +120,7 @@ def _changed(
 def build_registry(
     clusters: Mapping[str, KafkaClusterConfig] | None = None,
     login: Callable[..., Any] = kopf.login_via_client,
-    rounds: RoundsOptions | None = None,
-    namespaced: bool = False,
+    settings: OperatorSettings | None = None,
 ) -> kopf.OperatorRegistry:
     """A registry holding every Tierkeeper handler and one login handler.
 
@@ -135,26 +134,29 @@ def build_registry(
     not trigger it), and on resume (operator restart), so every broker gets a current status at once.
     TieredTopics are left to the rounds (module docstring).
 
-    ``rounds``: run reconcile rounds (:mod:`tierkeeper_operator.loop`: Kafka observed, Jobs run, status
-    written) on a thread started at startup and stopped at cleanup, gated by peering when
-    ``rounds.peering`` is set (whose ``lifetime`` also goes into kopf's peering settings), with the
-    metrics and readiness endpoints; None runs no rounds (the handlers alone). A probe handler makes
-    kopf's liveness endpoint fail once the rounds thread has died. ``namespaced``: the operator watches
-    named namespaces (kopf's cluster-wide discovery is turned off, see ``apply_operator_settings``).
+    ``settings``: the operator's settings, with which reconcile rounds run (:mod:`tierkeeper_operator.loop`:
+    Kafka observed, Jobs run, status written) on a thread started at startup and stopped at cleanup
+    (:func:`tierkeeper_operator.compose.start_rounds`), gated by peering unless ``peering.standalone``
+    (whose ``lifetime`` also goes into kopf's peering settings), with the metrics and readiness
+    endpoints; None runs no rounds (the handlers alone). A probe handler makes kopf's liveness endpoint
+    fail once the rounds thread has died. Named namespaces (not ``scope.all_namespaces``) turn kopf's
+    cluster-wide discovery off (see ``apply_operator_settings``).
     """
     known = dict(clusters or {})
+    namespaced = settings is not None and not settings.scope.all_namespaces
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(login)
 
-    def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
-        configure(settings, namespaced=namespaced, **kwargs)
+    def startup(memo: kopf.Memo, **kwargs: Any) -> None:
+        kopf_settings: kopf.OperatorSettings = kwargs.pop("settings")  # kopf's own, beside ours
+        configure(kopf_settings, namespaced=namespaced, **kwargs)
         memo["clusters"] = known
-        if rounds is not None:
-            from tierkeeper_operator.background import start_rounds
+        if settings is not None:
+            from tierkeeper_operator.compose import start_rounds
 
-            if rounds.peering is not None:
-                settings.peering.lifetime = rounds.peering.lifetime
-            memo["rounds"] = start_rounds(known, rounds)
+            if not settings.peering.standalone:
+                kopf_settings.peering.lifetime = settings.peering.lifetime
+            memo["rounds"] = start_rounds(known, settings)
 
     def cleanup(memo: kopf.Memo, **_: Any) -> None:
         running = memo.get("rounds")

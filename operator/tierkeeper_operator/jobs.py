@@ -1,15 +1,16 @@
-"""The copy, cleanup, export and table maintenance Jobs the operator creates: pure functions from a
-planned action to a Job manifest.
+"""The parts every Job the operator creates is made of: pure functions and the labels that find them.
 
 - Names are deterministic: the owner and the round they belong to, so re-creating the Job of a round
   after an operator restart hits "already exists" instead of starting a second one.
 - Labels say what a Job is (kind, cluster, broker or TieredTopic), so the operator finds its running Jobs
   and never starts a second copy for a broker or a second cleanup for a topic; an annotation lists the
   work, so the result goes to the right TieredTopics.
-- Copy Jobs run on the broker's node with its log-dir claim mounted read-only; every Job runs with the
-  restricted Pod Security profile, the resources of the cluster configuration, ``backoffLimit`` and
-  ``ttlSecondsAfterFinished``, and leaves its result as the container's termination message
-  (``--result-file /dev/termination-log``, :mod:`storage_core.reconcile.results`).
+- Every Job runs with the restricted Pod Security profile, the resources of the cluster configuration,
+  ``backoffLimit`` and ``ttlSecondsAfterFinished``, and leaves its result as the container's termination
+  message (``--result-file /dev/termination-log``, :mod:`storage_core.reconcile.results`).
+
+Each kind's own Job (copy, cleanup, export, ...) and what its result means are the rows of
+:mod:`tierkeeper_operator.job_kinds`.
 """
 
 from __future__ import annotations
@@ -23,16 +24,7 @@ from typing import Any
 from storage_core.api import API_VERSION
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import TieredBrokerSpec
-from storage_core.reconcile.planner import CleanupAction, CopyAction
-from storage_core.reconcile.requests import (
-    Request,
-    check_remote_request,
-    cleanup_request,
-    copy_request,
-    delete_request,
-    table_request,
-)
-from storage_core.reconcile.tables import TableAction
+from storage_core.reconcile.requests import Request
 
 MANAGED_BY = "tierkeeper-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -56,6 +48,12 @@ class Owner:
     name: str
     namespace: str
     uid: str
+
+    @classmethod
+    def of(cls, kind: str, obj: Mapping[str, Any]) -> Owner:
+        """The owner ``obj`` (a listed object of ``kind``) is."""
+        meta = obj["metadata"]
+        return cls(kind, meta["name"], meta["namespace"], meta["uid"])
 
     def reference(self) -> dict[str, Any]:
         """The ownerReference of an object the operator makes for this resource: the controller owner,
@@ -93,7 +91,8 @@ def restricted_pod_security() -> dict[str, Any]:
 
 
 def job_name(kind: str, owner: str, round_key: str) -> str:
-    """``tk-<kind>-<owner>-<hash>``: at most 52 characters, so the pods' ``job-name`` labels stay valid."""
+    """``tk-<kind>-<owner>-<hash>``: 47 characters besides ``kind``, so with the kinds' parts (at most 10,
+    :data:`.job_kinds.KINDS`) a name stays within the 63 of the pods' ``job-name`` label."""
     digest = hashlib.sha256(f"{kind}/{owner}/{round_key}".encode()).hexdigest()[:10]
     return f"tk-{kind}-{owner[:32].rstrip('-.')}-{digest}"
 
@@ -102,7 +101,8 @@ def _quantities(values: Mapping[str, str | None]) -> dict[str, str]:
     return {key: value for key, value in values.items() if value}
 
 
-def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
+def job_container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
+    """The one container of a Job running ``args`` with the cluster's image, resources and storage Secret."""
     jobs = cluster.jobs
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -129,7 +129,7 @@ def _container(cluster: KafkaClusterConfig, args: list[str]) -> dict[str, Any]:
 KAFKA_CONFIG_DIR = "/etc/tierkeeper/kafka-client"
 
 
-def _with_kafka_client(
+def mount_kafka_client(
     cluster: KafkaClusterConfig, container: dict[str, Any], volumes: list[dict[str, Any]]
 ) -> None:
     """Mount the Secret of the cluster's ``clientConfigSecretRef`` read-only (one file per property) where
@@ -151,7 +151,7 @@ def _tmp(size_limit: str | None) -> dict[str, str]:
     return {"sizeLimit": size_limit} if size_limit else {}
 
 
-def _job(
+def job_manifest(
     name: str,
     owner: Owner,
     labels: dict[str, str],
@@ -161,6 +161,8 @@ def _job(
     volumes: list[dict[str, Any]],
     node_name: str | None,
 ) -> dict[str, Any]:
+    """The Job around ``container``, owned by ``owner``, with the cluster's ``jobs`` settings (pinned to
+    ``node_name`` when given)."""
     jobs = cluster.jobs
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -234,117 +236,10 @@ def log_dir_volumes(
     return volumes, mounts
 
 
-def copy_job(
-    action: CopyAction,
-    cluster: KafkaClusterConfig,
-    broker: TieredBrokerSpec,
-    owner: Owner,
-    node_name: str | None,
-    round_key: str,
-) -> dict[str, Any]:
-    """The Job copying ``action``'s partitions from the broker's log dirs (claims mounted read-only)."""
-    if broker.log_dir.claim_name is None:
-        raise ValueError(f"TieredBroker {owner.namespace}/{owner.name} has no logDir.claimName")
-    args = job_args(copy_request(action, cluster, broker, config_dir=KAFKA_CONFIG_DIR))
-    container = _container(cluster, args)
-    volumes: list[dict[str, Any]] = []
-    _with_kafka_client(cluster, container, volumes)
-    claims, mounts = log_dir_volumes(broker, read_only=True)
-    container["volumeMounts"].extend(mounts)
-    volumes[:0] = claims
-    labels = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_KIND: "copy",
-        LABEL_CLUSTER: action.cluster,
-        LABEL_BROKER: str(action.broker_id),
-    }
-    listed = [[w.topic_key, w.topic, list(w.partitions)] for w in action.work]
-    annotations = {ANNOTATION_WORK: json.dumps(listed, separators=(",", ":"))}
-    name = job_name("copy", owner.name, round_key)
-    return _job(name, owner, labels, annotations, cluster, container, volumes, node_name)
-
-
-def cleanup_job(
-    action: CleanupAction, cluster: KafkaClusterConfig, owner: Owner, round_key: str
-) -> dict[str, Any]:
-    """The Job running remote retention, the orphan sweep and the local trim for one topic."""
-    args = job_args(cleanup_request(action, cluster, config_dir=KAFKA_CONFIG_DIR))
-    container = _container(cluster, args)
-    volumes: list[dict[str, Any]] = []
-    _with_kafka_client(cluster, container, volumes)
-    labels = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_KIND: "cleanup",
-        LABEL_CLUSTER: action.cluster,
-        LABEL_TOPIC: owner.name,
-    }
-    annotations = {ANNOTATION_WORK: json.dumps([[action.topic_key, action.topic, []]], separators=(",", ":"))}
-    name = job_name("cleanup", owner.name, round_key)
-    return _job(name, owner, labels, annotations, cluster, container, volumes, None)
-
-
-TABLE_JOB_KINDS = {"export": "export", "maintain": "table-maintenance"}
-"""Job-kind label of a table run, by TableAction.kind."""
-
-
-def table_job(
-    action: TableAction, cluster: KafkaClusterConfig, owner: Owner, round_key: str
-) -> dict[str, Any]:
-    """The Job exporting the topic's tier to its Iceberg table (Spark in the Job's pod, or the cluster's
-    sparkMaster) or maintaining that table. A configured catalog's Secret becomes environment variables
-    (pyiceberg reads PYICEBERG_CATALOG__<NAME>__<KEY>), and so does the schema registry's, never
-    arguments."""
-    args = job_args(table_request(action, cluster))
-    container = _container(cluster, args)
-    catalog = action.table.catalog
-    if catalog is not None and catalog.secret_ref is not None:
-        container.setdefault("envFrom", []).append({"secretRef": {"name": catalog.secret_ref.name}})
-    decoding = action.table.value_decoding
-    if action.kind == "export" and decoding is not None and decoding.secret_ref is not None:
-        # The schema registry's credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO), never in arguments.
-        container.setdefault("envFrom", []).append({"secretRef": {"name": decoding.secret_ref.name}})
-    kind = TABLE_JOB_KINDS[action.kind]
-    labels = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_KIND: kind,
-        LABEL_CLUSTER: action.cluster,
-        LABEL_TOPIC: owner.name,
-    }
-    annotations = {ANNOTATION_WORK: json.dumps([[action.topic_key, action.topic, []]], separators=(",", ":"))}
-    name = job_name("export" if action.kind == "export" else "tablemaint", owner.name, round_key)
-    return _job(name, owner, labels, annotations, cluster, container, [], None)
-
-
-def delete_job(
-    topic: str, topic_id: str, cluster_name: str, cluster: KafkaClusterConfig, owner: Owner, round_key: str
-) -> dict[str, Any]:
-    """The Job deleting one topic incarnation's remote tier (deletionPolicy Delete), crash-safe and
-    idempotent: a retry after a partial run finishes it, and a tier already gone is not an error."""
-    args = job_args(delete_request(topic, topic_id, cluster))
-    labels = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_KIND: "delete",
-        LABEL_CLUSTER: cluster_name,
-        LABEL_TOPIC: owner.name,
-    }
-    name = job_name("delete", owner.name, round_key)
-    return _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
-
-
-BUCKET_CHECK = "bucket-check"
-"""The job-kind label of a TieredCluster's bucket check (followed by the cluster rounds, not the topics')."""
-
-
-def bucket_check_job(cluster: KafkaClusterConfig, owner: Owner, attempt_key: str) -> dict[str, Any]:
-    """The short Job checking the cluster's remote tier with the storage Secret the copy Jobs get (envFrom):
-    the operator learns the verdict from its termination message and never reads the Secret itself."""
-    args = job_args(check_remote_request(cluster))
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_KIND: BUCKET_CHECK, LABEL_CLUSTER: cluster.name}
-    name = job_name("check", owner.name, attempt_key)
-    job = _job(name, owner, labels, {}, cluster, _container(cluster, args), [], None)
-    job["spec"]["backoffLimit"] = 0  # the next check is the retry
-    job["spec"]["activeDeadlineSeconds"] = 300
-    return job
+def work_annotation(work: Sequence[tuple[str, str, Sequence[int]]]) -> dict[str, str]:
+    """The annotation listing a Job's (TieredTopic key, topic, partitions), read back by :func:`work_of`."""
+    listed = [[key, topic, list(partitions)] for key, topic, partitions in work]
+    return {ANNOTATION_WORK: json.dumps(listed, separators=(",", ":"))}
 
 
 def work_of(job: Mapping[str, Any]) -> list[tuple[str, str, list[int]]]:
@@ -354,18 +249,6 @@ def work_of(job: Mapping[str, Any]) -> list[tuple[str, str, list[int]]]:
         return [(str(k), str(t), [int(p) for p in ps]) for k, t, ps in json.loads(raw)]
     except (ValueError, TypeError):
         return []
-
-
-def tier_writers(jobs: Sequence[Mapping[str, Any]], topic_key: str) -> list[str]:
-    """The copy and cleanup Jobs still running with work for the TieredTopic ``topic_key``: they write its
-    remote tier, so its delete waits for them."""
-    return sorted(
-        str(j["metadata"]["name"])
-        for j in jobs
-        if (j["metadata"].get("labels") or {}).get(LABEL_KIND) in ("copy", "cleanup")
-        and job_state(j) == "Running"
-        and any(key == topic_key for key, _, _ in work_of(j))
-    )
 
 
 def job_state(job: Mapping[str, Any]) -> str:

@@ -23,8 +23,10 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tierkeeper_operator.settings import PeeringSettings
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
@@ -37,9 +39,9 @@ def default_priority() -> int:
     return -(time.time_ns() // 1000)
 
 
-def own_identity() -> str:
+def own_identity(environ: Mapping[str, str] = os.environ) -> str:
     """The peer id: the pod's name when the chart sets ``POD_ID``, else user, host and process."""
-    pod = os.environ.get("POD_ID")
+    pod = environ.get("POD_ID")
     if pod:
         return pod
     return f"{getpass.getuser()}@{socket.gethostname()}/{os.getpid()}/{time.time_ns()}"
@@ -82,22 +84,15 @@ def is_active(
     return True, "active"
 
 
-@dataclass(frozen=True)
-class PeeringConfig:
-    """How this operator takes part in peering."""
-
-    name: str = DEFAULT_PEERING_NAME
-    priority: int = 0
-    lifetime: int = DEFAULT_LIFETIME
-    identity: str = ""
-
-
 class PeeringGate:
     """Reads the peering objects through the Kubernetes adapter and says whether rounds may run."""
 
-    def __init__(self, kube: Any, config: PeeringConfig, clusterwide: bool) -> None:
+    def __init__(self, kube: Any, config: PeeringSettings, clusterwide: bool) -> None:
+        if config.priority is None:
+            raise ValueError("the peering priority is set at start (OperatorSettings.for_this_process)")
         self.kube = kube
         self.config = config
+        self.priority: int = config.priority
         self.clusterwide = clusterwide
         self.reason = "not checked yet"
 
@@ -119,7 +114,7 @@ class PeeringGate:
                 self.kube.ensure_peering(self.config.name, namespace)
                 self.reason = "peering object created; waiting for the peers' keep-alives"
                 return False
-            ok, why = is_active(body.get("status") or {}, self.config.identity, self.config.priority, moment)
+            ok, why = is_active(body.get("status") or {}, self.config.identity, self.priority, moment)
             if not ok:
                 self.reason = why
                 return False

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from storage_core.api.cluster import KafkaClusterConfig
@@ -38,58 +38,22 @@ from storage_core.reconcile.rebuild import (
     with_rebuild,
 )
 from storage_core.reconcile.request_ids import acted_on, pending_rebuild
-from storage_core.reconcile.requests import rebuild_request
+from tierkeeper_operator.job_kinds import JobKind, rebuild_job
 from tierkeeper_operator.jobs import (
     ANNOTATION_RECORDED,
-    KAFKA_CONFIG_DIR,
     LABEL_BROKER,
     LABEL_CLUSTER,
     LABEL_KIND,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     Owner,
-    _container,
-    _job,
-    _with_kafka_client,
-    job_args,
-    job_name,
     job_state,
-    log_dir_volumes,
     termination_message,
 )
 from tierkeeper_operator.kube import Kube
+from tierkeeper_operator.writes import EventSink
 
-KIND = "rebuild"
-EventSink = Callable[[Mapping[str, Any], str, str, str, str], None]
-
-
-def rebuild_job(
-    spec: TieredBrokerSpec, cluster: KafkaClusterConfig, owner: Owner, node: str | None, round_key: str
-) -> dict[str, Any]:
-    """The Job restoring the broker's log dirs on their claims, mounted read-write (the broker is held)."""
-    assert spec.log_dir.claim_name is not None
-    args = job_args(rebuild_request(spec, cluster, config_dir=KAFKA_CONFIG_DIR))
-    container = _container(cluster, args)
-    volumes, mounts = log_dir_volumes(spec, read_only=False)
-    _with_kafka_client(cluster, container, volumes)
-    container["volumeMounts"].extend(mounts)
-    labels = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_KIND: KIND,
-        LABEL_CLUSTER: spec.cluster_ref.name,
-        LABEL_BROKER: str(spec.broker_id),
-    }
-    job = _job(job_name(KIND, owner.name, round_key), owner, labels, {}, cluster, container, volumes, node)
-    pod = job["spec"]["template"]["spec"]
-    # It writes the broker's files, so it runs as the broker does when the spec says how.
-    if spec.rebuild.run_as_user is not None:
-        pod["securityContext"]["runAsUser"] = spec.rebuild.run_as_user
-        pod["securityContext"]["runAsNonRoot"] = spec.rebuild.run_as_user != 0
-        container["securityContext"]["runAsNonRoot"] = spec.rebuild.run_as_user != 0
-    if spec.rebuild.run_as_group is not None:
-        pod["securityContext"]["runAsGroup"] = spec.rebuild.run_as_group
-    job["spec"]["backoffLimit"] = 0  # a failed rebuild is reported, not retried behind the user's back
-    return job
+KIND = JobKind.REBUILD.value
 
 
 def _job_view(kube: Kube, job: Mapping[str, Any]) -> JobView:

@@ -10,85 +10,24 @@ without peering (exactly one replica must run then).
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from storage_core.errors import ConfigError
-from tierkeeper_operator.peering import (
-    DEFAULT_LIFETIME,
-    DEFAULT_PEERING_NAME,
-    PeeringConfig,
-    default_priority,
-    own_identity,
+from tierkeeper_operator.peering import DEFAULT_LIFETIME, DEFAULT_PEERING_NAME
+from tierkeeper_operator.settings import (
+    ClusterSettings,
+    GatewaySettings,
+    LoggingSettings,
+    MetricsSettings,
+    OperatorSettings,
+    PeeringSettings,
+    ProbeSettings,
+    RoundSettings,
+    ScopeSettings,
+    key_values,
 )
-
-if TYPE_CHECKING:
-    from tierkeeper_operator.gateway_objects import GatewaySettings
 
 LOG_REFKEY = "object"
 """Key of the resource reference (apiVersion, kind, namespace, name, uid) in JSON log lines."""
-
-
-@dataclass(frozen=True)
-class OperatorOptions:
-    """What the command line says about where and how to run."""
-
-    namespaces: tuple[str, ...] = ()
-    """Namespaces to watch (the command line requires these or all_namespaces)."""
-    all_namespaces: bool = False
-    """Watch every namespace (needs the ClusterRole of the chart)."""
-    liveness_endpoint: str | None = None
-    """e.g. http://0.0.0.0:8080/healthz; None disables the probe endpoint."""
-    verbose: bool = False
-    """Log at DEBUG level."""
-    log_format: str = "text"
-    """``text`` (kopf's usual lines) or ``json``: one JSON object per line, with ``object`` holding the
-    resource's apiVersion, kind, namespace and name on lines about one resource."""
-    cluster_files: tuple[Path, ...] = ()
-    """Cluster configuration files (the chart mounts its ConfigMap of values ``clusters:``)."""
-    kafka_config_dirs: tuple[str, ...] = ()
-    """``CLUSTER=DIR``: where a cluster's clientConfigSecretRef Secret is mounted in this pod."""
-    reconcile_interval: float = 30.0
-    """Seconds between full reconcile rounds (Kafka observed, Jobs run, status written), or less when a
-    topic's copy or cleanup falls due sooner; new or edited TieredTopics are judged sooner still, by quick
-    rounds (:mod:`tierkeeper_operator.wakeups`)."""
-    metrics_port: int | None = None
-    """Serve Prometheus /metrics on this port; None: no metrics endpoint."""
-    metrics_topic_labels: bool = False
-    """Per-TieredTopic gauges (one series per topic; off by default)."""
-    readiness_endpoint: str | None = None
-    """e.g. http://0.0.0.0:8081/readyz; None disables the readiness endpoint."""
-    no_peering: bool = False
-    """No peering (kopf's ``standalone``): this must be the only replica."""
-    peering_name: str = DEFAULT_PEERING_NAME
-    """Name of the KopfPeering (per watched namespace) or ClusterKopfPeering (all namespaces)."""
-    priority: int | None = None
-    """Peering priority; None: minus the start time in microseconds (the oldest replica is active)."""
-    peering_lifetime: int = DEFAULT_LIFETIME
-    """Seconds a replica's keep-alive counts; a killed active replica is replaced after at most this."""
-    gateway_service_monitors: bool = False
-    """Keep a ServiceMonitor for each TieredCluster's gateway (the chart: metrics.serviceMonitor.enabled)."""
-    gateway_service_monitor_labels: tuple[str, ...] = ()
-    """``KEY=VALUE`` labels of those ServiceMonitors (what the Prometheus' serviceMonitorSelector matches)."""
-    gateway_scrape_interval: str = "30s"
-    """Their scrape interval."""
-
-    def gateway_settings(self) -> GatewaySettings:
-        """What every TieredCluster's gateway gets from the operator's own configuration."""
-        from tierkeeper_operator.gateway_objects import GatewaySettings
-
-        labels = {}
-        for item in self.gateway_service_monitor_labels:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ConfigError(f"--gateway-service-monitor-label {item!r}: expected KEY=VALUE")
-            labels[key] = value
-        return GatewaySettings(
-            service_monitor=self.gateway_service_monitors,
-            service_monitor_labels=labels,
-            scrape_interval=self.gateway_scrape_interval,
-        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,72 +146,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def options_from_args(args: argparse.Namespace) -> OperatorOptions:
-    """The options :func:`add_arguments`' flags give: each flag's ``dest`` is its field's name, and a
-    repeatable flag's list becomes the field's tuple."""
-    values: dict[str, Any] = {}
-    for field in fields(OperatorOptions):
-        value = getattr(args, field.name)
-        values[field.name] = tuple(value) if isinstance(value, list) else value
-    return OperatorOptions(**values)
+def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
+    """The settings :func:`add_arguments`' flags give (a bad value is refused here, by its flag)."""
+    return OperatorSettings(
+        scope=ScopeSettings(namespaces=tuple(args.namespaces), all_namespaces=args.all_namespaces),
+        logging=LoggingSettings(verbose=args.verbose, format=args.log_format),
+        clusters=ClusterSettings(
+            files=tuple(args.cluster_files), kafka_config_dirs=tuple(args.kafka_config_dirs)
+        ),
+        rounds=RoundSettings(interval=args.reconcile_interval),
+        probes=ProbeSettings(liveness=args.liveness_endpoint, readiness=args.readiness_endpoint),
+        metrics=MetricsSettings(port=args.metrics_port, topic_labels=args.metrics_topic_labels),
+        peering=PeeringSettings(
+            standalone=args.no_peering,
+            name=args.peering_name,
+            priority=args.priority,
+            lifetime=args.peering_lifetime,
+        ),
+        gateway=GatewaySettings(
+            service_monitor=args.gateway_service_monitors,
+            service_monitor_labels=key_values(
+                "--gateway-service-monitor-label", tuple(args.gateway_service_monitor_labels)
+            ),
+            scrape_interval=args.gateway_scrape_interval,
+        ),
+    )
 
 
-def configure_logging(options: OperatorOptions) -> None:
+def configure_logging(settings: LoggingSettings) -> None:
     """kopf's log handler on the root logger: text lines, or one JSON object per line (``--log-format
     json``) with the resource a line is about under :data:`LOG_REFKEY` (kopf's per-object lines, and ours
     logged with ``extra=kube.log_ref(obj)``)."""
     import kopf
 
-    if options.log_format == "json":
-        kopf.configure(verbose=options.verbose, log_format=kopf.LogFormat.JSON, log_refkey=LOG_REFKEY)
+    if settings.format == "json":
+        kopf.configure(verbose=settings.verbose, log_format=kopf.LogFormat.JSON, log_refkey=LOG_REFKEY)
     else:  # the resource as a [namespace/name] prefix, as kopf's own command line does
-        kopf.configure(verbose=options.verbose, log_prefix=True)
+        kopf.configure(verbose=settings.verbose, log_prefix=True)
 
 
-def run(options: OperatorOptions) -> int:
+def run(told: OperatorSettings) -> int:
     """Block until the operator is stopped (SIGTERM/SIGINT); returns the exit code."""
     import kopf  # heavy; imported here so `tierkeeper --help` stays fast
 
-    from storage_core.adapters.kafka_client_config import parse_config_dirs
     from storage_core.jobs.resource_files import load_clusters
-    from tierkeeper_operator.background import RoundsOptions
+    from tierkeeper_operator.compose import kafka_config_dirs
     from tierkeeper_operator.handlers import build_registry
 
-    if options.reconcile_interval <= 0:
-        raise ConfigError(f"--reconcile-interval must be > 0, got {options.reconcile_interval}")
-    if options.peering_lifetime < 5:
-        raise ConfigError(f"--peering-lifetime must be >= 5 seconds, got {options.peering_lifetime}")
-    clusters = load_clusters(options.cluster_files, secrets_allowed=True)
-    config_dirs = parse_config_dirs(list(options.kafka_config_dirs), clusters)
-    identity = own_identity()
-    peering = None
-    if not options.no_peering:
-        peering = PeeringConfig(
-            name=options.peering_name,
-            priority=default_priority() if options.priority is None else options.priority,
-            lifetime=options.peering_lifetime,
-            identity=identity,
-        )
-    rounds = RoundsOptions(
-        interval=options.reconcile_interval,
-        namespaces=options.namespaces,
-        kafka_config_dirs=config_dirs,
-        gateway_settings=options.gateway_settings(),
-        peering=peering,
-        identity=identity,
-        metrics_port=options.metrics_port,
-        readiness_endpoint=options.readiness_endpoint,
-        topic_labels=options.metrics_topic_labels,
-    )
-    configure_logging(options)
+    settings = told.for_this_process()  # from here on passed down unchanged
+    clusters = load_clusters(settings.clusters.files, secrets_allowed=True)
+    kafka_config_dirs(settings, clusters)  # a flag naming no such cluster stops the operator here
+    configure_logging(settings.logging)
+    peering = settings.peering
     kopf.run(
-        registry=build_registry(clusters, rounds=rounds, namespaced=not options.all_namespaces),
-        standalone=options.no_peering,  # kopf's name for it
-        clusterwide=options.all_namespaces,
-        namespaces=options.namespaces,
-        liveness_endpoint=options.liveness_endpoint,
-        peering_name=None if peering is None else peering.name,
-        priority=None if peering is None else peering.priority,
-        identity=None if peering is None else peering.identity,  # type: ignore[arg-type]
+        registry=build_registry(clusters, settings=settings),
+        standalone=peering.standalone,
+        clusterwide=settings.scope.all_namespaces,
+        namespaces=settings.scope.namespaces,
+        liveness_endpoint=settings.probes.liveness,
+        peering_name=None if peering.standalone else peering.name,
+        priority=None if peering.standalone else peering.priority,
+        identity=None if peering.standalone else peering.identity,  # type: ignore[arg-type]
     )
     return 0

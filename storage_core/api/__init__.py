@@ -3,6 +3,8 @@ custom resources, of the Kafka cluster configuration they reference by name, and
 
 Pure: used by the operator (which also generates the CRDs from these models) and by ``tierkeeper
 standalone``, so both read the same YAML the same way.
+
+Layer: building blocks (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

@@ -1,1 +1,4 @@
-"""Command-line entry points (the thin outer layer)."""
+"""Command-line entry points (the thin outer layer).
+
+Layer: entry points (``.importlinter``; storage_core/DESIGN.md, "Layers").
+"""

@@ -1,8 +1,11 @@
-"""Replica fetcher model and planner: pure functions over a replica assignment.
+"""Replica fetcher model and planner: pure functions over a replica assignment, and its file form.
 
 ``model`` reproduces how a broker maps each follower partition to a fetcher thread; ``planner``
 evaluates candidate ``num.replica.fetchers`` values, recommends one and plans the dynamic-update
-steps; ``assignment_file`` validates the JSON form; ``placement`` builds known topologies.
+steps; ``placement`` builds known topologies (all three pure); ``assignment_file`` validates the JSON
+form (``load_assignment`` reads it from a file).
+
+Layer: building blocks (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from storage_core.fetchers.model import (

@@ -1,7 +1,9 @@
-"""Kafka's on-disk formats and Tierkeeper's remote index format: pure parsing and encoding.
+"""Kafka's on-disk formats and Tierkeeper's remote index format: parsing and encoding.
 
-Nothing here touches the network or an object store; readers take a file object or a range fetcher
-(``source``) and raise ``storage_core.errors.CorruptDataError`` naming the offset and file of any damage.
+Nothing here touches the network or an object store; the only I/O is of local files handed in
+(``checkpoints``' atomic writes, ``mapped``, ``source``'s file fetcher). Readers take a file object or a
+range fetcher (``source``) and raise ``storage_core.errors.CorruptDataError`` naming the offset and file
+of any damage.
 
 - ``source``: the ``(start, end) -> bytes`` fetcher contract and adapters for files and buffers.
 - ``crc``, ``varint``, ``codecs``: CRC-32C, zigzag varints, streamed decompression of all Kafka codecs.
@@ -13,4 +15,6 @@ Nothing here touches the network or an object store; readers take a file object 
 - ``checkpoints``: log-dir checkpoints, ``leader-epoch-checkpoint``, ``partition.metadata``, topic ids.
 - ``producer_snapshot``: ``.snapshot`` files.
 - ``remote_index``: remoteLogIndex / remoteOffsetIndex / remoteTimeIndex, and their builder.
+
+Layer: formats (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """

@@ -1,8 +1,8 @@
 """Kafka record values decoded into typed columns: JSON objects, or Avro in the Confluent wire format
 (byte 0, a 4-byte big-endian schema id, the Avro body written with that schema).
 
-Pure: the schemas come from a lookup the caller hands in (adapters/schema_registry.py talks to the
-registry). A value decodes into a Python dict plus its Arrow struct type (the writer schema's for Avro,
+No I/O of its own: the schemas come from a lookup the caller hands in (adapters/schema_registry.py's talks
+to the registry). A value decodes into a Python dict plus its Arrow struct type (the writer schema's for Avro,
 inferred for JSON); ``decode_values`` conforms a column of values to the table's struct type and says
 which fields the table lacks, so the export can evolve the table's schema and write the values again. A
 value that cannot be decoded, or does not fit the table's types, is never dropped: its row keeps the raw

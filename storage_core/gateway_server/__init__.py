@@ -1,2 +1,5 @@
 """The gateway's network layer: listeners, client and broker connections, metrics and readiness. The
-protocol decisions it applies live in storage_core.gateway (pure, tested on bytes)."""
+protocol decisions it applies live in storage_core.gateway (tested on bytes, without sockets).
+
+Layer: the gateway's network layer (``.importlinter``; storage_core/DESIGN.md, "Layers").
+"""

@@ -64,7 +64,8 @@ def observe_hold(
     (Kafka's groups, the sightings, the memory) makes the hold unknown: never trim on missing information."""
     try:
         groups = positions.topic_groups(topic, partitions)
-        sightings = positions.sightings()
+        # The sightings matter only for groups with offsets here (read once per run, when first needed).
+        sightings = positions.sightings() if any(g.committed for g in groups) else {}
     except GroupsUnknown as exc:
         return TopicHold(unknown=f"consumer group offsets unavailable: {exc}")
     seen = [group_seen(g, sightings, now_ms) for g in groups]

@@ -2,4 +2,6 @@
 
 plan.py decides what to restore (pure), state.py keeps the log dir safe across crashes, restore.py
 downloads into the staging area; storage_core/jobs/rebuild.py ties them together for one run.
+
+Layer: decisions and executors (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """

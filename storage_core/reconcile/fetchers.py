@@ -1,9 +1,9 @@
 """Decide a TieredBroker's num.replica.fetchers: propose a count, wait for approval, apply it in steps.
 
-Pure, like the rest of the reconcile planner: the caller observes Kafka (the live assignment, the count
-the broker reports), passes the previous :class:`FetcherStatus` and the user's annotation, and carries
-out the one step returned (IncrementalAlterConfigs, then DescribeConfigs until it is in effect). The
-operator and ``tierkeeper standalone`` share it.
+Pure, like the planner (:mod:`storage_core.reconcile.planner`): the caller observes Kafka (the live
+assignment, the count the broker reports), passes the previous :class:`FetcherStatus` and the user's
+annotation, and carries out the one step returned (IncrementalAlterConfigs, then DescribeConfigs until it
+is in effect). The operator and ``tierkeeper standalone`` share it.
 
 The life of a change follows Strimzi's KafkaRebalance:
 

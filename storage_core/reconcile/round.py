@@ -16,7 +16,8 @@ Kubernetes API, or manifests and memory) and in their :class:`Executor`:
 - fold: :func:`fold_copy` and :func:`fold_cleanup` turn an outcome, from either executor, into statuses
   (:mod:`storage_core.reconcile.outcomes`).
 
-Pure: the Kafka clients and the executor are passed in.
+No I/O of its own, so not pure: a round does I/O only through the Kafka clients and the executor it is
+handed (the planning it calls is pure).
 """
 
 from __future__ import annotations

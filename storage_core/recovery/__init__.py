@@ -5,4 +5,6 @@ survives its deletion. Recovery finds that incarnation, recreates the topic in K
 committed history into it exactly once (transactional producer, progress committed with each
 transaction), while the old incarnation stays readable through the remote reader. See
 docs/recovery.md.
+
+Layer: decisions and executors (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """

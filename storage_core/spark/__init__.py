@@ -1,8 +1,10 @@
 """Tierkeeper on Spark: the ``tierkeeper`` DataSource (read the remote tier as a DataFrame).
 
-This package is an adapter/entry layer: it imports pyspark; the pure core never imports it
-(``.importlinter``). Register the source in a session with :func:`register`, or rely on Spark's
-automatic registration of installed ``pyspark_*`` packages (``pyspark_tierkeeper``).
+This package imports pyspark; nothing below it does (``.importlinter``). Register the source in a
+session with :func:`register`, or rely on Spark's automatic registration of installed ``pyspark_*``
+packages (``pyspark_tierkeeper``).
+
+Layer: Spark (``.importlinter``; storage_core/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import yaml
 
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool, tool_path
-from tierkeeper_operator import chartgen, rbac
+from tierkeeper_operator import chartgen, rbac, reference_docs
 
 CHART = REPO_ROOT / "charts" / "tierkeeper"
 RELEASE_NAMESPACE = "tierkeeper-system"
@@ -379,7 +379,7 @@ def test_a_clusters_client_secret_is_mounted_into_the_operator_as_files(tmp_path
 
     from storage_core.adapters.kafka_client_config import parse_config_dirs
     from storage_core.api.parse import parse_cluster_config
-    from tierkeeper_operator.run import add_arguments, options_from_args
+    from tierkeeper_operator.run import add_arguments, settings_from_args
 
     base = yaml.safe_load((REPO_ROOT / "examples" / "cluster.yaml").read_text())
     secure = {
@@ -402,12 +402,12 @@ def test_a_clusters_client_secret_is_mounted_into_the_operator_as_files(tmp_path
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    options = options_from_args(parser.parse_args(container["args"][1:]))
+    settings = settings_from_args(parser.parse_args(container["args"][1:]))
     configmap = only(docs, "ConfigMap")["data"]
     clusters = {
-        c.name: c for f in options.cluster_files for c in parse_cluster_config(configmap[f.name], f.name)
+        c.name: c for f in settings.clusters.files for c in parse_cluster_config(configmap[f.name], f.name)
     }
-    assert parse_config_dirs(list(options.kafka_config_dirs), clusters) == {"secure": Path(path)}
+    assert parse_config_dirs(list(settings.clusters.kafka_config_dirs), clusters) == {"secure": Path(path)}
     for role in [d for d in docs if d["kind"] in ("ClusterRole", "Role")]:
         assert not any("secrets" in rule.get("resources", []) for rule in role["rules"]), role
 
@@ -634,7 +634,7 @@ def test_configuration_doc_lists_every_field_default_and_rule() -> None:
 
     doc = (REPO_ROOT / "docs" / "configuration.md").read_text()
     for root in (TieredTopicSpec, TieredBrokerSpec, KafkaClusterConfig):
-        for model in chartgen._models(root):
+        for model in reference_docs._models(root):
             assert f"### {model.__name__}\n" in doc, model.__name__
             for name, field in model.model_fields.items():
                 alias = field.alias or name

@@ -356,9 +356,9 @@ def test_gateway_service_monitors_follow_the_charts_service_monitors(tmp_path: P
     def settings(values: dict[str, Any] | None) -> Any:
         (container,) = pod_of(render(tmp_path, values))["containers"]
         args = build_parser().parse_args(container["args"])
-        from tierkeeper_operator.run import options_from_args
+        from tierkeeper_operator.run import settings_from_args
 
-        return options_from_args(args).gateway_settings()
+        return settings_from_args(args).gateway
 
     assert settings(None).service_monitor is False
     values = {

@@ -48,10 +48,11 @@ from storage_core.api.cluster_parts import GatewaySpec, StrimziRef
 from storage_core.api.resources import TieredBrokerSpec
 from storage_core.reconcile.planner import CopyAction, TopicPartitions
 from tierkeeper_operator.cluster_objects import sync_gateway, sync_strimzi_brokers
-from tierkeeper_operator.gateway_objects import GatewaySettings, gateway_name
-from tierkeeper_operator.jobs import Owner, copy_job
+from tierkeeper_operator.gateway_objects import gateway_name
+from tierkeeper_operator.job_kinds import copy_job, rebuild_job
+from tierkeeper_operator.jobs import Owner
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.rebuild_rounds import rebuild_job
+from tierkeeper_operator.settings import GatewaySettings
 
 STRIMZI = strimzi_dir()
 KAFKA = "my-cluster"

@@ -43,8 +43,8 @@ from storage_core.reconcile.requests import (
 from storage_core.reconcile.results import encode_cleanup, encode_copy, encode_table
 from storage_core.reconcile.round import CleanupOutcome, CopyOutcome, TableOutcome
 from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.loop import Reconciler
 
 
 def _resources(ns: str, topic: str, kafka: KafkaCluster, table: str) -> list[dict[str, Any]]:
@@ -192,7 +192,7 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
         plural = obj["kind"].lower() + "s"
         plane.request("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}", obj)
     kube = Kube(plane.api_client(), (ns,))
-    operator = Reconciler(kube, {"local": cluster})
+    operator = build_reconciler(kube, {"local": cluster})
     operator.run_round()  # the copy Job (no cleanup before a first copy result); it waits for its result
 
     (tmp_path / "manifests").mkdir()

@@ -39,8 +39,8 @@ from harness.kube_rest import ApiError
 from storage_core.adapters.kafka_fetchers import FetcherAdmin
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.fetchers.planner import step_plan
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.loop import Reconciler
 
 pytestmark = pytest.mark.kafka
 DEADLINE = 240.0
@@ -90,7 +90,7 @@ def test_operator_proposes_and_applies_fetcher_changes_by_annotation(
         {"name": "five", "bootstrapServers": kafka.bootstrap_servers, "remote": {"url": "file:///unused"}}
     )
     token = chart_rbac(plane, ns)
-    reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {"five": cluster})
+    reconciler = build_reconciler(Kube(plane.api_client(token=token), (ns,)), {"five": cluster})
     admin = FetcherAdmin(kafka.bootstrap_servers)
 
     def get(b: int) -> dict[str, Any]:
@@ -171,7 +171,7 @@ def test_operator_proposes_and_applies_fetcher_changes_by_annotation(
         annotate(b, "approve")
     reconciler.run_round()
     # The operator restarts between steps: the change lives in status.fetchers, so a new one carries on.
-    reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {"five": cluster})
+    reconciler = build_reconciler(Kube(plane.api_client(token=token), (ns,)), {"five": cluster})
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         reconciler.run_round()

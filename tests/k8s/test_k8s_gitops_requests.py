@@ -19,8 +19,8 @@ from harness.k8s import load_crds, wait_until
 from harness.ports import free_ports
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.reconcile.rebuild import REQUEST_ANNOTATION
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.loop import Reconciler
 
 API = "/apis/tierkeeper.io/v1alpha1"
 
@@ -34,7 +34,7 @@ def test_a_rebuild_request_id_runs_once_however_often_the_manifest_is_applied(
     cluster = KafkaClusterConfig.model_validate(
         {"name": "c", "bootstrapServers": f"127.0.0.1:{port}", "remote": {"url": "file:///unused"}}
     )
-    reconciler = Reconciler(Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,)), {"c": cluster})
+    reconciler = build_reconciler(Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,)), {"c": cluster})
     path = f"{API}/namespaces/{ns}/tieredbrokers/broker-0"
     jobs_path = f"/apis/batch/v1/namespaces/{ns}/jobs"
 

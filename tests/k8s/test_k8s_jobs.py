@@ -13,21 +13,18 @@ from storage_core.api.cluster import KafkaClusterConfig, credential_like
 from storage_core.api.parse import describe_errors
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
+from tierkeeper_operator.job_kinds import cleanup_job, copy_job, rebuild_job, tier_writers
 from tierkeeper_operator.jobs import (
     ANNOTATION_WORK,
     KAFKA_CONFIG_DIR,
     LABEL_BROKER,
     LABEL_KIND,
     Owner,
-    cleanup_job,
-    copy_job,
     job_name,
     job_state,
     termination_message,
-    tier_writers,
     work_of,
 )
-from tierkeeper_operator.rebuild_rounds import rebuild_job
 
 CLUSTER = KafkaClusterConfig.model_validate(
     {
@@ -88,6 +85,51 @@ def test_names_are_deterministic_and_short() -> None:
     assert len(a) <= 52
 
 
+def test_every_job_kind_has_one_row_and_its_jobs_carry_its_label() -> None:
+    """The JobKind table is complete; each kind's builder labels its Job with that kind (read back by
+    kind_of), under a name that fits a label value; the kinds the topic rounds start have a make, a fold and a
+    last run; and a label this operator does not know is no kind (its Jobs are left alone)."""
+    from storage_core.api.resources import TableSpec
+    from storage_core.reconcile.tables import TableAction
+    from tierkeeper_operator.job_kinds import (
+        KINDS,
+        TABLE_RUNS,
+        JobKind,
+        bucket_check_job,
+        delete_job,
+        kind_of,
+        table_job,
+    )
+
+    assert set(KINDS) == set(JobKind)
+    topic = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
+    table = TableSpec.model_validate({"location": "s3://b/tables/orders"})
+    long_owner = Owner("TieredTopic", "o" * 63, "kafka", "u")
+    built = {
+        JobKind.COPY: copy_job(ACTION, CLUSTER, BROKER, OWNER, None, "r"),
+        JobKind.CLEANUP: cleanup_job(
+            CleanupAction("c", "kafka/orders", "orders", topic), CLUSTER, long_owner, "r"
+        ),
+        JobKind.DELETE: delete_job("orders", "id", "c", CLUSTER, long_owner, "r"),
+        JobKind.REBUILD: rebuild_job(BROKER, CLUSTER, OWNER, None, "r"),
+        JobKind.BUCKET_CHECK: bucket_check_job(CLUSTER, long_owner, "r"),
+    }
+    for action_kind, kind in TABLE_RUNS.items():
+        action = TableAction(action_kind, "c", "kafka/orders", "orders", table)  # type: ignore[arg-type]
+        built[kind] = table_job(action, CLUSTER, long_owner, "r")
+    assert set(built) == set(JobKind)
+    for kind, job in built.items():
+        assert job["metadata"]["labels"][LABEL_KIND] == kind.value and kind_of(job) is kind
+        assert job["metadata"]["name"].startswith(f"tk-{KINDS[kind].name_part}-")
+        assert len(job["metadata"]["name"]) <= 63, job["metadata"]["name"]  # the pods' job-name label
+        rules = KINDS[kind]
+        planned = rules.followed_by == "topics"
+        assert (rules.make is not None, rules.fold is not None, rules.last_run is not None) == (planned,) * 3
+    assert {kind for kind, rules in KINDS.items() if rules.writes_tier} == {JobKind.COPY, JobKind.CLEANUP}
+    newer = {"metadata": {"name": "tk-x", "labels": {LABEL_KIND: "compaction"}}}
+    assert kind_of(newer) is None and kind_of({"metadata": {"name": "tk-y"}}) is None
+
+
 def test_cleanup_job_manifest() -> None:
     spec = TieredTopicSpec.model_validate({"clusterRef": {"name": "c"}, "topic": "orders"})
     job = cleanup_job(
@@ -107,7 +149,7 @@ def test_cleanup_job_manifest() -> None:
 def test_table_job_manifest_gets_the_catalog_secret_only_as_environment(kind: str) -> None:
     from storage_core.reconcile.results import decode_table, encode_table
     from storage_core.reconcile.tables import TableAction
-    from tierkeeper_operator.jobs import table_job
+    from tierkeeper_operator.job_kinds import table_job
 
     spec = TieredTopicSpec.model_validate(
         {

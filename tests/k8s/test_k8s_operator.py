@@ -27,6 +27,7 @@ from harness.paths import REPO_ROOT
 from harness.ports import free_ports
 from storage_core.api.cluster import KafkaClusterConfig
 from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.loop import Reconciler
 
@@ -121,7 +122,7 @@ def local_setup(plane: ControlPlane, ns: str, kafka: KafkaCluster) -> tuple[Reco
     (broker_id,) = kafka.node_ids
     broker = tiered_broker(broker_id, plane.kubelet.node_names[0])
     plane.request("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/tieredbrokers", broker)
-    return Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster}), topic
+    return build_reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster}), topic
 
 
 def status_after_rounds(

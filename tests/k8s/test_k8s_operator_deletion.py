@@ -18,9 +18,9 @@ from harness.kube_rest import ApiError
 from harness.ports import free_ports
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.reconcile.deletion import FINALIZER, SKIP_ANNOTATION
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.jobs import LABEL_KIND
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.loop import Reconciler
 
 DEADLINE = 180.0
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # any 22-character Kafka topic id: the incarnation to delete
@@ -53,7 +53,7 @@ def test_unreachable_bucket_holds_deletion_until_skipped_and_namespace_deletion_
         plane.request("POST", api, resource("TieredTopic", name, spec))
     # The operator's ServiceAccount lives in another namespace, as the chart's does.
     token = chart_rbac(plane, k8s_namespace)
-    reconciler = Reconciler(Kube(plane.api_client(token=token), (work,)), {"local": cluster})
+    reconciler = build_reconciler(Kube(plane.api_client(token=token), (work,)), {"local": cluster})
     reconciler.run_round()
     for name in ("first", "second"):
         obj = plane.request("GET", f"{api}/{name}")

@@ -29,9 +29,9 @@ from harness.moto_s3 import MotoServer
 from harness.paths import REPO_ROOT
 from harness.tools import run_tool
 from storage_core.adapters.kafka_admin import KafkaAdmin
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.jobs import ANNOTATION_RECORDED, LABEL_KIND
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.loop import Reconciler
 
 DEADLINE = 240.0  # pods start Python processes on a busy 2-core machine
 
@@ -207,7 +207,7 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
     )
 
     token = chart_rbac(plane, ns)
-    reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {})
+    reconciler = build_reconciler(Kube(plane.api_client(token=token), (ns,)), {})
     reconciler.run_round()
     waiting = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
     assert waiting["status"]["conditions"][0]["reason"] == "ClusterNotFound"
@@ -226,7 +226,7 @@ def test_operator_tiers_a_topic_with_jobs_on_a_real_control_plane(
         if created and not restarted:
             # The operator restarts while its first Jobs run: a new one keeps no memory but what the API
             # server holds, so it must neither start a second copy per broker nor lose a result.
-            reconciler = Reconciler(Kube(plane.api_client(token=token), (ns,)), {})
+            reconciler = build_reconciler(Kube(plane.api_client(token=token), (ns,)), {})
             restarted = True
         obj = plane.request("GET", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredtopics/orders")
         status = obj.get("status") or {}

@@ -35,9 +35,10 @@ from harness.kafka_dist import HarnessError
 from harness.moto_s3 import MotoServer
 from storage_core.adapters.kafka_admin import KafkaAdmin
 from storage_core.api.cluster import KafkaClusterConfig
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.jobs import KAFKA_CONFIG_DIR, LABEL_KIND
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.loop import Reconciler
+from tierkeeper_operator.settings import ClusterSettings, OperatorSettings
 
 USER = "tierkeeper"
 PASSWORD = "operator-Pa55word-4be1d07a"
@@ -102,10 +103,10 @@ def test_operator_tiers_a_topic_on_a_sasl_broker_with_credentials_from_files(
 
         # The Secret not mounted into the operator (wrong or missing path): Stalled, one line, no Job.
         absent = tmp_path / "not-mounted"
-        unmounted = Reconciler(
+        unmounted = build_reconciler(
             Kube(plane.api_client(token=token), (ns,)),
             {"secure": cluster},
-            kafka_config_dirs={"secure": absent},
+            OperatorSettings(clusters=ClusterSettings(kafka_config_dirs=(f"secure={absent}",))),
         )
         assert unmounted.run_round().created == []
         obj = plane.request("GET", f"{base}/tieredtopics/orders")
@@ -120,10 +121,10 @@ def test_operator_tiers_a_topic_on_a_sasl_broker_with_credentials_from_files(
 
         # Mounted (as the kubelet lays a Secret out): the operator talks to the SASL broker.
         mounted = secret_volume(tmp_path / "kafka-client", {"sasl.username": USER, "sasl.password": PASSWORD})
-        reconciler = Reconciler(
+        reconciler = build_reconciler(
             Kube(plane.api_client(token=token), (ns,)),
             {"secure": cluster},
-            kafka_config_dirs={"secure": mounted},
+            OperatorSettings(clusters=ClusterSettings(kafka_config_dirs=(f"secure={mounted}",))),
         )
         deadline = time.monotonic() + DEADLINE
         while time.monotonic() < deadline:

@@ -6,12 +6,15 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from harness.paths import REPO_ROOT
+from storage_core.errors import ConfigError
 from tierkeeper_operator import cli
-from tierkeeper_operator.run import OperatorOptions, options_from_args
+from tierkeeper_operator.run import settings_from_args
+from tierkeeper_operator.settings import OperatorSettings, ProbeSettings, ScopeSettings
 
 
 def parser_with_operator_verb() -> argparse.ArgumentParser:
@@ -25,9 +28,42 @@ def test_subcommand_parses_scope_and_liveness() -> None:
         ["operator", "-n", "kafka", "--namespace", "streams", "--liveness", "http://0.0.0.0:8080/healthz"]
     )
     assert callable(args.handler)
-    assert options_from_args(args) == OperatorOptions(
-        namespaces=("kafka", "streams"), all_namespaces=False, liveness_endpoint="http://0.0.0.0:8080/healthz"
+    assert settings_from_args(args) == OperatorSettings(
+        scope=ScopeSettings(namespaces=("kafka", "streams"), all_namespaces=False),
+        probes=ProbeSettings(liveness="http://0.0.0.0:8080/healthz"),
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--reconcile-interval", "0"], "--reconcile-interval must be > 0, got 0.0"),
+        (["--peering-lifetime", "4"], "--peering-lifetime must be >= 5 seconds, got 4"),
+        (
+            ["--gateway-service-monitor-label", "release"],
+            "--gateway-service-monitor-label 'release': expected KEY=VALUE",
+        ),
+    ],
+)
+def test_a_bad_setting_is_refused_by_its_flag_before_anything_runs(flags: list[str], message: str) -> None:
+    args = parser_with_operator_verb().parse_args(["operator", "-A", *flags])
+    with pytest.raises(ConfigError) as refused:
+        settings_from_args(args)
+    assert str(refused.value) == message
+
+
+def test_this_process_fills_in_only_what_the_command_line_left_open() -> None:
+    args = parser_with_operator_verb().parse_args(["operator", "-n", "kafka"])
+    told = settings_from_args(args)
+    assert told.peering.identity == "" and told.peering.priority is None
+    started = told.for_this_process({"POD_ID": "tierkeeper-0"})
+    assert started.peering.identity == "tierkeeper-0" and started.peering.priority is not None
+    assert started.peering.priority < 0  # minus the start time: older replicas outrank it
+    assert replace(started, peering=told.peering) == told  # nothing else changes
+    explicit = settings_from_args(
+        parser_with_operator_verb().parse_args(["operator", "-A", "--priority", "7"])
+    )
+    assert explicit.for_this_process({}).peering.priority == 7
 
 
 def test_subcommand_needs_a_scope() -> None:
@@ -73,12 +109,12 @@ LOG_SCRIPT = """
 import logging, sys
 from tierkeeper_operator import cli
 from tierkeeper_operator.kube import log_ref
-from tierkeeper_operator.run import configure_logging, options_from_args
+from tierkeeper_operator.run import configure_logging, settings_from_args
 import argparse
 import json
 parser = argparse.ArgumentParser(prog="tierkeeper")
 cli.register(parser.add_subparsers(dest="command"))
-configure_logging(options_from_args(parser.parse_args(sys.argv[1:])))
+configure_logging(settings_from_args(parser.parse_args(sys.argv[1:])).logging)
 obj = {"apiVersion": "tierkeeper.io/v1alpha1", "kind": "TieredBroker",
        "metadata": {"namespace": "kafka", "name": "broker-0", "uid": "u1"}}
 logging.getLogger("tierkeeper_operator.x").warning("about %s", "it", extra=log_ref(obj))

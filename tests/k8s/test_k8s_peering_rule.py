@@ -13,8 +13,9 @@ import pytest
 
 from harness.ports import free_ports
 from storage_core.errors import ConfigError
-from tierkeeper_operator.peering import PeeringConfig, PeeringGate, default_priority, is_active
+from tierkeeper_operator.peering import PeeringGate, default_priority, is_active
 from tierkeeper_operator.probes import ReadyState, serve_readiness
+from tierkeeper_operator.settings import PeeringSettings
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -67,7 +68,7 @@ class FakeKube:
 
 
 def test_gate_needs_every_watched_namespace_and_creates_missing_objects() -> None:
-    config = PeeringConfig(priority=10, identity="me")
+    config = PeeringSettings(priority=10, identity="me")
     mine = {"status": {"me": peer(10, 0)}}
     kube = FakeKube({"ns1": mine, "ns2": mine})
     gate = PeeringGate(kube, config, clusterwide=False)

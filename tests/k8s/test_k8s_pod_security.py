@@ -22,7 +22,8 @@ from storage_core.api.cluster_parts import GatewaySpec
 from storage_core.api.resources import TieredBrokerSpec, TieredTopicSpec
 from storage_core.reconcile.planner import CleanupAction, CopyAction, TopicPartitions
 from tierkeeper_operator.gateway_objects import deployment
-from tierkeeper_operator.jobs import Owner, cleanup_job, copy_job, delete_job
+from tierkeeper_operator.job_kinds import cleanup_job, copy_job, delete_job
+from tierkeeper_operator.jobs import Owner
 
 CLUSTER = KafkaClusterConfig.model_validate(
     {

@@ -33,10 +33,11 @@ from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.parse import parse_spec
 from storage_core.api.tiered_cluster import TieredClusterSpec, TieredClusterStatus, resolve
 from storage_core.reconcile.tiered_clusters import ClusterObject, directory
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.gateway_objects import gateway_name
-from tierkeeper_operator.jobs import BUCKET_CHECK, LABEL_KIND
+from tierkeeper_operator.job_kinds import JobKind
+from tierkeeper_operator.jobs import LABEL_KIND
 from tierkeeper_operator.kube import Kube, KubeError
-from tierkeeper_operator.loop import Reconciler
 
 API = "/apis/tierkeeper.io/v1alpha1/namespaces"
 HEALTH_LUA = REPO_ROOT / "gitops/argocd/resource_customizations/tierkeeper.io/_/health.lua"
@@ -66,7 +67,7 @@ def test_tiered_cluster_states_on_the_real_api_server(
     plane.request(
         "POST", f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": "s3"}, "stringData": secret}
     )
-    reconciler = Reconciler(Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,)), {})
+    reconciler = build_reconciler(Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,)), {})
     reconciler.run_round()  # the operator runs before the TieredCluster exists
 
     def live() -> tuple[str, str]:
@@ -127,7 +128,8 @@ def test_tiered_cluster_states_on_the_real_api_server(
     assert live() == ("Failed", message)
     assert argo(obj) == ("Degraded", message)
     checks = plane.request(
-        "GET", f"/apis/batch/v1/namespaces/{ns}/jobs?labelSelector={LABEL_KIND}%3D{BUCKET_CHECK}"
+        "GET",
+        f"/apis/batch/v1/namespaces/{ns}/jobs?labelSelector={LABEL_KIND}%3D{JobKind.BUCKET_CHECK.value}",
     )
     job = checks["items"][0]
     assert job["spec"]["template"]["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": "s3"}}]
@@ -298,7 +300,7 @@ def test_a_strimzi_tiered_cluster_with_a_gateway_through_the_rounds(
         "jobs": {"image": "tierkeeper"},
     }
     plane.request("POST", f"{API}/{ns}/tieredclusters", resource("TieredCluster", "main", spec))
-    reconciler = Reconciler(Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,)), {})
+    reconciler = build_reconciler(Kube(plane.api_client(token=chart_rbac(plane, ns)), (ns,)), {})
     reconciler.run_round()
     obj = plane.request("GET", f"{API}/{ns}/tieredclusters/main")
     status = obj["status"]

@@ -25,10 +25,9 @@ from harness.tools import run_tool
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.reconcile.results import encode_cleanup, encode_copy
 from tierkeeper_operator import GROUP, VERSION
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.jobs import LABEL_KIND
 from tierkeeper_operator.kube import Kube
-from tierkeeper_operator.loop import Reconciler
-from tierkeeper_operator.metrics import Metrics
 
 HOLD_DEFAULT = {"maxAgeMs": 172_800_000, "ignoreGroups": ["connect-*"]}
 
@@ -143,8 +142,8 @@ def test_the_operator_reports_what_holds_the_trim_and_warns_once_when_a_bound_is
             "spec": {"clusterRef": {"name": "local"}, "topic": topic, "localRetentionMs": 600_000},
         },
     )
-    metrics = Metrics()
-    operator = Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster}, metrics=metrics)
+    operator = build_reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster})
+    metrics = operator.metrics
     operator.run_round()  # the copy Job
     job_finished(plane, ns, "copy")
     operator.run_round()  # its result folded; the cleanup Job

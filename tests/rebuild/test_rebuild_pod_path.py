@@ -40,6 +40,7 @@ from storage_core.api.rebuild_settings import SETTINGS_KEY, load_settings, setti
 from storage_core.formats.segment_files import parse_partition_dir_name
 from storage_core.rebuild.state import MARKER, STAGING_DIR, RebuildMarker
 from storage_core.reconcile.rebuild import INIT_CONTAINER, REQUEST_ANNOTATION, decode_result
+from tierkeeper_operator.compose import build_reconciler
 from tierkeeper_operator.kube import Kube
 from tierkeeper_operator.loop import Reconciler
 
@@ -120,7 +121,7 @@ def _setup(plane: ControlPlane, ns: str, kafka: KafkaCluster, remote: str, pod_n
             "jobs": {"image": "tierkeeper", "backoffLimit": 0},
         }
     )
-    return Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster})
+    return build_reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster})
 
 
 def _broker(plane: ControlPlane, ns: str, name: str = f"broker-{REBUILT}") -> dict[str, Any]:
@@ -426,7 +427,7 @@ def test_a_failing_init_container_keeps_the_broker_down_and_stalls_its_tieredbro
     cluster = KafkaClusterConfig.model_validate(
         {"name": "local", "bootstrapServers": "127.0.0.1:9", "remote": {"url": f"file://{tmp_path / 'tier'}"}}
     )
-    reconciler = Reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster})
+    reconciler = build_reconciler(Kube(plane.api_client(), (ns,)), {"local": cluster})
     reconciler.run_round()
     pod_name = f"kafka-{REBUILT}"
     pod = broker_pod(pod_name, kill_first_run=False, remote=f"file://{tmp_path / 'tier'}")

@@ -12,13 +12,13 @@ import pytest
 
 from storage_core.adapters.store import RemoteStore
 
+from .store_backends import BACKENDS, Backend
 
-@pytest.fixture(params=["file", "s3"])
+
+@pytest.fixture(params=[b for b in BACKENDS if b.exclusive_create], ids=str)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStore:
-    if request.param == "file":
-        return RemoteStore(f"file://{tmp_path / 'store'}")
-    url, options = request.getfixturevalue("s3_bucket")
-    return RemoteStore(f"{url}/table", options)
+    backend: Backend = request.param
+    return backend.open(request, tmp_path)
 
 
 def test_of_racing_creators_exactly_one_wins(store: RemoteStore) -> None:
