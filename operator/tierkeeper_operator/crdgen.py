@@ -123,6 +123,12 @@ _TOPIC_COLUMNS = (
     PrinterColumn(
         "Lag", ".status.copyLag.bytes", type="integer", description="Bytes rolled but not yet tiered."
     ),
+    PrinterColumn(
+        "Held",
+        ".status.trimHold.heldPartitions",
+        type="integer",
+        description="Partitions whose local trim a consumer group reading the brokers directly holds.",
+    ),
     _CLUSTER_REF,
     _AGE,
 )

@@ -2,7 +2,9 @@
 
 Label sets are bounded by default: by resource kind, Job kind and result, exception kind, never by topic
 (10,000 topics would be 10,000 series per metric); per-topic figures live in each TieredTopic's status.
-``topic_labels=True`` (``--metrics-topic-labels``) adds per-topic gauges for those who want them.
+``topic_labels=True`` (``--metrics-topic-labels``) adds per-topic gauges for those who want them. The
+trim-hold gauges (:mod:`.trim_metrics`) are the exception: per group and partition, but only while a hold
+or an override lasts, and bounded per topic.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage_core.api.status import STALLED, TieredTopicStatus
 from storage_core.reconcile.planner import Plan
+from tierkeeper_operator.trim_metrics import TrimHoldGauges
 
 TOPIC_FIGURES: tuple[tuple[str, str, Callable[[TieredTopicStatus], int]], ...] = (
     ("tiered_bytes", "Bytes in the remote tier", lambda s: s.remote.bytes if s.remote else 0),
@@ -96,6 +99,7 @@ class Metrics:
             "proposal_pending_seconds",
             "Seconds a num.replica.fetchers proposal has waited for approval (0 when none waits).",
         )
+        self.trim_holds = TrimHoldGauges(self.registry)
         self.fetcher_steps = Counter(
             "tierkeeper_fetcher_steps",
             "num.replica.fetchers steps set and in effect.",
@@ -119,6 +123,7 @@ class Metrics:
             self.fetcher_imbalance,
             self.fetcher_idle_threads,
             self.fetcher_proposal_pending_seconds,
+            *self.trim_holds.gauges(),
         ):
             gauge.clear()
 
@@ -146,6 +151,7 @@ class Metrics:
         for key, status in planned.topic_status.items():
             if key in planned.topic_cluster:
                 by_cluster.setdefault(planned.topic_cluster[key], []).append(status)
+        self.trim_holds.observe(planned)
         for gauge in self.cluster_gauges():
             gauge.clear()  # a cluster with no TieredTopic left leaves no stale series
         for cluster, topics in sorted(by_cluster.items()):

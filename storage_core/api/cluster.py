@@ -24,6 +24,7 @@ from storage_core.api.fields import (
     ThreadCount,
 )
 from storage_core.api.rules import ApiModel
+from storage_core.api.trim_hold import TrimHold
 
 PIPELINE_REPOSITORY = "tierkeeper/pipeline"
 """The Jobs' image, one name everywhere: the Dockerfile's ``pipeline`` target as ``make images`` tags it, the
@@ -239,6 +240,11 @@ class ClusterSettings(ApiModel):
     )
     remote: RemoteStorage = Field(description="Where the cluster's remote tier lives.")
     jobs: JobDefaults = Field(default_factory=JobDefaults, description="How Jobs run on Kubernetes.")
+    trim_hold: TrimHold = Field(
+        default_factory=TrimHold,
+        description="How consumer groups that read the brokers directly (not through a gateway) hold the "
+        "local trim, for every TieredTopic of the cluster without a trimHold of its own.",
+    )
 
 
 class KafkaClusterConfig(ClusterSettings):

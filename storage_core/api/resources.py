@@ -31,6 +31,7 @@ from storage_core.api.fields import (
     TopicName,
 )
 from storage_core.api.rules import ApiModel, Rule, cel_or_default
+from storage_core.api.trim_hold import DEFAULT_MAX_AGE_MS, TrimHold
 
 DEFAULT_COPY_INTERVAL_S = 300
 DEFAULT_CLEANUP_INTERVAL_S = 300
@@ -254,12 +255,35 @@ class TableSpec(ApiModel):
     )
 
 
+def _hold_outlasts_window() -> Rule:
+    """trimHold.maxAgeMs must exceed the local window's age: the window keeps everything younger already,
+    so a shorter bound could never hold a record (only the topic's own trimHold is checked here; the
+    cluster default meets topics of every window)."""
+    enabled = cel_or_default("trimHold.enabled", True)
+    age = cel_or_default("trimHold.maxAgeMs", DEFAULT_MAX_AGE_MS)
+    local = cel_or_default("localRetentionMs", DEFAULT_LOCAL_RETENTION_MS)
+
+    def check(spec: TieredTopicSpec) -> bool:
+        hold, local_ms = spec.trim_hold, spec.local_retention_ms
+        if hold is None or not hold.enabled or INFINITE in (hold.max_age_ms, local_ms):
+            return True
+        return hold.max_age_ms > local_ms
+
+    return Rule(
+        cel=f"!has(self.trimHold) || !{enabled} || {age} == -1 || {local} == -1 || {age} > {local}",
+        message="trimHold.maxAgeMs must exceed localRetentionMs (-1 means no bound): the local window "
+        "keeps everything younger already, so a shorter bound holds nothing",
+        check=check,
+    )
+
+
 class TieredTopicSpec(ClusterMemberSpec):
     """Desired tiering of one Kafka topic."""
 
     RULES: ClassVar[tuple[Rule, ...]] = (
         _local_within_remote("local_retention_ms", "remote_retention_ms", DEFAULT_LOCAL_RETENTION_MS),
         _local_within_remote("local_retention_bytes", "remote_retention_bytes", INFINITE),
+        _hold_outlasts_window(),
     )
 
     topic: TopicName = Field(description="Name of the Kafka topic to tier.")
@@ -279,6 +303,11 @@ class TieredTopicSpec(ClusterMemberSpec):
     )
     remote_retention_bytes: RetentionBytes = Field(
         default=INFINITE, description="Per-partition bytes kept in the remote tier; -1 means no limit."
+    )
+    trim_hold: TrimHold | None = Field(
+        default=None,
+        description="How consumer groups that read the brokers directly (not through a gateway) hold this "
+        "topic's local trim at their committed offsets; omit to use the cluster's trimHold.",
     )
     copy_policy: CopyPolicy = Field(
         default_factory=CopyPolicy, alias="copy", description="When rolled segments are copied."

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from storage_core.api.rules import ApiModel
+from storage_core.api.trim_hold_status import TrimHoldStatus
 
 READY = "Ready"
 RECONCILING = "Reconciling"
@@ -22,7 +23,10 @@ FETCHER_CHANGE_PENDING = "FetcherChangePending"
 class Condition(ApiModel):
     """A Kubernetes-style condition."""
 
-    type: str = Field(description="Ready, Reconciling, Stalled, or (TieredBroker) FetcherChangePending.")
+    type: str = Field(
+        description="Ready, Reconciling, Stalled, (TieredTopic) TrimHeld or (TieredBroker) "
+        "FetcherChangePending."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word saying why.")
     message: str = Field(default="", description="Human-readable details.")
@@ -127,6 +131,9 @@ class TieredTopicStatus(ResourceStatus):
     last_copy: RunOutcome | None = Field(default=None, description="The last copy round of this topic.")
     last_cleanup: RunOutcome | None = Field(default=None, description="The last cleanup run of this topic.")
     table: TableStatus | None = Field(default=None, description="The Iceberg table (spec.table).")
+    trim_hold: TrimHoldStatus | None = Field(
+        default=None, description="What holds the local trim: direct readers' offsets (spec.trimHold)."
+    )
 
 
 class RebuildStatus(ApiModel):

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from storage_core.api.trim_hold_status import TRIM_HELD
 from storage_core.cli.common import emit_json, require_above_zero
 from storage_core.cli.subcommand import Subcommand
 
@@ -69,10 +70,22 @@ def _ready(status: Any) -> str:
 
 def status_table(runner: Any) -> str:
     """The statuses as ``kubectl get`` would show them: one line per resource."""
-    rows = [("KIND", "NAME", "READY", "REMOTE SEGMENTS", "REMOTE BYTES", "LAG BYTES", "LAST COPY", "STATUS")]
+    rows = [
+        (
+            "KIND",
+            "NAME",
+            "READY",
+            "REMOTE SEGMENTS",
+            "REMOTE BYTES",
+            "LAG BYTES",
+            "HELD",
+            "LAST COPY",
+            "STATUS",
+        )
+    ]
     for obj in runner.topics:
         status = runner.topic_status[obj.key]
-        remote, lag, last = status.remote, status.copy_lag, status.last_copy
+        remote, lag, last, hold = status.remote, status.copy_lag, status.last_copy, status.trim_hold
         rows.append(
             (
                 "TieredTopic",
@@ -81,6 +94,7 @@ def status_table(runner: Any) -> str:
                 str(remote.segments) if remote else "-",
                 str(remote.bytes) if remote else "-",
                 str(lag.bytes) if lag else "-",
+                str(hold.held_partitions) if hold else "-",
                 last.result if last else "-",
                 status.message,
             )
@@ -96,6 +110,7 @@ def status_table(runner: Any) -> str:
                 "-",
                 "-",
                 "-",
+                "-",
                 last.result if last else "-",
                 status.message,
             )
@@ -104,6 +119,16 @@ def status_table(runner: Any) -> str:
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows
     )
+
+
+def trim_hold_lines(runner: Any) -> list[str]:
+    """One line per TieredTopic whose trim direct readers hold (its TrimHeld reason and message)."""
+    out = []
+    for obj in runner.topics:
+        held = next((c for c in runner.topic_status[obj.key].conditions if c.type == TRIM_HELD), None)
+        if held is not None:
+            out.append(f"trim hold {obj.key}: {held.reason}: {held.message}")
+    return out
 
 
 def _statuses(runner: Any) -> dict[str, Any]:
@@ -130,6 +155,8 @@ def _show(runner: Any, report: Any, as_json: bool) -> None:
     ]
     print(f"ran: {', '.join(done) if done else 'nothing due'}")
     print(status_table(runner), flush=True)
+    for line in trim_hold_lines(runner):
+        print(line)
     for obj in runner.brokers:
         fetchers = runner.broker_status[obj.key].fetchers
         if fetchers is not None:

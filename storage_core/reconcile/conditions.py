@@ -58,6 +58,30 @@ def parse_rfc3339(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def condition(
+    kind: str,
+    status: Literal["True", "False"],
+    reason: str,
+    message: str,
+    generation: int | None,
+    previous: Sequence[Condition],
+    now: datetime.datetime,
+) -> Condition:
+    """One condition of type ``kind``; its transition time moves only when its status flips."""
+    transition = rfc3339(now)
+    for old in previous:
+        if old.type == kind and old.status == status:
+            transition = old.last_transition_time
+    return Condition(
+        type=kind,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=transition,
+        observed_generation=generation,
+    )
+
+
 def _condition(
     kind: str,
     status: Literal["True", "False"],
@@ -66,18 +90,7 @@ def _condition(
     previous: Sequence[Condition],
     now: datetime.datetime,
 ) -> Condition:
-    transition = rfc3339(now)
-    for old in previous:
-        if old.type == kind and old.status == status:
-            transition = old.last_transition_time
-    return Condition(
-        type=kind,
-        status=status,
-        reason=health.reason,
-        message=health.message,
-        last_transition_time=transition,
-        observed_generation=generation,
-    )
+    return condition(kind, status, health.reason, health.message, generation, previous, now)
 
 
 def conditions_for(

@@ -24,6 +24,7 @@ from storage_core.api.status import (
 )
 from storage_core.reconcile.conditions import rfc3339
 from storage_core.reconcile.text import one_line
+from storage_core.reconcile.trim_holds import trim_hold_after_cleanup
 
 MAX_MESSAGE = 300
 
@@ -129,6 +130,9 @@ def topic_after_cleanup(
     status: TieredTopicStatus, report: Mapping[str, Any] | None, run: RunEnd
 ) -> TieredTopicStatus:
     """``report``: a cleanup summary restricted to this topic (``run_cleanup``'s dictionary)."""
+    held = trim_hold_after_cleanup(
+        status.trim_hold, report if run.failure is None else None, status.topic_id, run.now
+    )
     report = report or {}
     errors = [str(e) for e in report.get("errors", [])]
     tiers = _current_tiers(status, None)
@@ -148,8 +152,10 @@ def topic_after_cleanup(
             trimmed += 1
     deleted_bytes = int(report.get("bytes_deleted", 0))
     done = f"deleted {deleted_bytes} remote bytes; local data trimmed on {trimmed} partitions"
+    if held is not None and held.held_partitions:
+        done += f", held back by direct readers on {held.held_partitions}"
     outcome = _outcome(status.last_cleanup, run, errors, done)
-    update: dict[str, Any] = {"last_cleanup": outcome}
+    update: dict[str, Any] = {"last_cleanup": outcome, "trim_hold": held}
     if status.remote is not None:
         update.update(_with_partitions(status, tiers))
     return status.model_copy(update=update)

@@ -17,7 +17,10 @@ Rules:
 - Conditions (kstatus, :mod:`storage_core.reconcile.conditions`): Reconciling until the topic's first copy
   round finished, while Kafka cannot be reached, and while the last runs failed fewer than
   ``FAILURES_BEFORE_STALLED`` times in a row; Stalled while a refusal stands or past that bound; Ready
-  otherwise. Scheduled rounds change neither.
+  otherwise. Scheduled rounds change neither. Beside them, while the last cleanup found direct readers
+  holding the local trim (or a bound overriding them, or their offsets unknown), ``TrimHeld``
+  (:mod:`storage_core.reconcile.trim_holds`) says so; it never changes Ready (a held trim is the hold
+  working), and a bound overridden or unknown offsets are a Warning Event.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from storage_core.reconcile.eligibility import refusals
 from storage_core.reconcile.observed import BrokerInput, ClientConfigProblem, RunningWork, TopicInput
 from storage_core.reconcile.schedule import copy_due, copy_due_next, interval_due, interval_due_next
 from storage_core.reconcile.tables import TableAction, decide_table, with_lag
+from storage_core.reconcile.trim_holds import trim_condition, warns
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,8 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     topic_cluster: dict[str, str] = field(default_factory=dict)
     """Key -> cluster name of every TieredTopic judged whose spec parsed (per-cluster metrics)."""
+    topic_name: dict[str, str] = field(default_factory=dict)
+    """Key -> Kafka topic of the same TieredTopics (the trim-hold metrics name the topic Kafka knows)."""
     next_due: datetime.datetime | None = None
     """The earliest time after ``now`` at which a copy or cleanup of a topic judged here falls due (a
     scheduled copy only within the next minutes), so a round runner can run its next round then rather
@@ -254,20 +260,25 @@ def plan(
         # A table no longer in the spec leaves the status (it stays where it is: never deleted by us).
         dropped = topic.spec is not None and topic.spec.table is None and topic.status.table is not None
         current = topic.status.model_copy(update={"table": None}) if dropped else with_lag(topic.status)
+        conditions = conditions_for(health, topic.generation, topic.status.conditions, now)
+        held = trim_condition(current.trim_hold, topic.generation, topic.status.conditions, now)
         result.topic_status[topic.key] = current.model_copy(
             update={
                 "observed_generation": topic.generation,
                 "message": health.message,
-                "conditions": conditions_for(health, topic.generation, topic.status.conditions, now),
+                "conditions": conditions if held is None else [*conditions, held],
                 "topic_id": topic.kafka.topic_id if topic.kafka is not None else topic.status.topic_id,
             }
         )
         event = _event_for(topic.key, topic.status.conditions, health)
         if event is not None:
             result.events.append(event)
+        if held is not None and warns(topic.status.conditions, held):
+            result.events.append(Event(topic.key, "Warning", held.reason, held.message))
         spec = topic.spec
         if spec is not None:
             result.topic_cluster[topic.key] = spec.cluster_ref.name
+            result.topic_name[topic.key] = spec.topic
         if leaders is None or spec is None or spec.paused:
             continue
         cluster = spec.cluster_ref.name

@@ -512,6 +512,7 @@ def cleanup_request(
         copy_interval_ms=trim_timing(spec).copy_interval_ms,
         engine=jobs.cleanup_engine,
         spark=SparkTarget.of(jobs) if jobs.cleanup_engine == "spark" else SparkTarget(),
+        trim_hold=spec.trim_hold if spec.trim_hold is not None else cluster.trim_hold,
     )
 
 

@@ -3,7 +3,9 @@
 Kubernetes keeps at most 4096 bytes of a termination message, so the result is compact: per topic, one
 row per partition with the numbers the status needs, and per-partition errors cut to a line. When even
 that does not fit, the per-partition rows are dropped and only the totals and failures stay (the status
-then keeps its previous per-partition figures until a smaller run reports them). Written by the CLI
+then keeps its previous per-partition figures until a smaller run reports them). A cleanup's trim-hold
+summary (:mod:`storage_core.reconcile.hold_results`) goes last: its lists are shortened before anything
+of it is dropped, and its counts always stay. Written by the CLI
 (``--result-file``), read by the operator; one definition for both sides.
 """
 
@@ -13,7 +15,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage_core.reconcile.hold_results import HOLD_CUTS, cut_hold, decode_holds, encode_holds
 from storage_core.reconcile.text import one_line
+from storage_core.reconcile.trim_holds import SUMMARIES
 
 LIMIT = 4096
 VERSION = 1
@@ -97,7 +101,9 @@ def decode_copy(text: str) -> tuple[dict[str, list[dict[str, Any]]], str | None]
 
 
 def encode_cleanup(report: Mapping[str, Any]) -> str:
-    """A cleanup report (``run_cleanup``'s dictionary), reduced to what the status needs."""
+    """A cleanup report (``run_cleanup``'s dictionary), reduced to what the status needs: per partition
+    the remote figures, per topic incarnation the trim hold's summary (``trim_holds.summarize``, made
+    here from the whole report, so the status is the one an in-process run folds)."""
     rows = [
         [
             p["topic"],
@@ -110,16 +116,24 @@ def encode_cleanup(report: Mapping[str, Any]) -> str:
         ]
         for p in report.get("partitions", [])
     ]
-    document = {
+    document: dict[str, Any] = {
         "v": VERSION,
         "kind": "cleanup",
         "rows": rows,
         "errors": [_cut(e) for e in report.get("errors", [])][:10],
         "bytes_deleted": int(report.get("bytes_deleted", 0)),
     }
+    holds = encode_holds(report.get("partitions", []))
+    if holds:
+        document["holds"] = holds
     text = json.dumps(document, separators=(",", ":"))
     if len(text) > LIMIT:
         document["rows"], document["truncated"] = [], True
+        text = json.dumps(document, separators=(",", ":"))
+    for level in HOLD_CUTS:
+        if len(text) <= LIMIT or not holds:
+            break
+        document["holds"] = {key: cut_hold(entry, level) for key, entry in holds.items()}
         text = json.dumps(document, separators=(",", ":"))
     return text
 
@@ -142,11 +156,15 @@ def decode_cleanup(text: str) -> tuple[dict[str, Any] | None, str | None]:
         }
         for row in document.get("rows", [])
     ]
-    report = {
+    report: dict[str, Any] = {
         "partitions": partitions,
-        "errors": document.get("errors", []),
+        "errors": list(document.get("errors", [])),
         "bytes_deleted": document.get("bytes_deleted", 0),
     }
+    try:
+        report[SUMMARIES] = decode_holds(document.get("holds", {}))
+    except ValueError as exc:  # the status keeps the hold it knew (an error keeps it), and says why
+        report["errors"].append(str(exc))
     return report, None
 
 

@@ -21,6 +21,7 @@ from storage_core.api.resources import (
 )
 from storage_core.api.rules import ApiModel, Rule
 from storage_core.api.tiered_cluster import TieredClusterSpec
+from storage_core.api.trim_hold import TrimHold
 
 TOPIC = {"clusterRef": {"name": "c"}, "topic": "t"}
 REMOTE = {"remote": {"url": "s3://bucket/tier"}}
@@ -92,6 +93,31 @@ CASES: list[tuple[type[ApiModel], dict[str, Any], bool]] = [
     (TieredClusterSpec, {**REMOTE, "strimzi": {"kafka": "my-cluster"}}, True),
     (TieredClusterSpec, {**REMOTE, "bootstrapServers": "kafka:9092", "strimzi": {"kafka": "k"}}, True),
     (TieredClusterSpec, {**REMOTE}, False),
+    (TrimHold, {}, True),
+    (TrimHold, {"enabled": False}, True),
+    (TrimHold, {"enabled": False, "maxAgeMs": 3_600_000}, False),  # a bound that would not apply
+    (TrimHold, {"enabled": False, "ignoreGroups": []}, False),
+    (TrimHold, {"enabled": True, "maxAgeMs": 3_600_000, "inactiveGroupMs": 0}, True),
+    (TrimHold, {"maxAgeMs": 0}, False),  # holds nothing
+    (TrimHold, {"maxBytes": 0}, False),
+    (TrimHold, {"enabled": False, "maxBytes": 0}, False),
+    (TrimHold, {"maxAgeMs": -1, "maxBytes": -1}, True),
+    (TrimHold, {"maxBytes": 1 << 30}, True),
+    (TrimHold, {"ignoreGroups": ["billing", "connect-*", "*"]}, True),
+    (TrimHold, {"ignoreGroups": ["connect-*-sink"]}, False),
+    (TrimHold, {"ignoreGroups": ["*-sink"]}, False),
+    (TrimHold, {"ignoreGroups": ["**"]}, False),
+    (TieredTopicSpec, {**TOPIC, "trimHold": {}}, True),  # the default 7 days outlast the default 1 day
+    (TieredTopicSpec, {**TOPIC, "trimHold": {"maxAgeMs": 3_600_000}}, False),  # within the 1-day window
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": 600_000, "trimHold": {"maxAgeMs": 3_600_000}}, True),
+    (TieredTopicSpec, {**TOPIC, "localRetentionMs": 600_000, "trimHold": {"maxAgeMs": 600_000}}, False),
+    (TieredTopicSpec, {**TOPIC, "trimHold": {"maxAgeMs": -1}}, True),
+    (TieredTopicSpec, {**TOPIC, "trimHold": {"enabled": False}}, True),
+    (
+        TieredTopicSpec,
+        {**TOPIC, "localRetentionMs": -1, "remoteRetentionMs": -1, "trimHold": {"maxAgeMs": 1000}},
+        True,
+    ),
 ]
 
 
@@ -140,6 +166,26 @@ def test_every_rule_is_exercised_both_ways() -> None:
     for model, rule in all_rules():
         outcomes = {cel_valid(rule, obj) for m, obj, _ in CASES if m is model}
         assert outcomes == {True, False}, f"{model.__name__}: {rule.message} lacks a passing or failing case"
+
+
+def test_trim_hold_ignore_groups_are_distinct() -> None:
+    """The API server refuses a repeated group itself (list type set); standalone manifests are told too."""
+    assert TrimHold.model_json_schema()["properties"]["ignoreGroups"]["x-kubernetes-list-type"] == "set"
+    problem = python_problem(TrimHold, {"ignoreGroups": ["billing", "audit", "billing"]})
+    assert problem is not None and "ignoreGroups lists billing more than once" in problem
+
+
+def test_a_topic_without_trim_hold_takes_the_clusters() -> None:
+    from storage_core.api.cluster import KafkaClusterConfig
+
+    cluster = KafkaClusterConfig.model_validate(
+        {**REMOTE, "name": "c", "bootstrapServers": "k:9092", "trimHold": {"maxAgeMs": 10_000_000}}
+    )
+    assert cluster.trim_hold.max_age_ms == 10_000_000
+    assert TieredTopicSpec.model_validate(TOPIC).trim_hold is None
+    assert KafkaClusterConfig.model_validate(
+        {**REMOTE, "name": "c", "bootstrapServers": "k:9092"}
+    ).trim_hold == (TrimHold())
 
 
 def test_rules_reach_the_crds() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -12,6 +15,8 @@ from harness.control_plane import ControlPlane
 from harness.k8s import load_crds, wait_until
 from harness.kafka import KafkaCluster
 from harness.kube_rest import ApiError
+from harness.pod_images import default_images
+from tierkeeper_operator.jobs import LABEL_KIND, job_state
 
 # Generous: on a busy 2-core CI machine a pod's Python process may take many seconds to start.
 DEADLINE = 120.0
@@ -120,3 +125,41 @@ def produce(kafka: KafkaCluster, topic: str, count: int) -> None:
         if i % 500 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
+
+
+REPLAY = """
+import pathlib, sys, time
+result = pathlib.Path(sys.argv[1]) / sys.argv[2]
+deadline = time.monotonic() + 600
+while not result.exists():
+    if time.monotonic() > deadline:
+        sys.exit(f"no result of {sys.argv[2]} to replay")
+    time.sleep(0.2)
+pathlib.Path("/dev/termination-log").write_text(result.read_text())
+"""
+"""The replay image's program: it waits for the file ``results/<the Job's verb>`` (its first argument) and
+leaves its text as the Job's result."""
+
+
+def replay_image(plane: ControlPlane, results: Path) -> str:
+    """An image for the operator's Jobs that does no work: each Job leaves the result a test wrote to
+    ``results/<verb>`` (copy, cleanup, export) as its termination message, as soon as it exists."""
+    tierkeeper = default_images()["tierkeeper"]
+    plane.kubelet.images["tierkeeper-replay"] = dataclasses.replace(
+        tierkeeper,
+        entrypoint=(sys.executable, "-c", REPLAY, str(results)),
+        needs=(*tierkeeper.needs, str(results)),
+    )
+    return "tierkeeper-replay"
+
+
+def job_finished(plane: ControlPlane, ns: str, kind: str) -> None:
+    """Wait until a Job of ``kind`` (its tierkeeper.io/kind label) in ``ns`` has succeeded."""
+
+    def probe() -> bool:
+        jobs = plane.request(
+            "GET", f"/apis/batch/v1/namespaces/{ns}/jobs?labelSelector={LABEL_KIND}%3D{kind}"
+        )
+        return any(job_state(job) == "Succeeded" for job in jobs["items"])
+
+    wait_for(probe, f"the {kind} Job to finish")

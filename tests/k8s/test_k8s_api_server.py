@@ -152,6 +152,50 @@ def test_the_projects_cel_rules_reject_objects_at_the_api(k8s_crds: ControlPlane
     assert "copy.schedule and copy.intervalSeconds are mutually exclusive" in refused.value.message
 
 
+def test_a_nonsense_trim_hold_is_refused_at_the_api_with_its_reason(
+    k8s_crds: ControlPlane, k8s_namespace: str
+) -> None:
+    """trimHold on a TieredTopic and as a TieredCluster's default: the field types, the CEL rules of
+    storage_core/api/trim_hold.py and resources.py, and the list type set, each with its own message."""
+    good = example_topic("held")
+    good["spec"]["trimHold"] = {"maxAgeMs": 86_400_000, "ignoreGroups": ["connect-*", "audit"]}
+    assert create(k8s_crds, topics_path(k8s_namespace), good)["spec"]["trimHold"]["maxAgeMs"] == 86_400_000
+    refusals = {
+        "negative": ({"maxBytes": -5}, "spec.trimHold.maxBytes"),  # below -1: the schema's minimum
+        "zero-age": ({"maxAgeMs": 0}, "trimHold.maxAgeMs and maxBytes must not be 0"),
+        "within-window": ({"maxAgeMs": 3_600_000}, "trimHold.maxAgeMs must exceed localRetentionMs"),
+        "bounds-disabled": ({"enabled": False, "maxBytes": 1 << 30}, "trimHold bounds need the hold enabled"),
+        "star-inside": ({"ignoreGroups": ["connect-*-sink"]}, "* may stand only at the end"),
+        "twice": ({"ignoreGroups": ["audit", "audit"]}, 'Duplicate value: "audit"'),
+    }
+    for name, (hold, message) in refusals.items():
+        bad = example_topic(name)
+        bad["spec"]["trimHold"] = hold
+        with pytest.raises(ApiError) as refused:
+            create(k8s_crds, topics_path(k8s_namespace), bad)
+        assert refused.value.code == 422, name
+        assert message in refused.value.message, (name, refused.value.message)
+        if name == "negative":
+            assert "greater than or equal to -1" in refused.value.message
+    cluster = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TieredCluster",
+        "metadata": {"name": "hold-default"},
+        "spec": {
+            "bootstrapServers": "kafka:9092",
+            "remote": {"url": "s3://b/t"},
+            "trimHold": {"maxBytes": 0},
+        },
+    }
+    clusters = f"/apis/{GROUP}/{VERSION}/namespaces/{k8s_namespace}/tieredclusters"
+    with pytest.raises(ApiError) as refused:
+        create(k8s_crds, clusters, cluster)
+    assert refused.value.code == 422
+    assert "trimHold.maxAgeMs and maxBytes must not be 0" in refused.value.message
+    cluster["spec"]["trimHold"] = {"maxBytes": 1 << 30, "inactiveGroupMs": -1}
+    assert create(k8s_crds, clusters, cluster)["spec"]["trimHold"]["inactiveGroupMs"] == -1
+
+
 def test_a_jbod_brokers_log_dirs_are_checked_at_the_api(k8s_crds: ControlPlane, k8s_namespace: str) -> None:
     """extraLogDirs: accepted with a claim and mount of its own each, refused by the CEL rules otherwise."""
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{k8s_namespace}/tieredbrokers"

@@ -527,6 +527,7 @@ def test_metrics_service_monitor_and_rule(tmp_path: Path) -> None:
         "TierkeeperCleanupFailing",
         "TierkeeperResourceStalled",
         "TierkeeperFetcherProposalPending",
+        "TierkeeperTrimHoldExceeded",
     } <= alerts.keys()
     runbooks = (REPO_ROOT / "docs" / "operations.md").read_text()
     for name, rule in alerts.items():

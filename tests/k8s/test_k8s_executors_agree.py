@@ -5,7 +5,8 @@ those requests gave in process, left by the operator's Jobs as their termination
 same TieredTopic and TieredBroker statuses through the API server as in standalone mode's memory. The
 topic's copy interval is not the default (standalone mode used to judge its local trim with the default
 1 h), and the cluster has a rate limit (standalone mode used to ignore it). The topic keeps an Iceberg
-table: standalone mode exports to it on Spark, the operator's export Job folds the same result.
+table: standalone mode exports to it on Spark, the operator's export Job folds the same result. A consumer
+group reading the brokers directly holds the trim: both statuses say what holds it (``trimHold``).
 
 Standalone mode does the work (a second copy of the same log would find nothing left to copy): the Jobs'
 image, run by the process kubelet, replays the result standalone mode's run of the same request gave,
@@ -13,22 +14,19 @@ written where the real command writes it (``--result-file /dev/termination-log``
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from k8s_helpers import unique, wait_for
+from k8s_helpers import job_finished, replay_image, unique
 from test_k8s_operator_real import log_dir_claims
 
 from harness.control_plane import ControlPlane
 from harness.k8s import load_crds
 from harness.kafka import KafkaCluster
-from harness.pod_images import default_images
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
 from storage_core.cli.main import build_parser
@@ -46,7 +44,6 @@ from storage_core.reconcile.results import encode_cleanup, encode_copy, encode_t
 from storage_core.reconcile.round import CleanupOutcome, CopyOutcome, TableOutcome
 from tierkeeper_operator import GROUP, VERSION
 from tierkeeper_operator.compose import build_reconciler
-from tierkeeper_operator.jobs import LABEL_KIND, job_state
 from tierkeeper_operator.kube import Kube
 
 
@@ -78,30 +75,6 @@ def _resources(ns: str, topic: str, kafka: KafkaCluster, table: str) -> list[dic
             },
         },
     ]
-
-
-REPLAY = """
-import pathlib, sys, time
-result = pathlib.Path(sys.argv[1]) / sys.argv[2]
-deadline = time.monotonic() + 600
-while not result.exists():
-    if time.monotonic() > deadline:
-        sys.exit(f"no result of {sys.argv[2]} to replay")
-    time.sleep(0.2)
-pathlib.Path("/dev/termination-log").write_text(result.read_text())
-"""
-"""The Jobs' image: it waits for standalone mode's result of the Job's verb (its first argument) and leaves
-it as the Job's result."""
-
-
-def _replay_image(plane: ControlPlane, results: Path) -> str:
-    tierkeeper = default_images()["tierkeeper"]
-    plane.kubelet.images["tierkeeper-replay"] = dataclasses.replace(
-        tierkeeper,
-        entrypoint=(sys.executable, "-c", REPLAY, str(results)),
-        needs=(*tierkeeper.needs, str(results)),
-    )
-    return "tierkeeper-replay"
 
 
 def _record_outcomes(monkeypatch: pytest.MonkeyPatch, results: Path) -> None:
@@ -139,19 +112,13 @@ def _record_outcomes(monkeypatch: pytest.MonkeyPatch, results: Path) -> None:
     monkeypatch.setattr(InProcessExecutor, "table", table)
 
 
-def _finished(plane: ControlPlane, ns: str, kind: str) -> None:
-    def probe() -> bool:
-        jobs = plane.request(
-            "GET", f"/apis/batch/v1/namespaces/{ns}/jobs?labelSelector={LABEL_KIND}%3D{kind}"
-        )
-        return any(job_state(job) == "Succeeded" for job in jobs["items"])
-
-    wait_for(probe, f"the {kind} Job to finish")
-
-
 def _folded(status: Any) -> dict[str, Any]:
-    """What a Job's result folds into: the run outcomes (but when and by which Job), the tier, the lag."""
-    out = status.model_dump(include={"topic_id", "remote", "copy_lag", "last_copy", "last_cleanup", "table"})
+    """What a Job's result folds into: the run outcomes (but when and by which Job), the tier, the lag, the
+    trim hold (but when)."""
+    fields = {"topic_id", "remote", "copy_lag", "last_copy", "last_cleanup", "table", "trim_hold"}
+    out = status.model_dump(include=fields)
+    if out.get("trim_hold"):
+        out["trim_hold"].pop("checked_at")
     for run in ("last_copy", "last_cleanup"):
         if out.get(run):
             out[run] = {k: v for k, v in out[run].items() if k not in ("time", "job")}
@@ -201,6 +168,10 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
     for i in range(400):
         producer.produce(topic, value=f"{i:06d}".encode() * 20, partition=0)
     assert producer.flush(60) == 0
+    # A group reading the brokers directly, committed far below the window: both executors hold the trim.
+    reader = Consumer({"bootstrap.servers": servers, "group.id": f"direct-{topic}"})
+    reader.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
+    reader.close()
     cluster = KafkaClusterConfig.model_validate(
         {
             "name": "local",
@@ -208,7 +179,7 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
             "clientConfig": {"client.id": "tierkeeper-agree"},
             "remote": {"url": f"file://{tmp_path / 'remote'}"},
             "jobs": {
-                "image": _replay_image(plane, results),
+                "image": replay_image(plane, results),
                 "maxBytesPerSecond": 50_000_000,
                 "copyParallelism": 2,
             },
@@ -230,11 +201,11 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
     report = standalone.run_round()  # the copy, its result folded in, then the cleanup and the export
     in_process = _by_kind(report.requests)
 
-    _finished(plane, ns, "copy")
+    job_finished(plane, ns, "copy")
     operator.run_round()  # the copy Job's result folded; the cleanup Job, planned from that status
-    _finished(plane, ns, "cleanup")
+    job_finished(plane, ns, "cleanup")
     operator.run_round()  # the cleanup Job's result folded
-    _finished(plane, ns, "export")
+    job_finished(plane, ns, "export")
     operator.run_round()  # the export Job's result folded
     through_jobs = _by_kind(_job_requests(plane, ns))
 
@@ -260,6 +231,11 @@ def test_the_operators_jobs_and_standalone_mode_run_the_same_requests_and_fold_t
         plane.request("GET", f"{path}/tieredtopics/{topic}")["status"]
     )
     assert _folded(live_topic) == _folded(status)
+    assert status.trim_hold is not None and status.trim_hold.held_partitions == 1, status.trim_hold
+    (held,) = status.trim_hold.partitions
+    assert [(h.group, h.offset) for h in held.held_by] == [(f"direct-{topic}", 50)]
+    live_conditions = {c.type: (c.status, c.reason) for c in live_topic.conditions}
+    assert live_conditions["TrimHeld"] == ("True", "TrimHeld"), live_conditions
     assert live_topic.last_copy is not None and live_topic.last_copy.job  # it did come from a Job
     (broker_key,) = standalone.broker_status
     broker = resources[0]["metadata"]["name"]

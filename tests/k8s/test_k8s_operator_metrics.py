@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from storage_core.api.status import STALLED, Condition, CopyLag, TieredBrokerStatus, TieredTopicStatus
+from storage_core.api.trim_hold_status import TrimHoldStatus
 from storage_core.reconcile.planner import Plan
 from tierkeeper_operator.metrics import Metrics
 
@@ -81,3 +82,53 @@ def test_cluster_gauges_are_per_cluster_and_a_standby_drops_every_round_gauge() 
         assert metrics.registry.get_sample_value(name, labels) is None, name
     # Counters are history, not state: they stay.
     assert _value(metrics, "tierkeeper_reconcile_rounds_total") == 2
+
+
+def test_trim_hold_gauges_name_group_partition_and_offsets_while_the_hold_lasts() -> None:
+    hold = TrimHoldStatus.model_validate(
+        {
+            "heldPartitions": 1,
+            "overriddenPartitions": 1,
+            "partitions": [
+                {
+                    "partition": 0,
+                    "windowTo": 28_937,
+                    "trimmedTo": 5_000,
+                    "heldBy": [{"group": "g", "offset": 5_000}],
+                },
+                {
+                    "partition": 2,
+                    "windowTo": 9_000,
+                    "trimmedTo": 9_000,
+                    "overridden": [{"group": "etl", "offset": 1_000, "to": 9_000, "reason": "maxAge"}],
+                },
+            ],
+        }
+    )
+    held = Plan(
+        topic_cluster={"ns/orders": "c0", "ns/other": "c0"},
+        topic_name={"ns/orders": "orders.v1", "ns/other": "other"},
+        topic_status={
+            "ns/orders": TieredTopicStatus(trim_hold=hold),
+            "ns/other": TieredTopicStatus(trim_hold=TrimHoldStatus(unknown="coordinator unreachable")),
+        },
+    )
+    metrics = Metrics()
+    metrics.observe_round(held, 1)
+    where = {"cluster": "c0", "topic": "orders.v1"}
+    assert _value(metrics, "tierkeeper_trim_held_offsets", **where, partition="0", group="g") == 23_937
+    assert (
+        _value(metrics, "tierkeeper_trim_hold_missed_offsets", **where, partition="2", group="etl") == 8_000
+    )
+    assert _value(metrics, "tierkeeper_trim_held_partitions", cluster="c0") == 1
+    assert _value(metrics, "tierkeeper_trim_hold_unknown_topics", cluster="c0") == 1
+    # A quick round leaves them (it judged a few topics); a full round without the hold drops its series.
+    metrics.observe_round(Plan(topic_status={"ns/orders": TieredTopicStatus()}), 1, fleet=False)
+    assert _value(metrics, "tierkeeper_trim_held_offsets", **where, partition="0", group="g") == 23_937
+    released = Plan(topic_cluster={"ns/orders": "c0"}, topic_status={"ns/orders": TieredTopicStatus()})
+    metrics.observe_round(released, 1)
+    labels = {**where, "partition": "0", "group": "g"}
+    assert metrics.registry.get_sample_value("tierkeeper_trim_held_offsets", labels) is None
+    metrics.observe_round(held, 1)
+    metrics.standby()
+    assert metrics.registry.get_sample_value("tierkeeper_trim_held_offsets", labels) is None

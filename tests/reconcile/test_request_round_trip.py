@@ -17,6 +17,7 @@ from storage_core.adapters.kafka_client_config import cluster_client_config
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.resources import ReplicaFetchers, TieredBrokerSpec, TieredTopicSpec
 from storage_core.api.status import TieredBrokerStatus, TieredTopicStatus
+from storage_core.api.trim_hold import TrimHold
 from storage_core.cli.cleanup import cleanup_options_from_args
 from storage_core.cli.common import storage_options
 from storage_core.cli.copy import copy_options_from_args
@@ -138,6 +139,41 @@ def test_a_cleanup_request_parses_back_into_the_in_process_options(secret_dir: P
         request.spark.master,
         tuple(f"{k}={v}" for k, v in request.spark.conf),
     )
+
+
+@pytest.mark.parametrize(
+    ("topic_hold", "cluster_hold", "expected"),
+    [
+        (None, None, TrimHold()),  # neither says: the model's defaults
+        (
+            None,
+            {"maxAgeMs": 5_000_000, "ignoreGroups": ["connect-*"]},
+            TrimHold(max_age_ms=5_000_000, ignore_groups=["connect-*"]),
+        ),
+        (
+            {"maxBytes": 1 << 30, "inactiveGroupMs": -1, "ignoreGroups": ["audit", "etl-*"]},
+            {"maxAgeMs": 5_000_000},
+            TrimHold(max_bytes=1 << 30, inactive_group_ms=-1, ignore_groups=["audit", "etl-*"]),
+        ),  # the topic's trimHold replaces the cluster's whole, it is not merged field by field
+        ({"enabled": False}, {"maxAgeMs": 5_000_000}, TrimHold(enabled=False)),
+    ],
+)
+def test_a_cleanup_request_holds_the_trim_as_the_topic_else_the_cluster_says(
+    secret_dir: Path, topic_hold: Any, cluster_hold: Any, expected: TrimHold
+) -> None:
+    config = cluster(False)
+    if cluster_hold is not None:
+        config = config.model_copy(update={"trim_hold": TrimHold.model_validate(cluster_hold)})
+    spec = (
+        TOPIC
+        if topic_hold is None
+        else TOPIC.model_copy(update={"trim_hold": TrimHold.model_validate(topic_hold)})
+    )
+    request = cleanup_request(CleanupAction("c", "kafka/orders", "orders", spec), config, config_dir=None)
+    assert request.trim_hold == expected
+    assert round_trip(request) == request
+    from_job = cleanup_options_from_args(parsed(job_args(request)))
+    assert from_job.trim_hold == cleanup_options(request, {}).trim_hold == expected
 
 
 def test_a_delete_request_parses_back(secret_dir: Path) -> None:
