@@ -29,6 +29,13 @@ class HeldBy(ApiModel):
     offset: int = Field(description="Its committed offset: the brokers keep every record from here on.")
 
 
+OverrideReason = Literal["maxAge", "maxBytes", "retention", "kafkaRetention"]
+"""Why the trim passes a holding group's offset: the ``trimHold`` bound by age or bytes; the topic's
+remote retention expired those offsets (they leave the brokers as Kafka's retention would delete them);
+or Kafka's own retention.ms / retention.bytes would delete them first (``kafkaRetention``: a log start
+Tierkeeper did not set expires the remote copies below it, so holding past it would cost the tier)."""
+
+
 class MissedOffsets(ApiModel):
     """A group the hold's bound no longer waits for: it will not find offsets [offset, to) on the brokers
     (they stay readable in the remote tier, through the gateway)."""
@@ -36,9 +43,10 @@ class MissedOffsets(ApiModel):
     group: str = Field(description="The consumer group.")
     offset: int = Field(description="Its committed offset.")
     to: int = Field(description="Where the trim went: offsets from offset up to here are gone locally.")
-    reason: Literal["maxAge", "maxBytes", "retention"] = Field(
-        description="Why the trim passed the group: a bound (maxAge, maxBytes) exceeded, or the remote "
-        "retention expired those offsets (they leave the brokers as Kafka's own retention would delete them)."
+    reason: OverrideReason = Field(
+        description="Why the trim passed the group: a bound (maxAge, maxBytes) exceeded; the remote "
+        "retention expired those offsets (retention); or Kafka's own retention would delete them first "
+        "(kafkaRetention)."
     )
 
 

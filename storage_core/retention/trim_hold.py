@@ -24,18 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from storage_core.api.trim_hold import TrimHold
+from storage_core.api.trim_hold_status import OverrideReason
 from storage_core.remote.metadata import GroupMemory, SegmentMetadata, TrimHoldState
 from storage_core.retention.local_trim import expired_floor, plan_local_trim
 from storage_core.retention.policy import UNLIMITED, RetentionPolicy
-
-OverrideReason = Literal["maxAge", "maxBytes", "retention", "kafkaRetention"]
-"""Why the trim passes a holding group's offset: the ``trimHold`` bound by age or bytes; the topic's
-remote retention expired those offsets (they leave the brokers as Kafka's retention would delete them);
-or Kafka's own retention.ms / retention.bytes would delete them first (``kafkaRetention``: a log start
-Tierkeeper did not set expires the remote copies below it, so holding past it would cost the tier)."""
 
 
 @dataclass(frozen=True)
