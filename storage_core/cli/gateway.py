@@ -39,7 +39,7 @@ from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_co
 from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError
 from storage_core.gateway.addresses import Address
-from storage_core.gateway.group_sightings import SIGHTINGS_TOPIC
+from storage_core.gateway.group_sightings import GATEWAY_ID_ENV, SIGHTINGS_TOPIC
 from storage_core.gateway.host_port import parse_address, parse_addresses
 from storage_core.gateway_server.reloading import Loaded, Reloading, server_certificate, serving_context
 
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from storage_core.adapters.kafka_group_sightings import SightingsWriter
 
 DEFAULT_LISTEN = "127.0.0.1:9192"
-GATEWAY_ID_ENV = "TIERKEEPER_GATEWAY_ID"
 GATEWAY_RETRY_ATTEMPTS = 3
 GATEWAY_RETRY_MAX_DELAY = 2.0
 

@@ -28,6 +28,10 @@ REPUBLISH_MS = 30_000
 FRESH_MS = 3 * REPUBLISH_MS
 """A sighting younger than this shows the members live: two missed republishes are tolerated."""
 
+GATEWAY_ID_ENV = "TIERKEEPER_GATEWAY_ID"
+"""Where ``tierkeeper gateway`` finds its id (``GroupSighting.gateway``) without ``--gateway-id``: the
+operator's gateway pods get their pod name there (the downward API)."""
+
 GroupProtocol = Literal["classic", "consumer", "share"]
 
 
