@@ -33,16 +33,10 @@ class SightingsWriter:
         self._lock = threading.Lock()
         self._acked: list[GroupSighting] = []
         self._failed: list[str] = []
-        self._fatal: str | None = None
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Any:
         from confluent_kafka import KafkaException, Producer
-
-        def error_cb(error: Any) -> None:
-            if error.fatal():  # e.g. the idempotent producer's id refused: this producer is done for
-                with self._lock:
-                    self._fatal = str(error)
 
         try:
             return Producer(
@@ -53,7 +47,6 @@ class SightingsWriter:
                     "enable.idempotence": True,
                     "linger.ms": 20,
                     "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-                    "error_cb": error_cb,
                 }
             )
         except KafkaException as exc:
@@ -78,27 +71,26 @@ class SightingsWriter:
         self, sightings: Iterable[GroupSighting], timeout_s: float
     ) -> tuple[list[GroupSighting], list[str]]:
         """Produce ``sightings`` and wait up to ``timeout_s`` for Kafka's answers: (the sightings Kafka
-        acknowledged, one line per record that failed). Nothing new is produced while records of an
-        earlier call are still on their way (bounded: at most one round in flight); their answers are
-        returned by the call that sees them."""
-        with self._lock:
-            fatal, self._fatal = self._fatal, None
-        if fatal is not None:
-            self._producer = self._new_producer()
-            return [], [f"the producer stopped ({fatal}); a new one is made for the next round"]
-        from confluent_kafka import KafkaException
+        acknowledged, Kafka's reason for each record that failed). Nothing new is produced while records
+        of an earlier call are still on their way (bounded: at most one round in flight); their answers
+        are returned by the call that sees them. A producer that hit a fatal error (the broker refused
+        its idempotent producer id: no IDEMPOTENT_WRITE or Write ACL yet) is replaced for the next call."""
+        from confluent_kafka import KafkaError, KafkaException
 
         refused = []
-        if len(self._producer) == 0:
-            for sighting in sightings:
-                key, value = encode_sighting(sighting)
-                try:
+        try:
+            if len(self._producer) == 0:
+                for sighting in sightings:
+                    key, value = encode_sighting(sighting)
                     self._producer.produce(
                         self.topic, key=key, value=value, on_delivery=self._answer(sighting)
                     )
-                except (KafkaException, BufferError) as exc:
-                    refused.append(f"group {sighting.group}: {exc}")
-        self._producer.flush(timeout_s)
+            self._producer.flush(timeout_s)
+        except (KafkaException, BufferError) as exc:
+            refused.append(str(exc))
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
+                self._producer = self._new_producer()
         with self._lock:
             acked, self._acked = self._acked, []
             failed, self._failed = self._failed, []
@@ -110,7 +102,7 @@ class SightingsWriter:
                 if error is None:
                     self._acked.append(sighting)
                 else:
-                    self._failed.append(f"group {sighting.group}: {error}")
+                    self._failed.append(str(error))
 
         return delivered
 

@@ -65,7 +65,8 @@ class GroupPublisher:
         self._clock_ms = clock_ms
         self._written: dict[str, Written] = {}
         self._topic_ready = False
-        self._failing = False
+        self._failing: dict[str, str] = {}
+        """Stage (create, write) -> the failure last logged."""
         self._wake = asyncio.Event()
 
     async def run(self) -> None:
@@ -88,7 +89,11 @@ class GroupPublisher:
                 sightings = due(carried, self._written, self.gateway_id, self._clock_ms())
                 ok = True
                 if sightings:
-                    acked, failed = await loop.run_in_executor(pool, self._write, sightings)
+                    try:
+                        acked, failed = await loop.run_in_executor(pool, self._write, sightings)
+                    except Exception as exc:
+                        log.exception("writing group sightings failed")
+                        acked, failed = [], [f"{type(exc).__name__}: {exc}"]
                     ok = self._outcome(sightings, acked, failed)
                 wait_s = RETRY_S if not ok else self._until_due_s()
         finally:
@@ -110,10 +115,10 @@ class GroupPublisher:
                     if writer.ensure_topic():
                         log.info("created the group sightings topic")
                     self._topic_ready = True
+                    self._failing.pop("create", None)
                 except TierkeeperError as exc:
                     # Perhaps only creating is not allowed and the topic exists for writing: write anyway.
-                    self._metrics.group_sightings_failures.labels(stage="create").inc()
-                    self._failed(f"cannot create the group sightings topic: {exc}")
+                    self._failed("create", f"cannot create the group sightings topic: {exc}")
             return writer.write(sightings, WRITE_TIMEOUT_S)
         except TierkeeperError as exc:
             return [], [str(exc)]
@@ -123,20 +128,20 @@ class GroupPublisher:
         self._written = after_writing(self._written, acked)
         self._metrics.group_sightings_written.inc(len(acked))
         if failed:
-            self._metrics.group_sightings_failures.labels(stage="write").inc(len(failed))
             self._failed(
-                f"{len(failed)} group sighting(s) not written, retried every {RETRY_S:.0f} s: {failed[0]}"
+                "write",
+                f"group sightings not written (tried again every {RETRY_S:.0f} s): {failed[0]}",
             )
             return False
         if len(acked) < len(sightings):
             return False  # still on their way: their answers come with the next round's
-        if self._failing:
+        if self._failing.pop("write", None) is not None:
             log.info("group sightings are written again")
-            self._failing = False
         return True
 
-    def _failed(self, line: str) -> None:
-        """Log a failure when a run of failures starts (each later one is counted, not logged)."""
-        if not self._failing:
+    def _failed(self, stage: str, line: str) -> None:
+        """Count a failure; log it when it starts or its reason changes (a repeat is only counted)."""
+        self._metrics.group_sightings_failures.labels(stage=stage).inc()
+        if self._failing.get(stage) != line:
             log.warning("%s", line)
-        self._failing = True
+        self._failing[stage] = line

@@ -1,0 +1,99 @@
+"""Reading back what gateways publish of the consumer groups they carry (``__tierkeeper_gateway_groups``),
+as the cleanup reads it (group_sightings.latest_sightings), and Kafka's own view of a group's members."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from storage_core.gateway.group_sightings import SIGHTINGS_TOPIC, GroupSighting, latest_sightings
+
+T = TypeVar("T")
+DEADLINE_S = 60.0
+
+
+def read_sightings(bootstrap: str, **config: str) -> dict[str, list[GroupSighting]]:
+    """The topic from its start to its end, read directly from the brokers (empty while it does not
+    exist)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"sightings-reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            **config,
+        }
+    )
+    try:
+        try:
+            _, end = consumer.get_watermark_offsets(TopicPartition(SIGHTINGS_TOPIC, 0), timeout=10)
+        except KafkaException:
+            return {}
+        records: list[tuple[bytes | None, bytes | None]] = []
+        if end > 0:
+            consumer.assign([TopicPartition(SIGHTINGS_TOPIC, 0, OFFSET_BEGINNING)])
+            while True:
+                msg = consumer.poll(10)
+                assert msg is not None, f"{SIGHTINGS_TOPIC}: no record or end within 10 s"
+                if msg.error():
+                    assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
+                    if msg.offset() >= end:
+                        break
+                    continue
+                records.append((msg.key(), msg.value()))
+        return latest_sightings(records)
+    finally:
+        consumer.close()
+
+
+def sighting_of(bootstrap: str, group: str, gateway: str, **config: str) -> GroupSighting | None:
+    """The latest record ``gateway`` wrote of ``group``."""
+    return next((s for s in read_sightings(bootstrap, **config).get(group, []) if s.gateway == gateway), None)
+
+
+def described_members(bootstrap: str, group: str, **config: str) -> set[str]:
+    """The group's members as Kafka describes them (member ids; group.instance.ids of static members)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **config})
+    description = admin.describe_consumer_groups([group])[group].result(30)
+    return {m.member_id for m in description.members} | {
+        m.group_instance_id for m in description.members if m.group_instance_id
+    }
+
+
+def poll_until(
+    probe: Callable[[], T | None], what: str, step: Callable[[], object] = lambda: time.sleep(0.2)
+) -> T:
+    """``probe``'s first truthy answer within DEADLINE_S, calling ``step`` between tries (a consumer's poll,
+    which keeps it in its group); fails the test with ``what`` past the deadline."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        value = probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not within {DEADLINE_S:.0f} s: {what}"
+        step()
+
+
+def subscribed(bootstrap: str, topic: str, group: str, **config: str) -> Consumer:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **config,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def keep_polling(*consumers: Consumer) -> None:
+    for consumer in consumers:
+        msg = consumer.poll(0.2)
+        assert msg is None or not msg.error() or msg.error().code() == -191, msg.error()
