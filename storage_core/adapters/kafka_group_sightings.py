@@ -9,6 +9,7 @@ thread of its own, never on the gateway's event loop.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -47,6 +48,8 @@ class SightingsWriter:
                     "enable.idempotence": True,
                     "linger.ms": 20,
                     "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+                    # librdkafka's own lines through the gateway's log (its format, --log-format json).
+                    "logger": logging.getLogger("tierkeeper.gateway.kafka"),
                 }
             )
         except KafkaException as exc:

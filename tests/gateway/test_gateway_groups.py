@@ -106,6 +106,7 @@ def test_a_member_of_the_same_group_reading_directly_shows_up_as_direct(tiered: 
 
 CONSUME_UNTIL_KILLED = """
 import sys
+from confluent_kafka import Consumer
 bootstrap, topic, group = sys.argv[1:4]
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
 c.subscribe([topic])
