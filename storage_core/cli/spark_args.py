@@ -18,7 +18,7 @@ def add_spark_args(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="Spark master (default: local[*]); on a cluster the executors need Tierkeeper's Python, e.g. "
         "--spark-conf spark.archives=tk.tar.gz#env --spark-conf spark.pyspark.python=./env/bin/python "
-        "(README, On a cluster)",
+        "(docs/spark.md, On a cluster)",
     )
     add_spark_conf_arg(group, "Spark setting; repeatable")
 

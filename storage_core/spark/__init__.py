@@ -49,7 +49,7 @@ def register(spark: Any) -> type[TierkeeperDataSource]:
             f"Spark's Python workers run {python}, relative to each process's working directory: the "
             f"executors find it in the unpacked spark.archives, but this driver runs the data source's "
             f"planner with it too, in {os.getcwd()} ({why}): unpack the same archive there or link its "
-            "directory to the environment it was packed from (README, On a cluster)"
+            "directory to the environment it was packed from (docs/spark.md, On a cluster)"
         )
     if why is not None:
         raise ConfigError(

@@ -596,8 +596,35 @@ def test_notes_tell_the_next_step() -> None:
     ).stdout
     notes = out.split("NOTES:", 1)[1]
     assert "No Kafka cluster is configured yet" in notes
-    assert "kubectl get tieredtopics,tieredbrokers -A -w" in notes
+    assert "kubectl get tieredclusters,tieredtopics,tieredbrokers -A -w" in notes
     assert "rollout status deployment/tk-tierkeeper" in notes
+    # Every kind whose CRD the chart installs is named (kopf's peering kinds together, as "peering").
+    for crd in on_disk_crds():
+        plural, group = crd.split(".", 1)
+        assert (plural in notes) or (group == "kopf.dev" and "peering CRDs" in notes), crd
+
+
+def test_the_uninstall_deletes_every_crd_the_chart_installs() -> None:
+    page = (REPO_ROOT / "docs" / "operations.md").read_text()
+    command = next(line for line in page.splitlines() if "kubectl delete crd" in line)
+    assert set(command.strip("`. ").split()[3:]) == set(on_disk_crds())
+
+
+def test_the_chart_renders_as_a_dependency_of_an_umbrella_chart(tmp_path: Path) -> None:
+    """Helm hands every subchart `global` (at least {}): a schema refusing it breaks the chart as a
+    dependency of another."""
+    umbrella = tmp_path / "platform"
+    (umbrella / "charts").mkdir(parents=True)
+    (umbrella / "Chart.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v2", "name": "platform", "version": "1.0.0"})
+    )
+    (umbrella / "values.yaml").write_text(
+        yaml.safe_dump({"global": {"imageRegistry": "registry.example.com"}})
+    )
+    run_tool("helm", ["package", str(CHART), "--destination", str(umbrella / "charts")])
+    out = run_tool("helm", ["template", "platform", str(umbrella), "--namespace", RELEASE_NAMESPACE]).stdout
+    kinds = {doc["kind"] for doc in yaml.safe_load_all(out) if doc}
+    assert {"Deployment", "CustomResourceDefinition"} <= kinds
 
 
 def test_configuration_doc_lists_every_field_default_and_rule() -> None:
