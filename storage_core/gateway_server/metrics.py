@@ -63,9 +63,6 @@ class GatewayMetrics:
             "members are not recorded as carried)",
             ["api"],
         )
-        self.groups_carried = gauge(
-            "tierkeeper_gateway_groups_carried", "Consumer groups with a member on this gateway's connections"
-        )
         self.group_sightings_written = counter(
             "tierkeeper_gateway_group_sightings_written",
             "Group sightings Kafka acknowledged on the sightings topic (__tierkeeper_gateway_groups)",
@@ -77,6 +74,9 @@ class GatewayMetrics:
         )
         self.cache_bytes = gauge("tierkeeper_gateway_cache_bytes", "Bytes held by the read-ahead cache")
         self.connections = gauge("tierkeeper_gateway_client_connections", "Open client connections")
+        self.groups_carried = gauge(
+            "tierkeeper_gateway_groups_carried", "Consumer groups with a member on this gateway's connections"
+        )
         # Labelled children looked up once: ``labels()`` on every request and read was ~2% of the busy time
         # of a gateway serving history.
         self._requests_by_api: dict[int, Any] = {}
