@@ -159,3 +159,47 @@ def test_a_group_request_the_codec_cannot_read_passes_through_untouched(tiered: 
             client.close()
     assert answers[0] is not None and answers[1] == answers[0]
     assert tiered.gateway.metric(unread) == before + 1
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_static_member_of_kafkas_java_consumer_is_published_with_its_instance_id(
+    tiered: Tiered, protocol: str
+) -> None:
+    """Kafka's own console consumer, a static member (group.instance.id) of a classic or KIP-848 group."""
+    direct = tiered.cluster.bootstrap_servers
+    group, instance = f"java-{protocol}-{uuid.uuid4().hex[:8]}", f"static-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.Popen(
+        tiered.cluster.tool_command(
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            "--bootstrap-server",
+            tiered.gateway.bootstrap,
+            "--topic",
+            tiered.topic,
+            "--group",
+            group,
+            "--from-beginning",
+            "--timeout-ms",
+            "240000",
+            "--consumer-property",
+            f"group.protocol={protocol}",
+            "--consumer-property",
+            f"group.instance.id={instance}",
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        members = poll_until(
+            lambda: (m := described_members(direct, group)) and instance in m and m,
+            "Kafka describes the Java consumer as a static member",
+        )
+        sighting = poll_until(published(tiered, group, members), f"the gateway publishes {members}")
+        assert sighting.protocol == protocol and instance in sighting.members
+        assert direct_members(members, read_sightings(direct), group, int(time.time() * 1000)) == set()
+    finally:
+        proc.terminate()  # the consumer closes (a static member leaves for now, or only disconnects)
+        _, stderr = proc.communicate(timeout=60)
+    poll_until(
+        written_empty(tiered, group), f"the group written empty after the consumer stopped: {stderr[-500:]}"
+    )
