@@ -20,7 +20,7 @@ can make the gateway hold is bounded by the groups it names, and those by ``MAX_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,8 +168,18 @@ class GroupMembers:
 
     ``on_change`` is called when what :meth:`carried` returns may have changed (the publisher wakes)."""
 
-    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[], None] | None = None,
+        *,
+        max_groups: int = MAX_GROUPS,
+        max_groups_per_connection: int = MAX_GROUPS_PER_CONNECTION,
+    ) -> None:
+        self._max_groups = max_groups
+        self._max_per_connection = max_groups_per_connection
         self._connections: dict[int, dict[str, Member]] = {}
+        self._holders: dict[str, int] = {}
+        """Group -> how many connections carry a member of it (for MAX_GROUPS without a scan)."""
         self._next = 0
         self.on_change = on_change
         self.dropped = 0
@@ -200,7 +210,7 @@ class GroupMembers:
             if isinstance(seen, Member):
                 changed |= self._record(mine, seen)
             elif seen.ids is None:
-                changed |= mine.pop(seen.group, None) is not None
+                changed |= self._drop(mine, seen.group)
             else:
                 changed |= self._gone(seen.group, seen.ids)
         if changed:
@@ -209,11 +219,12 @@ class GroupMembers:
     def _record(self, mine: dict[str, Member], seen: Member) -> bool:
         before = mine.get(seen.group)
         if before is None:
-            if len(mine) >= MAX_GROUPS_PER_CONNECTION or (
-                seen.group not in self._groups() and len(self._groups()) >= MAX_GROUPS
+            if len(mine) >= self._max_per_connection or (
+                seen.group not in self._holders and len(self._holders) >= self._max_groups
             ):
                 self.dropped += 1
                 return False
+            self._holders[seen.group] = self._holders.get(seen.group, 0) + 1
         elif before.member_id == seen.member_id:
             # Heartbeats send the instance id and the protocol only sometimes: keep what was learned.
             seen = Member(
@@ -232,15 +243,24 @@ class GroupMembers:
         for members in self._connections.values():
             member = members.get(group)
             if member is not None and member.ids & ids:
-                del members[group]
-                changed = True
+                changed |= self._drop(members, group)
         return changed
 
-    def _groups(self) -> set[str]:
-        return {g for members in self._connections.values() for g in members}
+    def _drop(self, members: dict[str, Member], group: str) -> bool:
+        if members.pop(group, None) is None:
+            return False
+        left = self._holders[group] - 1
+        if left:
+            self._holders[group] = left
+        else:
+            del self._holders[group]
+        return True
 
     def _close(self, connection: int) -> None:
-        if self._connections.pop(connection, None):
+        members = self._connections.pop(connection, None)
+        if members:
+            for group in list(members):
+                self._drop(members, group)
             self._changed()
 
     def _changed(self) -> None:
@@ -262,9 +282,3 @@ class ConnectionMembers:
     def close(self) -> None:
         """The connection closed: its members are no longer carried by this gateway."""
         self.members._close(self.connection)
-
-
-def carried_ids(carried: Mapping[str, Carried], group: str) -> frozenset[str]:
-    """The ids one group's members are carried by (empty when the gateway carries none of them)."""
-    entry = carried.get(group)
-    return entry.members if entry is not None else frozenset()

@@ -370,3 +370,16 @@ def test_the_sightings_topic_is_compacted_replicated_as_kafkas_own_and_writable_
     assert (settings.partitions, settings.replication_factor) == (1, rf)
     assert settings.config["min.insync.replicas"] == isr
     assert settings.config["cleanup.policy"] == "compact,delete"
+
+
+def test_the_gateway_carries_at_most_max_groups_and_a_group_gone_frees_its_place() -> None:
+    members = GroupMembers(max_groups=3)
+    a, b = members.open(), members.open()
+    for i in range(3):
+        apply(a, heartbeat(f"g{i}", "m", ErrorCode.none))
+    apply(b, heartbeat("g0", "m-b", ErrorCode.none))  # a group already carried: no new place taken
+    apply(b, heartbeat("g9", "m-b", ErrorCode.none))
+    assert sorted(members.carried()) == ["g0", "g1", "g2"] and members.dropped == 1
+    a.close()
+    apply(b, heartbeat("g9", "m-b", ErrorCode.none))
+    assert sorted(members.carried()) == ["g0", "g9"]
