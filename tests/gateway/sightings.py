@@ -3,6 +3,7 @@ as the cleanup reads it (group_sightings.latest_sightings), and Kafka's own view
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -11,7 +12,10 @@ from typing import TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from harness.gateway import GatewayProcess
 from storage_core.gateway.group_sightings import SIGHTINGS_TOPIC, GroupSighting, latest_sightings
+
+from .conftest import Tiered
 
 T = TypeVar("T")
 DEADLINE_S = 60.0
@@ -66,16 +70,19 @@ def described_members(bootstrap: str, group: str, **config: str) -> set[str]:
 
 
 def poll_until(
-    probe: Callable[[], T | None], what: str, step: Callable[[], object] = lambda: time.sleep(0.2)
+    probe: Callable[[], T | None],
+    what: str,
+    step: Callable[[], object] = lambda: time.sleep(0.2),
+    timeout_s: float = DEADLINE_S,
 ) -> T:
-    """``probe``'s first truthy answer within DEADLINE_S, calling ``step`` between tries (a consumer's poll,
-    which keeps it in its group); fails the test with ``what`` past the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
+    """``probe``'s first truthy answer within ``timeout_s``, calling ``step`` between tries (a consumer's
+    poll, which keeps it in its group); fails the test with ``what`` past the deadline."""
+    deadline = time.monotonic() + timeout_s
     while True:
         value = probe()
         if value:
             return value
-        assert time.monotonic() < deadline, f"not within {DEADLINE_S:.0f} s: {what}"
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}"
         step()
 
 
@@ -97,3 +104,28 @@ def keep_polling(*consumers: Consumer) -> None:
     for consumer in consumers:
         msg = consumer.poll(0.2)
         assert msg is None or not msg.error() or msg.error().code() == -191, msg.error()
+
+
+def gateway_id(gateway: GatewayProcess) -> str:
+    """The id a gateway started without --gateway-id reports under (HOSTNAME:PORT)."""
+    return f"{socket.gethostname()}:{gateway.port}"
+
+
+def published(tiered: Tiered, group: str, wanted: set[str]) -> Callable[[], GroupSighting | None]:
+    """A probe: the gateway's latest sighting of ``group`` once it lists every id of ``wanted``."""
+
+    def probe() -> GroupSighting | None:
+        found = sighting_of(tiered.cluster.bootstrap_servers, group, gateway_id(tiered.gateway))
+        return found if found is not None and wanted <= set(found.members) else None
+
+    return probe
+
+
+def written_empty(tiered: Tiered, group: str) -> Callable[[], GroupSighting | None]:
+    """A probe: the gateway's latest sighting of ``group`` once it carries no member of it."""
+
+    def probe() -> GroupSighting | None:
+        found = sighting_of(tiered.cluster.bootstrap_servers, group, gateway_id(tiered.gateway))
+        return found if found is not None and not found.members else None
+
+    return probe

@@ -6,46 +6,28 @@ codec cannot read still passes through untouched."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 import uuid
-from typing import Any
 
 import pytest
 
-from harness.gateway import GatewayProcess
 from storage_core.gateway.group_members import HEARTBEAT
-from storage_core.gateway.group_sightings import GroupSighting, direct_members
+from storage_core.gateway.group_sightings import direct_members
 from storage_core.gateway.protocol import request_type
 
 from .conftest import Tiered
 from .rawkafka import RawClient, frame
-from .sightings import described_members, keep_polling, poll_until, read_sightings, sighting_of, subscribed
-
-
-def gateway_id(gateway: GatewayProcess) -> str:
-    """The id a gateway started without --gateway-id reports under (HOSTNAME:PORT)."""
-    return f"{socket.gethostname()}:{gateway.port}"
-
-
-def published(tiered: Tiered, group: str, wanted: set[str]) -> Any:
-    """A probe: the gateway's latest sighting of ``group`` once it lists every id of ``wanted``."""
-
-    def probe() -> GroupSighting | None:
-        found = sighting_of(tiered.cluster.bootstrap_servers, group, gateway_id(tiered.gateway))
-        return found if found is not None and wanted <= set(found.members) else None
-
-    return probe
-
-
-def written_empty(tiered: Tiered, group: str) -> Any:
-    def probe() -> GroupSighting | None:
-        found = sighting_of(tiered.cluster.bootstrap_servers, group, gateway_id(tiered.gateway))
-        return found if found is not None and not found.members else None
-
-    return probe
+from .sightings import (
+    described_members,
+    keep_polling,
+    poll_until,
+    published,
+    read_sightings,
+    subscribed,
+    written_empty,
+)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
