@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from storage_core.adapters.kafka_admin import KafkaAdmin
+from storage_core.adapters.kafka_admin import KafkaAdmin, refused_configuration
 from storage_core.errors import KafkaAdminError
 from storage_core.gateway.group_sightings import SIGHTINGS_TOPIC, GroupSighting, encode_sighting
 from storage_core.gateway.group_writes import topic_settings
@@ -53,7 +53,7 @@ class SightingsWriter:
                 }
             )
         except KafkaException as exc:
-            raise KafkaAdminError(f"the group sightings producer refused its configuration: {exc}") from None
+            raise refused_configuration(exc, self._config) from None
 
     def ensure_topic(self) -> bool:
         """Create the topic unless it exists; True when this call created it."""

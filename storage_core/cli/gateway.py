@@ -246,6 +246,7 @@ def _kafka_client(args: argparse.Namespace) -> Loaded[_BrokersClient]:
     from storage_core.adapters.kafka_admin import KafkaAdmin
 
     config = kafka_client_config(args)
+    tls = kafka_tls(config)  # first: its refusals say which properties to use instead
     admin = KafkaAdmin(args.bootstrap_servers, config)
     sightings = None
     if args.group_sightings:
@@ -253,7 +254,7 @@ def _kafka_client(args: argparse.Namespace) -> Loaded[_BrokersClient]:
 
         sightings = SightingsWriter(admin, config)
     return Loaded(
-        _BrokersClient(kafka_tls(config), admin, sightings),
+        _BrokersClient(tls, admin, sightings),
         [*kafka_client_files(args), *tls_files(config)],
     )
 
