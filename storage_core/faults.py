@@ -47,6 +47,7 @@ POINTS: dict[str, str] = {
     "scrub.quarantine.marked": "scrub: QUARANTINED markers of a partition written, manifest not rewritten",
     "export.iceberg.split.written": "export iceberg: a task stored one split's data files, nothing committed",
     "export.iceberg.committing": "export iceberg: every data file of the run stored, no snapshot committed",
+    "cleanup.groups.observe": "cleanup is about to ask Kafka for a topic's consumer groups (trim hold)",
     "cleanup.trim.recorded": "local trim offset recorded in partition-state.json, DeleteRecords not sent",
     # Passed by every verb (copy, read, cleanup, rebuild, recover...): pick the n-th request to crash there.
     "store.request": "a remote-store operation is about to be sent (adapters.store), once per operation",

@@ -128,6 +128,26 @@ class KafkaAdmin:
         configured = self._config.get("socket.timeout.ms")
         self._timeout = int(configured) / 1000 if configured else TIMEOUT_S
 
+    @property
+    def client(self) -> Any:
+        """The confluent_kafka AdminClient, for the adapters of other Admin APIs (``kafka_groups``)."""
+        return self._admin
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """The cluster's client properties (may hold credentials: never printed)."""
+        return dict(self._config)
+
+    @property
+    def timeout(self) -> float:
+        """How long a request waits for Kafka's answer, in seconds."""
+        return self._timeout
+
+    def wait(self, futures: dict[Any, Any], what: str) -> dict[Any, Any]:
+        """Every future's result; the first failure is a ``KafkaAdminError`` naming ``what`` and the key,
+        Kafka's reason and the connection's diagnosis (the original exception is its ``__cause__``)."""
+        return self._wait(futures, what)
+
     def _diagnosis(self) -> str:
         """Why the broker connections failed, when librdkafka said so: it tells only ``error_cb``, which
         runs when the client is polled ("" when it said nothing)."""

@@ -210,6 +210,7 @@ def _print(report: dict[str, Any]) -> None:
                 )
                 + ")"
             )
+        _print_hold(name, part.get("trim_hold"))
     for topic in report.get("deleted_topics", []):
         print(
             f"{verb} the tier of {topic['topic']} (id {topic['topic_id']}): {topic['bytes']} bytes, "
@@ -219,3 +220,20 @@ def _print(report: dict[str, Any]) -> None:
         print(f"{'would abort' if report.get('dry_run') else 'aborted'} unfinished multipart upload of {key}")
     partitions = len(report.get("partitions", []))
     print(f"{verb} {report.get('bytes_deleted', 0)} remote bytes; {partitions} partitions")
+
+
+def _print_hold(name: str, hold: dict[str, Any] | None) -> None:
+    """What holds the partition's trim (``trim_hold`` of the report), one line per group."""
+    if not hold:
+        return
+    if "unknown" in hold:
+        print(f"{name}: local trim held where it was: {hold['unknown']}")
+        return
+    where = hold["to"] if hold["to"] is not None else "the log start"
+    for held in hold["held_by"]:
+        print(f"{name}: local trim held at {where} by group {held['group']} (committed {held['offset']})")
+    for passed in hold["overridden"]:
+        print(
+            f"{name}: trim passes group {passed['group']} ({passed['reason']}): it misses offsets "
+            f"{passed['offset']}..{passed['to'] - 1} on the brokers"
+        )

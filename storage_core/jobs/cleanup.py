@@ -2,7 +2,9 @@
 
 Order matters for continuity: the local trim reads the manifest after remote retention ran, and never
 trims past the highest COPY_FINISHED offset + 1, so every offset from the remote start to the log end
-stays readable from one tier or the other.
+stays readable from one tier or the other. Consumer groups that read the brokers directly hold the trim
+at their committed offsets (``trim_hold``, observed once per topic by ``cleanup_hold``); when their
+offsets cannot be read, nothing of the topic is trimmed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from storage_core.api.trim_hold import TrimHold
 from storage_core.errors import TierkeeperError
 from storage_core.faults import fault_point
+from storage_core.jobs.cleanup_hold import TopicHold, observe_hold
 from storage_core.reconcile.requests import CleanupRequest
 from storage_core.remote.catalog import PartitionCatalog, list_partitions, list_topics
 from storage_core.remote.layout import RemoteLayout, SegmentState, TopicPartitionId
@@ -23,6 +26,7 @@ from storage_core.remote.store_api import ObjectStore
 from storage_core.retention.local_trim import plan_local_trim
 from storage_core.retention.policy import UNLIMITED, RetentionPolicy
 from storage_core.retention.remote_cleanup import cleanup_partition, delete_partition_tier
+from storage_core.retention.trim_hold import HeldTrim, plan_held_trim
 from storage_core.tiering.eligibility import (
     Refusal,
     TrimTiming,
@@ -103,6 +107,8 @@ class _TopicView:
     log_start: dict[int, int] = field(default_factory=dict)
     refusal: Refusal | None = None
     """Why Tierkeeper must leave this topic alone (tiering.eligibility); the cleanup skips it."""
+    hold: TopicHold | None = None
+    """Which consumer groups hold the local trim (None: the hold is off, or there is no trim to hold)."""
 
 
 def _policies(
@@ -167,11 +173,13 @@ def run_cleanup(
     """Clean up every remote partition (of ``options.topics``). By default partition by partition in this
     process; ``run_partitions`` runs them elsewhere, one task per partition."""
     layout = RemoteLayout(store.root)
-    admin = None
+    admin = positions = None
     if options.bootstrap_servers:
         from storage_core.adapters.kafka_admin import KafkaAdmin
+        from storage_core.adapters.kafka_groups import GroupPositions
 
         admin = KafkaAdmin(options.bootstrap_servers, options.kafka_config)
+        positions = GroupPositions(admin) if options.trim_hold.enabled else None
     report: dict[str, Any] = {
         "dry_run": options.dry_run,
         "partitions": [],
@@ -192,6 +200,21 @@ def run_cleanup(
                 report["refused"].append({"topic": topic, "reason": view.refusal.reason.value})
         if view.refusal is not None:
             continue
+        current = topic_id == view.topic_id
+        if positions is not None and current and view.hold is None and view.local is not None:
+            view.hold = observe_hold(
+                positions,
+                store,
+                layout,
+                topic,
+                topic_id,
+                view.log_start,
+                options.trim_hold,
+                now_ms=options.now_ms,
+                dry_run=options.dry_run,
+            )
+            if view.hold.unknown is not None:
+                report["errors"].append(f"{topic}: trim held: {view.hold.unknown}")
         tps = list_partitions(store, layout, topic, topic_id)
         if run_partitions is not None:
             for done, error in run_partitions([PartitionWork(store, tp, view, options) for tp in tps]):
@@ -269,7 +292,12 @@ def _cleanup_one(
     out: dict[str, Any] = dataclasses.asdict(result)
     out["topic_id"] = tp.topic_id
     if admin is not None and current and view.local is not None and log_start is not None:
-        out["local_trim"] = _trim(catalog, admin, tp, log_start, view.local, options)
+        if view.hold is not None and view.hold.unknown is not None:
+            out["trim_hold"] = {"unknown": view.hold.unknown}  # the previous trim point stays
+        else:
+            out["local_trim"], held = _trim(catalog, admin, tp, log_start, view.local, view.hold, options)
+            if held is not None:
+                out["trim_hold"] = held
     return out
 
 
@@ -279,15 +307,18 @@ def _trim(
     tp: TopicPartitionId,
     log_start: int,
     policy: RetentionPolicy,
+    hold: TopicHold | None,
     options: CleanupOptions,
-) -> dict[str, int | None] | None:
+) -> tuple[dict[str, int | None] | None, dict[str, Any] | None]:
+    """(the local trim's report entry, the trim hold's: None when the hold is off)."""
+    no_hold = None if hold is None else HeldTrim(None, None).report()
     listing = catalog.listing()
     manifest = catalog.rebuild_manifest(listing, write=not options.dry_run)
     # Read after remote retention ran: what it expired leaves the broker even when the tier is now empty.
     expired = catalog.read_state().retention_expired_offset
     tiered_next = manifest.next_offset if manifest.next_offset is not None else expired
     if tiered_next is None:
-        return None
+        return None, no_hold
     untiered = _untiered_local_bytes(options.log_dirs, tp, tiered_next)
     quarantined = [
         catalog.read_marker(e.base_offset, e.segment_id, SegmentState.QUARANTINED)
@@ -303,8 +334,21 @@ def _trim(
         quarantined=quarantined,
         expired_offset=expired,
     )
+    held = None
+    if hold is not None:
+        plan = plan_held_trim(
+            target,
+            log_start,
+            manifest.segments,
+            hold.on(tp.partition),
+            options.trim_hold,
+            options.now_ms,
+            quarantined=quarantined,
+            expired_offset=expired,
+        )
+        target, held = plan.to, plan.report()
     if target is None:
-        return None
+        return None, held
     trim: dict[str, int | None] = {"from": log_start, "to": target, "tiered_end": manifest.end_offset}
     if expired is not None:
         trim["expired_remotely"] = expired
@@ -317,7 +361,7 @@ def _trim(
         fault_point("cleanup.trim.recorded")
         reported = admin.delete_records({(tp.topic, tp.partition): target})
         trim["to"] = reported.get((tp.topic, tp.partition), target)
-    return trim
+    return trim, held
 
 
 def _untiered_local_bytes(log_dirs: tuple[str, ...], tp: TopicPartitionId, tiered_next: int) -> int:

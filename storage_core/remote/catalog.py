@@ -23,7 +23,7 @@ from storage_core.remote.layout import (
     parse_object_name,
     parse_topic_dir,
 )
-from storage_core.remote.metadata import Manifest, PartitionState, SegmentMetadata
+from storage_core.remote.metadata import Manifest, PartitionState, SegmentMetadata, TrimHoldState
 from storage_core.remote.store_api import ObjectStore
 
 
@@ -177,6 +177,32 @@ class PartitionCatalog:
 
 def _empty(tp: TopicPartitionId) -> Manifest:
     return Manifest(topic=tp.topic, topic_id=tp.topic_id, partition=tp.partition)
+
+
+def read_trim_hold_state(
+    store: ObjectStore, layout: RemoteLayout, topic: str, topic_id: str
+) -> TrimHoldState:
+    """The topic incarnation's trim-hold memory (empty when none was written yet). An unreadable one is a
+    ``CorruptDataError``: starting over could release a group that should hold (``retention.trim_hold``)."""
+    key = layout.trim_hold_state_key(topic, topic_id)
+    try:
+        return TrimHoldState.model_validate_json(store.get(key))
+    except RemoteObjectNotFound:
+        return TrimHoldState()
+    except ValidationError as exc:
+        raise CorruptDataError(
+            f"unreadable trim-hold state: {exc.errors()[0]['msg']} (deleting it starts over: empty groups "
+            "then hold again for trimHold.inactiveGroupMs)",
+            topic=topic,
+            path=key,
+        ) from exc
+
+
+def write_trim_hold_state(
+    store: ObjectStore, layout: RemoteLayout, topic: str, topic_id: str, state: TrimHoldState
+) -> None:
+    """Replace the topic incarnation's trim-hold memory in one atomic put, as the partition state is."""
+    store.put_atomic(layout.trim_hold_state_key(topic, topic_id), state.model_dump_json().encode())
 
 
 def list_topics(store: ObjectStore, layout: RemoteLayout) -> list[tuple[str, str]]:

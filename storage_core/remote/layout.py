@@ -87,6 +87,8 @@ STATE_ORDER = {s: i for i, s in enumerate(SegmentState)}
 MARKER_SUFFIX = ".json"
 MANIFEST_NAME = "segments.manifest.json"
 PARTITION_STATE_NAME = "partition-state.json"
+TRIM_HOLD_STATE_NAME = "trim-hold-groups.json"
+"""Under a topic incarnation's dir: what cleanup remembers of the consumer groups that hold its trim."""
 
 _SEGMENT_NAME = re.compile(
     r"^(?P<base>\d{20})-(?P<segid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(?P<ext>.+)$"
@@ -154,6 +156,9 @@ class RemoteLayout:
 
     def partition_state_key(self, tp: TopicPartitionId) -> str:
         return f"{self.partition_dir(tp)}/{PARTITION_STATE_NAME}"
+
+    def trim_hold_state_key(self, topic: str, topic_id: str) -> str:
+        return f"{self.topic_dir(topic, topic_id)}/{TRIM_HOLD_STATE_NAME}"
 
     def _root(self) -> str:
         root = self.root.rstrip("/")

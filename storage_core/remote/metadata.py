@@ -134,3 +134,26 @@ class PartitionState(BaseModel):
     retention_expired_offset: int | None = None
     """Every offset below it was tiered and then expired by remote retention (written by cleanup before it
     deletes the segments): local trim moves the log start up to it, copy never tiers those offsets again."""
+
+
+class GroupMemory(BaseModel):
+    """What cleanup remembers of one consumer group with committed offsets on a topic: what Kafka does not
+    say (since when a group is empty, and how its former members read)."""
+
+    empty_since_ms: int | None = None
+    """When a cleanup first saw the group with no members (None: it had members when last seen)."""
+    direct_seen_ms: int | None = None
+    """The last cleanup that saw a member read the brokers directly (no gateway sighting carried it)."""
+    gateway_seen_ms: int | None = None
+    """The last cleanup that saw the group's members all read through gateways."""
+    committed: dict[int, int] = Field(default_factory=dict)
+    """Its committed offsets on the topic's partitions when last seen: a group with no members whose
+    offsets move is still reading (it assigns partitions and commits, as Flink's Kafka source does)."""
+
+
+class TrimHoldState(BaseModel):
+    """A topic incarnation's ``trim-hold-groups.json``: per group, its :class:`GroupMemory`. Groups that no
+    longer exist, or have no committed offset on the topic, are left out."""
+
+    version: int = 1
+    groups: dict[str, GroupMemory] = Field(default_factory=dict)

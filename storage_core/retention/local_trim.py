@@ -41,7 +41,7 @@ def plan_local_trim(
     """
     if policy.retention_ms == -1 and policy.retention_bytes == -1:
         return None  # no local window: Kafka's own retention deletes locally, never this trim
-    expired = _expired_floor(log_start_offset, expired_offset, quarantined)
+    expired = expired_floor(log_start_offset, expired_offset, quarantined)
     untrimmed = expired if expired > log_start_offset else None
     local = [m for m in finished if m.end_offset >= log_start_offset]
     if not local:
@@ -69,7 +69,7 @@ def plan_local_trim(
     return target if target > log_start_offset else None
 
 
-def _expired_floor(
+def expired_floor(
     log_start_offset: int, expired_offset: int | None, quarantined: Sequence[SegmentMetadata]
 ) -> int:
     """Where the log start may go without the window: up to what remote retention expired, but never into

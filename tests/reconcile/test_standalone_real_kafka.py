@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from harness.kafka import KafkaCluster
@@ -324,3 +324,60 @@ def test_standalone_runs_the_jobs_requests_its_topics_copy_interval_and_the_clus
     # One second's worth goes at once; the rest at the cluster's rate.
     assert tiered > 3 * rate, tiered
     assert elapsed >= (tiered - rate) / rate * 0.95, (elapsed, tiered)
+
+
+def test_standalone_trim_waits_for_groups_that_read_the_brokers_directly(
+    kafka_cluster_factory: Callable[..., KafkaCluster], tmp_path: Path
+) -> None:
+    cluster = kafka_cluster_factory(3)
+    config = {"internal.segment.bytes": str(64 * 1024), "retention.ms": "-1"}
+    create_topic(cluster, "payments", 3, config, replication_factor=3)
+    produce(cluster, "payments", 3000, 300)
+    # Two groups that read the brokers directly committed low on every partition, then stopped.
+    for group, offset in (("audit", 50), ("billing", 80)):
+        committer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+        committer.commit(
+            offsets=[TopicPartition("payments", p, offset) for p in range(3)], asynchronous=False
+        )
+        committer.close()
+    cluster_file, manifests = write_setup(
+        tmp_path, cluster, {"payments": {"localRetentionBytes": 128 * 1024}}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "storage_core.cli", "standalone", "--cluster", str(cluster_file),
+         "--manifests", str(manifests), "--once", "--json"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    payments = json.loads(proc.stdout)["tieredTopics"]["t/payments"]
+    assert payments["lastCleanup"]["result"] == "Succeeded", payments
+    admin = KafkaAdmin(cluster.bootstrap_servers)
+    keys = [("payments", p) for p in range(3)]
+    assert set(admin.log_start_offsets(keys).values()) == {50}, "held at the lowest direct commit"
+    dry = subprocess.run(
+        [sys.executable, "-m", "storage_core.cli", "cleanup", "--remote", f"file://{tmp_path / 'remote'}",
+         "--bootstrap-servers", cluster.bootstrap_servers, "--topic", "payments",
+         "--local-retention-bytes", str(128 * 1024), "--dry-run", "--json"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+    )  # fmt: skip
+    for part in json.loads(dry.stdout)["partitions"]:
+        held = part["trim_hold"]
+        assert held["window_to"] > 50 and held["to"] is None, held  # the window alone trims further
+        assert held["held_by"] == [{"group": "audit", "offset": 50}, {"group": "billing", "offset": 80}]
+
+    # The group resumes with Kafka's default auto.offset.reset=latest and misses nothing.
+    highs = admin.high_watermarks(keys)
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "audit", "auto.offset.reset": "latest"}
+    )
+    consumer.subscribe(["payments"])
+    got: dict[int, list[int]] = {p: [] for p in range(3)}
+    deadline = time.monotonic() + 120
+    try:
+        while any(len(got[p]) < highs[("payments", p)] - 50 for p in got) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got[msg.partition()].append(msg.offset())
+    finally:
+        consumer.close()
+    assert got == {p: list(range(50, highs[("payments", p)])) for p in range(3)}

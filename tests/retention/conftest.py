@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,23 @@ class TieredTopic:
     def fresh_remote(self, target: Path) -> Path:
         shutil.copytree(self.baseline, target)
         return target
+
+    def cleanup(
+        self, remote: Path, *flags: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``tierkeeper cleanup --json`` of this topic on the file tier ``remote``."""
+        return run_cli(
+            "cleanup",
+            "--remote",
+            f"file://{remote}",
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--topic",
+            self.topic,
+            *flags,
+            "--json",
+            env=env,
+        )
 
     def segments(self, remote: Path) -> list[SegmentMetadata]:
         with RemoteReader(RemoteStore(f"file://{remote}")) as reader:

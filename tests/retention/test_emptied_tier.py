@@ -26,19 +26,12 @@ def emptied_topic(kafka_broker: KafkaCluster, tmp_path_factory: pytest.TempPathF
 
 
 def _cleanup(topic: TieredTopic, remote: Path) -> dict[str, object]:
-    proc = run_cli(
-        "cleanup",
-        "--remote",
-        f"file://{remote}",
-        "--bootstrap-servers",
-        topic.bootstrap,
-        "--topic",
-        topic.topic,
+    proc = topic.cleanup(
+        remote,
         "--remote-retention-ms",
         "1",  # every record is older: the whole tier expires
         "--local-retention-bytes",
         KEEP_EVERYTHING_LOCALLY,  # the window alone would trim nothing
-        "--json",
     )
     assert proc.returncode == 0, proc.stderr
     part: dict[str, object] = json.loads(proc.stdout)["partitions"][0]

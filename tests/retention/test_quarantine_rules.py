@@ -3,24 +3,16 @@ readable segments, and the remote cleanup neither sweeps nor deletes a QUARANTIN
 
 from __future__ import annotations
 
-import uuid
-
-from storage_core.remote.layout import SegmentState, TopicPartitionId
-from storage_core.remote.metadata import Manifest, SegmentMetadata
+from storage_core.remote.layout import SegmentState
+from storage_core.remote.metadata import Manifest
 from storage_core.retention.local_trim import plan_local_trim
 from storage_core.retention.policy import RetentionPolicy
 from storage_core.retention.remote_plan import ListedSegment, plan_remote_cleanup
 
-TP = TopicPartitionId("t", "AAAAAAAAAAAAAAAAAAAAAA", 0)
+from .segments import TP
+from .segments import finished_segment as _seg
+
 NOW = 10_000_000
-
-
-def _seg(base: int, nxt: int, ts: int = 1000) -> SegmentMetadata:
-    return SegmentMetadata(
-        topic=TP.topic, topic_id=TP.topic_id, partition=0, segment_id=uuid.uuid4(), base_offset=base,
-        end_offset=nxt - 1, next_offset=nxt, max_timestamp=ts, size_bytes=100,
-        state=SegmentState.COPY_FINISHED,
-    )  # fmt: skip
 
 
 EVERYTHING_OLD = RetentionPolicy(retention_ms=1, retention_bytes=-1)
