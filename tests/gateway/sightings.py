@@ -130,3 +130,29 @@ def written_empty(tiered: Tiered, group: str) -> Callable[[], GroupSighting | No
         return found if found is not None and not found.members else None
 
     return probe
+
+
+def mixed_group(tiered: Tiered, topic: str, group: str) -> tuple[Consumer, Consumer, set[str]]:
+    """Two members of ``group`` on ``topic``, one through the gateway and one reading the brokers directly,
+    once Kafka describes both and the gateway has published its own: (through, direct, the ids Kafka
+    describes). The caller closes both consumers."""
+    direct = tiered.cluster.bootstrap_servers
+    through, beside = subscribed(tiered.gateway.bootstrap, topic, group), subscribed(direct, topic, group)
+    try:
+        members = poll_until(
+            lambda: (
+                (m := described_members(direct, group)) and {through.memberid(), beside.memberid()} <= m and m
+            ),
+            "both consumers are members",
+            lambda: keep_polling(through, beside),
+        )
+        poll_until(
+            published(tiered, group, {through.memberid()}),
+            "the gateway publishes its member",
+            lambda: keep_polling(through, beside),
+        )
+    except BaseException:
+        through.close()
+        beside.close()
+        raise
+    return through, beside, members

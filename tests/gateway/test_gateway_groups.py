@@ -22,6 +22,7 @@ from .rawkafka import RawClient, frame
 from .sightings import (
     described_members,
     keep_polling,
+    mixed_group,
     poll_until,
     published,
     read_sightings,
@@ -64,21 +65,8 @@ def test_a_group_read_through_the_gateway_is_published_with_the_member_ids_kafka
 def test_a_member_of_the_same_group_reading_directly_shows_up_as_direct(tiered: Tiered) -> None:
     direct = tiered.cluster.bootstrap_servers
     group = f"mixed-{uuid.uuid4().hex[:8]}"
-    through = subscribed(tiered.gateway.bootstrap, tiered.topic, group)
-    beside = subscribed(direct, tiered.topic, group)
+    through, beside, members = mixed_group(tiered, tiered.topic, group)
     try:
-        members = poll_until(
-            lambda: (
-                (m := described_members(direct, group)) and {through.memberid(), beside.memberid()} <= m and m
-            ),
-            "both consumers are members",
-            lambda: keep_polling(through, beside),
-        )
-        poll_until(
-            published(tiered, group, {through.memberid()}),
-            "the gateway publishes its member",
-            lambda: keep_polling(through, beside),
-        )
         now_ms = int(time.time() * 1000)
         assert direct_members(members, read_sightings(direct), group, now_ms) == {beside.memberid()}
     finally:

@@ -16,7 +16,7 @@ from storage_core.adapters.store import RemoteStore
 from storage_core.remote.reader import RemoteReader
 
 from .conftest import Record, Tiered, create_topic, produce, read_all
-from .sightings import described_members, keep_polling, poll_until, published, subscribed, written_empty
+from .sightings import keep_polling, mixed_group, poll_until, published, subscribed, written_empty
 
 BATCH = 3000
 """Records per phase: about eight 64 KiB segments of one partition."""
@@ -92,21 +92,8 @@ def test_a_group_read_through_the_gateway_does_not_hold_the_trim_and_one_direct_
     produce(cluster, topic, BATCH, partitions=1)
     held_at = BATCH + COMMIT_INTO
     simple_commit(cluster.bootstrap_servers, topic, group, held_at)
-    through = subscribed(gateway.bootstrap, topic, group)
-    beside = subscribed(cluster.bootstrap_servers, topic, group)
+    through, beside, _ = mixed_group(tiered, topic, group)
     try:
-        poll_until(
-            lambda: (
-                {through.memberid(), beside.memberid()} <= described_members(cluster.bootstrap_servers, group)
-            ),
-            "both consumers are members",
-            lambda: keep_polling(through, beside),
-        )
-        poll_until(
-            published(tiered, group, {through.memberid()}),
-            "the gateway publishes its member",
-            lambda: keep_polling(through, beside),
-        )
         # The cleanup runs while both stay in the group (polled meanwhile, without reading on).
         for consumer in (through, beside):
             consumer.pause(consumer.assignment())
