@@ -26,6 +26,7 @@ from typing import Any
 
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import DEFAULT_GATEWAY_METRICS_PORT, GatewaySpec
+from storage_core.gateway.group_sightings import GATEWAY_ID_ENV
 from storage_core.reconcile.requests import kafka_client, remote_tier
 from tierkeeper_operator.jobs import (
     KAFKA_CONFIG_DIR,
@@ -192,6 +193,8 @@ def _pod_spec(
         },
         "securityContext": restricted_container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        # Each replica names itself in the consumer groups it reports (__tierkeeper_gateway_groups).
+        "env": [{"name": GATEWAY_ID_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
     }
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     storage_secret = cluster.remote.storage_options_secret_ref

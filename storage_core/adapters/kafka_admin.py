@@ -96,11 +96,15 @@ def admin_client(
     try:
         return AdminClient({"bootstrap.servers": bootstrap_servers, **(config or {}), **(own or {})})
     except KafkaException as exc:
-        # librdkafka's message may quote the refused value, which may be a password: name only the
-        # property.
-        named = re.search(r'property:? "([^"]+)"', str(exc))
-        what = f"property {named.group(1)}" if named else f"properties {', '.join(sorted(config or {}))}"
-        raise KafkaAdminError(f"Kafka client configuration refused: check {what}") from None
+        raise refused_configuration(exc, config) from None
+
+
+def refused_configuration(exc: BaseException, config: Mapping[str, str] | None) -> KafkaAdminError:
+    """A librdkafka client's refusal of its configuration, as one line that names the property and never
+    its value (librdkafka's message may quote the refused value, which may be a password)."""
+    named = re.search(r'property:? "([^"]+)"', str(exc))
+    what = f"property {named.group(1)}" if named else f"properties {', '.join(sorted(config or {}))}"
+    return KafkaAdminError(f"Kafka client configuration refused: check {what}")
 
 
 class BrokerRefused(Exception):

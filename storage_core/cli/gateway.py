@@ -13,12 +13,13 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import signal
 import socket
 import ssl
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,11 +39,13 @@ from storage_core.cli.kafka_client import add_kafka_client_args, kafka_client_co
 from storage_core.cli.subcommand import Subcommand
 from storage_core.errors import ConfigError
 from storage_core.gateway.addresses import Address
+from storage_core.gateway.group_sightings import GATEWAY_ID_ENV, SIGHTINGS_TOPIC
 from storage_core.gateway.host_port import parse_address, parse_addresses
 from storage_core.gateway_server.reloading import Loaded, Reloading, server_certificate, serving_context
 
 if TYPE_CHECKING:
     from storage_core.adapters.kafka_admin import KafkaAdmin
+    from storage_core.adapters.kafka_group_sightings import SightingsWriter
 
 DEFAULT_LISTEN = "127.0.0.1:9192"
 GATEWAY_RETRY_ATTEMPTS = 3
@@ -130,6 +133,19 @@ def add_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="how often the gateway looks whether --tls-cert/--tls-key, the --kafka-config-dir files or the "
         "TLS files its Kafka properties name were replaced, and loads them again (default 30; SIGHUP: now)",
+    )
+    p.add_argument(
+        "--gateway-id",
+        metavar="ID",
+        help="this gateway replica's name in the consumer groups it reports (default $"
+        f"{GATEWAY_ID_ENV}, else HOSTNAME:PORT; in Kubernetes the pod's name)",
+    )
+    p.add_argument(
+        "--group-sightings",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"write the consumer groups and members this gateway carries to the compacted topic "
+        f"{SIGHTINGS_TOPIC} (created if missing), so the trim is not held for them (default: on)",
     )
     p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
     add_kafka_client_args(p)
@@ -219,20 +235,40 @@ def _return_large_buffers_to_the_os() -> None:
 @dataclass(frozen=True)
 class _BrokersClient:
     """How the gateway reaches the brokers: TLS for the clients' connections, an admin client for its own
-    broker discovery, both from the same Kafka client properties."""
+    broker discovery, the writer of its group sightings, all from the same Kafka client properties."""
 
     tls: ssl.SSLContext | None
     admin: KafkaAdmin
+    sightings: SightingsWriter | None
 
 
 def _kafka_client(args: argparse.Namespace) -> Loaded[_BrokersClient]:
     from storage_core.adapters.kafka_admin import KafkaAdmin
 
     config = kafka_client_config(args)
+    tls = kafka_tls(config)  # first: its refusals say which properties to use instead
+    admin = KafkaAdmin(args.bootstrap_servers, config)
+    sightings = None
+    if args.group_sightings:
+        from storage_core.adapters.kafka_group_sightings import SightingsWriter
+
+        sightings = SightingsWriter(admin, config)
     return Loaded(
-        _BrokersClient(kafka_tls(config), KafkaAdmin(args.bootstrap_servers, config)),
+        _BrokersClient(tls, admin, sightings),
         [*kafka_client_files(args), *tls_files(config)],
     )
+
+
+def gateway_id(args: argparse.Namespace, port: int, environ: Mapping[str, str] | None = None) -> str:
+    """``--gateway-id``, else ``$TIERKEEPER_GATEWAY_ID`` (the operator's pods: their name), else
+    ``HOSTNAME:PORT`` (two gateways on one machine listen on different ports)."""
+    env = os.environ if environ is None else environ
+    return args.gateway_id or env.get(GATEWAY_ID_ENV) or f"{socket.gethostname()}:{port}"
+
+
+def _sightings(client: _BrokersClient) -> SightingsWriter:
+    assert client.sightings is not None  # made whenever --group-sightings is on
+    return client.sightings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -242,10 +278,12 @@ def run(args: argparse.Namespace) -> int:
     _return_large_buffers_to_the_os()
     with _kio_without_hypothesis():
         from storage_core.gateway_server.context import GatewayContext, Limits
+        from storage_core.gateway_server.group_publisher import GroupPublisher
         from storage_core.gateway_server.metrics import GatewayMetrics
         from storage_core.gateway_server.server import Gateway, Hooks, Listen
 
     from storage_core.gateway.addresses import PortRule
+    from storage_core.gateway.group_members import GroupMembers
     from storage_core.gateway.history import TierHistory
 
     handler = logging.StreamHandler(sys.stderr)
@@ -327,7 +365,14 @@ def run(args: argparse.Namespace) -> int:
         shutdown_grace_s=args.shutdown_grace_seconds,
         reload_interval_s=args.reload_interval_seconds,
     )
-    gateway = Gateway(ctx, listen, Hooks(discover=discover, bucket_probe=bucket_probe, reload=reload))
+    tasks = []
+    if args.group_sightings:
+        ctx.groups = GroupMembers()
+        publisher = GroupPublisher(
+            ctx.groups, gateway_id(args, port), lambda: _sightings(brokers_client.current), metrics
+        )
+        tasks.append(publisher.run)
+    gateway = Gateway(ctx, listen, Hooks(discover=discover, bucket_probe=bucket_probe, reload=reload), tasks)
 
     async def main() -> None:
         await gateway.start()

@@ -8,8 +8,10 @@ NetworkPolicy is still accounted for, and what it last said survives its restart
 record per key: the topic stays the size of (groups x gateway replicas).
 
 A record says: at ``seen_ms`` gateway ``gateway`` carried requests of these group members. A gateway
-writes a group's record again at most every ``REPUBLISH_MS`` while it keeps serving it, and a tombstone
-when the group's last member left through it.
+writes a group's record again at most every ``REPUBLISH_MS`` while it keeps serving it, and once more
+with no members when the group's last member left through it: not a tombstone, so an empty group is still
+known to have been read through a gateway (group_writes.py says why; the topic's retention removes such
+records in the end). The gateways write no tombstones.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ REPUBLISH_MS = 30_000
 """How often a gateway rewrites the record of a group it still serves."""
 FRESH_MS = 3 * REPUBLISH_MS
 """A sighting younger than this shows the members live: two missed republishes are tolerated."""
+
+GATEWAY_ID_ENV = "TIERKEEPER_GATEWAY_ID"
+"""Where ``tierkeeper gateway`` finds its id (``GroupSighting.gateway``) without ``--gateway-id``: the
+operator's gateway pods get their pod name there (the downward API)."""
 
 GroupProtocol = Literal["classic", "consumer", "share"]
 

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from storage_core.gateway.addresses import Address, PortRule
+from storage_core.gateway.group_members import GroupMembers
 from storage_core.gateway.history import TierHistory
 from storage_core.gateway_server.metrics import GatewayMetrics
 
@@ -50,6 +51,8 @@ class GatewayContext:
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     """Topic name -> id, from Metadata responses (Fetch before v13 and ListOffsets name topics only)."""
     learn: Learn | None = None
+    groups: GroupMembers | None = None
+    """The consumer-group members the connections carry (None: group tracking is off)."""
 
     async def learned(self, brokers: dict[int, Address], complete: bool) -> None:
         if self.learn is not None and brokers:

@@ -57,8 +57,26 @@ class GatewayMetrics:
             "Certificates and Kafka client properties loaded again after their files changed, by outcome",
             ["what", "outcome"],
         )
+        self.group_requests_unread = counter(
+            "tierkeeper_gateway_group_requests_unread",
+            "Consumer-group requests passed through that group tracking could not read, by API (their "
+            "members are not recorded as carried)",
+            ["api"],
+        )
+        self.group_sightings_written = counter(
+            "tierkeeper_gateway_group_sightings_written",
+            "Group sightings Kafka acknowledged on the sightings topic (__tierkeeper_gateway_groups)",
+        )
+        self.group_sightings_failures = counter(
+            "tierkeeper_gateway_group_sightings_failures",
+            "Failed attempts to create the sightings topic or write sightings to it, by stage (retried)",
+            ["stage"],
+        )
         self.cache_bytes = gauge("tierkeeper_gateway_cache_bytes", "Bytes held by the read-ahead cache")
         self.connections = gauge("tierkeeper_gateway_client_connections", "Open client connections")
+        self.groups_carried = gauge(
+            "tierkeeper_gateway_groups_carried", "Consumer groups with a member on this gateway's connections"
+        )
         # Labelled children looked up once: ``labels()`` on every request and read was ~2% of the busy time
         # of a gateway serving history.
         self._requests_by_api: dict[int, Any] = {}

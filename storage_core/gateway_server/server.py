@@ -15,8 +15,9 @@ import functools
 import json
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from storage_core.gateway.addresses import Address
 from storage_core.gateway_server.context import GatewayContext
@@ -51,10 +52,18 @@ class Listen:
 
 
 class Gateway:
-    def __init__(self, ctx: GatewayContext, listen: Listen, hooks: Hooks | None = None) -> None:
+    def __init__(
+        self,
+        ctx: GatewayContext,
+        listen: Listen,
+        hooks: Hooks | None = None,
+        tasks: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+    ) -> None:
+        """``tasks``: coroutines run in the background from start to stop (the group publisher)."""
         self.ctx = ctx
         self.listen = listen
         self.hooks = hooks or Hooks()
+        self._tasks = tuple(tasks)
         self._reloading = asyncio.Lock()
         self._servers: dict[int | None, asyncio.Server] = {}
         self._absent: dict[int, int] = {}
@@ -87,6 +96,8 @@ class Gateway:
             self._background.append(asyncio.get_running_loop().create_task(self._discovery_loop()))
         if self.hooks.reload is not None:
             self._background.append(asyncio.get_running_loop().create_task(self._reload_loop()))
+        for task in self._tasks:
+            self._background.append(asyncio.get_running_loop().create_task(task()))
         log.info(
             "gateway listening: bootstrap %s:%d, broker N at %s:%d+N (%s)",
             self.listen.host,

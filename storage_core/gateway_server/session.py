@@ -44,6 +44,7 @@ from storage_core.gateway.protocol import (
 from storage_core.gateway.versions import offered_versions
 from storage_core.gateway_server.context import GatewayContext
 from storage_core.gateway_server.frames import read_frame, write_chunks
+from storage_core.gateway_server.group_watch import GROUP_APIS, GroupWatch
 from storage_core.gateway_server.tier_answers import TierAnswers
 from storage_core.gateway_server.upstream import STREAMED, Streamer, Upstream, UpstreamError
 
@@ -78,6 +79,7 @@ class ClientSession:
         self._slots = asyncio.Semaphore(ctx.limits.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
         self.tier = TierAnswers(ctx)
+        self.groups = GroupWatch(ctx.groups, ctx.metrics) if ctx.groups is not None else None
         self._stopping = False
         self._reading: asyncio.Task[None] | None = None
         self._writing: asyncio.Future[Chunks | None] | None = None
@@ -108,6 +110,8 @@ class ClientSession:
                 task.cancel()
             if self._upstream is not None:
                 await self._upstream.close()
+            if self.groups is not None:
+                self.groups.close()
             self.writer.close()
             with contextlib.suppress(OSError, ssl.SSLError):
                 await self.writer.wait_closed()
@@ -233,6 +237,12 @@ class ClientSession:
         api = header.api_key
         if api == API_VERSIONS and not knows(api, header.api_version):
             return self._unsupported_api_versions(header)
+        if api in GROUP_APIS and self.groups is not None:
+            # HOOK (issue 45, group tracking): forwarded and answered as they came, then observed
+            # (gateway_server/group_watch.py). Belongs in the handler table as the group APIs' entry.
+            response = await self._roundtrip(upstream, payload)
+            self.groups.seen(header, payload, response)
+            return self._passed(header, response)
         if api not in INTERCEPTED or not knows(api, header.api_version):
             return await self._forward(upstream, header, payload)
         if api == PRODUCE:

@@ -20,6 +20,8 @@ gateway (PLAIN or SCRAM, over TLS to the gateway), not mTLS.
 from __future__ import annotations
 
 import time
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,15 +42,19 @@ from confluent_kafka.admin import (
 from harness.gateway import GatewayProcess, tier_and_trim
 from harness.kafka import KafkaCluster, SaslPlain
 from harness.tls import loopback_certificates
+from storage_core.gateway.group_sightings import SIGHTINGS_TOPIC
 from storage_core.gateway.protocol import request_type
 
 from .conftest import Tiered, produce, read_all
 from .rawkafka import FETCH, FETCH_VERSION, RawClient, fetch_frame, frame
+from .sightings import keep_polling, poll_until, sighting_of, subscribed
 
 ADMIN = SaslPlain("admin", "admin-secret")
 ALICE = SaslPlain("alice", "alice-secret")
 BOB = SaslPlain("bob", "bob-secret")
 CAROL = SaslPlain("carol", "carol-secret")
+GATEWAY_USER = SaslPlain("gateway", "gateway-secret")
+"""The principal of a gateway of its own, with no ACL until the test grants the documented ones."""
 TOPIC = "secret"
 PARTITIONS = 1
 RECORDS = 1500
@@ -66,7 +72,7 @@ class Secured:
 
 
 def _jaas() -> str:
-    users = " ".join(f'user_{u.username}="{u.password}"' for u in (ADMIN, ALICE, BOB, CAROL))
+    users = " ".join(f'user_{u.username}="{u.password}"' for u in (ADMIN, ALICE, BOB, CAROL, GATEWAY_USER))
     return (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'username="{ADMIN.username}" password="{ADMIN.password}" {users};'
@@ -97,11 +103,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         expected = read_all(cluster.bootstrap_servers, TOPIC, PARTITIONS, **ADMIN.client_config())
         assert len(expected) == RECORDS
         remote = f"file://{work / 'tier'}"
-        config_dir = work / "kafka-config"  # secrets are refused as --kafka-property
-        config_dir.mkdir()
-        for key, value in ADMIN.client_config().items():
-            (config_dir / key).write_text(value)
-        properties = ["--kafka-config-dir", str(config_dir)]
+        properties = ["--kafka-config-dir", str(_config_dir(work / "kafka-config", ADMIN))]
         tier_and_trim(cluster, ["--remote", remote, *properties], TOPIC)
         for binding in (
             AclBinding(
@@ -143,6 +145,14 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             gateway.stop()
     finally:
         cluster.stop()
+
+
+def _config_dir(path: Path, user: SaslPlain) -> Path:
+    """A --kafka-config-dir of ``user``'s client properties (secrets are refused as --kafka-property)."""
+    path.mkdir(parents=True)
+    for key, value in user.client_config().items():
+        (path / key).write_text(value)
+    return path
 
 
 def _authenticated(address: str, user: SaslPlain) -> RawClient:
@@ -294,4 +304,75 @@ def test_a_tls_client_reads_the_history_through_the_gateways_own_certificate(
         finally:
             c.close()
     finally:
+        gateway.stop()
+
+
+# ---- the gateway's own principal and the group sightings topic ---------------------------------------------
+def _allow_sightings(admin: AdminClient, principal: str) -> None:
+    """The ACLs docs/gateway.md lists for a gateway's principal on the sightings topic."""
+    for operation in (AclOperation.DESCRIBE, AclOperation.CREATE, AclOperation.WRITE):
+        binding = AclBinding(
+            ResourceType.TOPIC,
+            SIGHTINGS_TOPIC,
+            ResourcePatternType.LITERAL,
+            principal,
+            "*",
+            operation,
+            AclPermissionType.ALLOW,
+        )
+        for future in admin.create_acls([binding]).values():
+            future.result(60)
+
+
+def test_a_gateway_that_may_not_write_the_sightings_topic_serves_its_clients_and_publishes_once_allowed(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The gateway's own principal has no ACL: creating and writing the sightings topic fail, and a
+    consumer group reads every record through it all the same, the failures counted and the gateway
+    ready. Once the principal gets the ACLs the docs list, the gateway's next attempt publishes the group
+    with its member, with no restart."""
+    direct = secured.cluster.bootstrap_servers
+    gateway = GatewayProcess(
+        direct,
+        secured.gateway.remote,
+        tmp_path / "gateway",
+        extra=[
+            "--kafka-config-dir",
+            str(_config_dir(tmp_path / "kafka-config", GATEWAY_USER)),
+            "--gateway-id",
+            "gateway-unauthorized",
+        ],
+    ).start()
+    group = f"alice-{uuid.uuid4().hex[:8]}"
+    consumer = subscribed(gateway.bootstrap, TOPIC, group, **ALICE.client_config())
+    try:
+        got = []
+        while len(got) < RECORDS:
+            msg = consumer.poll(30)
+            assert msg is not None, f"stalled after {len(got)} records"
+            assert not msg.error(), msg.error()
+            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+        assert sorted(got) == secured.expected
+        poll_until(
+            lambda: gateway.metric("tierkeeper_gateway_group_sightings_failures_total") > 0,
+            "the refused writes are counted",
+            lambda: keep_polling(consumer),
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{gateway.metrics_port}/readyz", timeout=10) as ready:
+            assert ready.status == 200
+        admin = AdminClient({"bootstrap.servers": direct, **ADMIN.client_config()})
+        _allow_sightings(admin, f"User:{GATEWAY_USER.username}")
+        member = consumer.memberid()
+        sighting = poll_until(
+            lambda: (
+                (s := sighting_of(direct, group, "gateway-unauthorized", **ADMIN.client_config()))
+                and member in s.members
+                and s
+            ),
+            "the gateway publishes the group once its principal may",
+            lambda: keep_polling(consumer),
+        )
+        assert sighting.members == (member,)
+    finally:
+        consumer.close()
         gateway.stop()

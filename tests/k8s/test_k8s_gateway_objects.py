@@ -12,6 +12,7 @@ import pytest
 
 from storage_core.api.cluster import KafkaClusterConfig
 from storage_core.api.cluster_parts import GatewaySpec
+from storage_core.cli.gateway import gateway_id
 from storage_core.cli.main import build_parser
 from tierkeeper_operator.gateway_objects import (
     ANNOTATION_CONFIG_HASH,
@@ -111,6 +112,10 @@ def test_pods_run_the_gateway_with_the_clusters_settings() -> None:
     container = pod(objects())["containers"][0]
     assert container["image"] == "registry.example/tierkeeper/pipeline:1.2.3"
     assert container["imagePullPolicy"] == "Always"
+    # Each replica reports the consumer groups it carries under its pod name.
+    (variable,) = container["env"]
+    assert gateway_id(args, 9092, {variable["name"]: "prod-gateway-7d9f-abcde"}) == "prod-gateway-7d9f-abcde"
+    assert args.group_sightings
     assert bootstrap_address("prod", "kafka", GATEWAY) == "prod-gateway.kafka.svc:9092"
 
 
@@ -133,7 +138,8 @@ def test_secrets_are_mounted_never_inlined() -> None:
     assert volumes["kafka-client"]["secret"] == {"secretName": "kafka-credentials"}
     assert mounts["tls"]["readOnly"] and volumes["tls"]["secret"] == {"secretName": "gateway-tls"}
     assert container["envFrom"] == [{"secretRef": {"name": "s3-credentials"}}]
-    assert "env" not in container  # no value copied out of a Secret
+    # No value copied out of a Secret: the only variable is the pod's own name (the downward API).
+    assert [e["valueFrom"] for e in container["env"]] == [{"fieldRef": {"fieldPath": "metadata.name"}}]
     assert not any("password" in arg or "secret" in arg.lower() for arg in container["args"])
 
 
