@@ -15,7 +15,8 @@ monotonic clock just before ``produce()``; its latency is the consumer's ``poll(
 round per path, the order rotating, ``--rounds`` times (the machine's load moves by the minute; rounds
 seconds apart compare fairly); a 1 s warm-up per path first. Reported: p50 and p99 per path over every
 sample, the added p50/p99 of the gateway and the pipe over direct, and their ratio (goal: the gateway's
-added p50 and p99 within 1.5x of the pipe's). ``--profile DIR`` runs the gateway under cProfile
+added p50 and p99 within 1.5x of the pipe's); and each proxy's CPU per record in its own rounds (both run
+in processes of their own). ``--profile DIR`` runs the gateway under cProfile
 (DIR/latency.prof).
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import struct
 import sys
@@ -107,10 +109,18 @@ def one_round(path: Clients, round_id: int, rate: float, seconds: float) -> list
     return got
 
 
-def summary(samples: dict[str, list[float]]) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (/proc/PID/stat)."""
+    parts = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def summary(samples: dict[str, list[float]], cpu: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, values in samples.items():
         out[name] = {"p50_ms": pct(values, 0.50), "p99_ms": pct(values, 0.99), "samples": len(values)}
+        if name in cpu:  # the proxy's CPU per record during its own rounds (a produce and a fetch answer)
+            out[name]["cpu_us_per_record"] = cpu[name] / len(values) * 1e6
     for name in ("gateway", "pipe"):
         for q in ("p50", "p99"):
             out[name][f"added_{q}_ms"] = out[name][f"{q}_ms"] - out["direct"][f"{q}_ms"]
@@ -150,7 +160,8 @@ def main() -> int:
                 {},
                 ns.profile / "latency.prof" if ns.profile else None,
             ).start()
-            with pipe(pipe_port, "127.0.0.1", pipe_listener):
+            with pipe(pipe_port, "127.0.0.1", pipe_listener) as pipe_proc:
+                proxies = {"gateway": gateway.pid, "pipe": pipe_proc.pid}
                 bootstraps = {
                     "direct": cluster.bootstrap_servers,
                     "gateway": gateway.bootstrap,
@@ -162,10 +173,14 @@ def main() -> int:
                 for i, path in enumerate(paths):  # warm-up: connections, metadata, the JIT of the broker
                     one_round(path, -1 - i, ns.rate, 1.0)
                 samples: dict[str, list[float]] = {name: [] for name in PATHS}
+                cpu: dict[str, float] = dict.fromkeys(proxies, 0.0)
                 rounds: list[dict[str, Any]] = []
                 for r in range(ns.rounds):
                     for path in paths[r % 3 :] + paths[: r % 3]:
+                        before = {name: cpu_seconds(pid) for name, pid in proxies.items()}
                         got = one_round(path, r, ns.rate, ns.seconds)
+                        if path.name in proxies:
+                            cpu[path.name] += cpu_seconds(proxies[path.name]) - before[path.name]
                         samples[path.name] += got
                         rounds.append(
                             {"round": r, "path": path.name, "p50_ms": pct(got, 0.5), "p99_ms": pct(got, 0.99)}
@@ -185,7 +200,7 @@ def main() -> int:
             "rounds": ns.rounds,
             "record_bytes": RECORD_BYTES,
         },
-        "summary": summary(samples),
+        "summary": summary(samples, cpu),
         "rounds": rounds,
         "median_of_rounds": {
             name: {

@@ -11,8 +11,8 @@ the balancer's address, as pods advertise the Service's). What a kube-proxy does
   connection is accepted and closed at once, as a refused SYN looks to a client behind a Service;
 - bytes are copied both ways unchanged; when either end closes, both are closed.
 
-:func:`pipe` is the same copy loop for one backend address, a naive proxy (no parsing) as the floor any
-proxy pays in a latency comparison.
+:func:`pipe` is the same copy loop for one backend address in a process of its own, a naive proxy (no
+parsing) as the floor any proxy pays in a latency comparison.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -147,10 +148,32 @@ class Balancer:
 
 
 @contextlib.contextmanager
-def pipe(listen_port: int, target_host: str, target_port: int, host: str = "127.0.0.1") -> Iterator[None]:
-    """A naive byte pipe from ``host:listen_port`` to ``target_host:target_port`` while the block runs
-    (asyncio's TCP transports set TCP_NODELAY, as the gateway's do)."""
+def pipe(
+    listen_port: int, target_host: str, target_port: int, host: str = "127.0.0.1"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A naive byte pipe from ``host:listen_port`` to ``target_host:target_port`` while the block runs, in
+    a process of its own (as the gateway is: in the measuring process it would share its interpreter
+    lock); the block gets the process. asyncio's TCP transports set TCP_NODELAY, as the gateway's do."""
+    import sys
+    from pathlib import Path
 
+    from harness.ports import wait_port
+
+    tests = str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.balancer", host, str(listen_port), target_host, str(target_port)],
+        cwd=tests,
+    )
+    try:
+        if not wait_port(listen_port, 60, host):
+            raise RuntimeError(f"the byte pipe did not listen on {host}:{listen_port}")
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def _pipe_forever(host: str, listen_port: int, target_host: str, target_port: int) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             server_reader, server_writer = await asyncio.open_connection(target_host, target_port)
@@ -159,15 +182,13 @@ def pipe(listen_port: int, target_host: str, target_port: int, host: str = "127.
             return
         await _splice(reader, writer, server_reader, server_writer)
 
-    loop = _LoopThread("pipe")
-    servers: list[asyncio.Server] = []
+    server = await asyncio.start_server(serve, host, listen_port)
+    async with server:
+        await server.serve_forever()
 
-    async def listen() -> None:
-        servers.append(await asyncio.start_server(serve, host, listen_port))
 
-    loop.call(listen)
-    try:
-        yield
-    finally:
-        loop.call(lambda: servers[0].close())
-        loop.stop()
+if __name__ == "__main__":  # python -m harness.balancer HOST PORT TARGET_HOST TARGET_PORT: the byte pipe
+    import sys
+
+    listen_host, listen, target, target_port_ = sys.argv[1:5]
+    asyncio.run(_pipe_forever(listen_host, int(listen), target, int(target_port_)))
