@@ -18,21 +18,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Delivered:
+class Delivered(NamedTuple):
     partition: int
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Committed:
+class Committed(NamedTuple):
+    """A commit attempt of ``offset`` (the position: the next offset to read); ``success`` False: the
+    client got an error, so the broker may or may not have stored it."""
+
     partition: int
     offset: int
-    """The committed position: the next offset to read."""
     success: bool
-    """False: the client got an error, so the broker may or may not have stored it."""
 
 
 Event = Delivered | Committed

@@ -161,7 +161,54 @@ class LibrdkafkaGroup(threading.Thread):
             self.log.events.append(Committed(tp.partition, tp.offset, tp.error is None))
 
 
-class JavaGroup(threading.Thread):
+class JavaTool(threading.Thread):
+    """One of Kafka's Java tools (``main_class``) as a child process, with ``properties`` as its client
+    configuration file; a thread reads its output (:meth:`line`); stderr (warnings and errors, harness.kafka's
+    tools logging) goes to a file."""
+
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        main_class: str,
+        args: list[str],
+        config_flag: str,
+        properties: dict[str, str],
+        workdir: Path,
+        name: str,
+    ) -> None:
+        super().__init__(daemon=True, name=name)
+        config = workdir / f"{name}.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        self.stderr = open(workdir / f"{name}.err", "w")
+        self.proc = subprocess.Popen(
+            cluster.tool_command(main_class, *args, config_flag, str(config)),
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+        )
+
+    def run(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.line(line)
+
+    def line(self, line: str) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 120) -> int:
+        """SIGTERM: the tool closes its client (a producer flushes first) and reports; its exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.join(60)
+            self.stderr.close()
+
+    def stderr_lines(self) -> list[str]:
+        return Path(self.stderr.name).read_text().splitlines()
+
+
+class JavaGroup(JavaTool):
     """Kafka's VerifiableConsumer (its Java consumer, synchronous commits after every poll) reading the
     topic; the thread reads its output and holds it at the barriers (the consumer then blocks on the
     full pipe)."""
@@ -169,57 +216,30 @@ class JavaGroup(threading.Thread):
     def __init__(
         self, cluster: KafkaCluster, bootstrap: str, topic: str, barriers: Barriers, workdir: Path
     ) -> None:
-        super().__init__(daemon=True, name="group-java")
         self.topic, self.barriers = topic, barriers
         self.group = f"replicas-java-{uuid.uuid4().hex[:8]}"
-        config = workdir / "java-consumer.properties"
-        config.write_text("max.partition.fetch.bytes=16384\nreconnect.backoff.max.ms=1000\n")
-        self.stderr = open(workdir / "java-consumer.err", "w")
-        self.proc = subprocess.Popen(
-            cluster.tool_command(
-                "org.apache.kafka.tools.VerifiableConsumer",
-                "--bootstrap-server",
-                bootstrap,
-                "--topic",
-                topic,
-                "--group-id",
-                self.group,
-                "--reset-policy",
-                "earliest",
-                "--verbose",
-                "--consumer.config",
-                str(config),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-        )
         self.log = GroupLog()
         self.commit_errors: list[str] = []
+        super().__init__(
+            cluster,
+            "org.apache.kafka.tools.VerifiableConsumer",
+            ["--bootstrap-server", bootstrap, "--topic", topic, "--group-id", self.group]
+            + ["--reset-policy", "earliest", "--verbose"],
+            "--consumer.config",
+            {"max.partition.fetch.bytes": "16384", "reconnect.backoff.max.ms": "1000"},
+            workdir,
+            "java-consumer",
+        )
 
     @property
     def count(self) -> int:
         return self.log.delivered
 
-    def run(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.barriers.hold(self.count)
-            self.log.events.extend(verifiable_consumer_event(line, self.topic))
-            if '"offsets_committed"' in line and '"success":false' in line:
-                self.commit_errors.append(json.loads(line).get("error", ""))
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        finally:
-            self.join(60)
-            self.stderr.close()
-
-    def stderr_lines(self) -> list[str]:
-        """What the Java client logged (warnings and errors: harness.kafka's tools logging)."""
-        return Path(self.stderr.name).read_text().splitlines()
+    def line(self, line: str) -> None:
+        self.barriers.hold(self.count)
+        self.log.events.extend(verifiable_consumer_event(line, self.topic))
+        if '"offsets_committed"' in line and '"success":false' in line:
+            self.commit_errors.append(json.loads(line).get("error", ""))
 
 
 class LibrdkafkaProducer(threading.Thread):
@@ -262,60 +282,40 @@ class LibrdkafkaProducer(threading.Thread):
         return self.producer.flush(120)
 
 
-class JavaProducer(threading.Thread):
-    """Kafka's VerifiableProducer (acks=all, idempotent: the Java client's default) at a fixed rate until
-    SIGTERM (it then flushes and reports every send)."""
+class JavaProducer(JavaTool):
+    """Kafka's VerifiableProducer (acks=all, idempotent) at a fixed rate until SIGTERM (it then flushes
+    and reports every send). Its retries default to 0, which idempotence refuses: set as the Java client's
+    own default."""
 
     def __init__(self, cluster: KafkaCluster, bootstrap: str, topic: str, workdir: Path) -> None:
-        super().__init__(daemon=True, name="producer-java")
         self.topic = topic
-        config = workdir / "java-producer.properties"
-        config.write_text(
-            "enable.idempotence=true\nretries=2147483647\nreconnect.backoff.max.ms=1000\nlinger.ms=5\n"
-        )
-        self.stderr = open(workdir / "java-producer.err", "w")
-        self.proc = subprocess.Popen(
-            cluster.tool_command(
-                "org.apache.kafka.tools.VerifiableProducer",
-                "--bootstrap-server",
-                bootstrap,
-                "--topic",
-                topic,
-                "--acks",
-                "-1",
-                "--throughput",
-                "100",
-                "--value-prefix",
-                "7",
-                "--producer.config",
-                str(config),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-        )
         self.acked: dict[bytes, tuple[int, int]] = {}
         self.failed: list[str] = []
+        super().__init__(
+            cluster,
+            "org.apache.kafka.tools.VerifiableProducer",
+            ["--bootstrap-server", bootstrap, "--topic", topic, "--acks", "-1"]
+            + ["--throughput", "100", "--value-prefix", "7"],
+            "--producer.config",
+            {
+                "enable.idempotence": "true",
+                "retries": "2147483647",
+                "reconnect.backoff.max.ms": "1000",
+                "linger.ms": "5",
+            },
+            workdir,
+            "java-producer",
+        )
 
-    def run(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if data.get("name") == "producer_send_success":
-                self.acked[str(data["value"]).encode()] = (int(data["partition"]), int(data["offset"]))
-            elif data.get("name") == "producer_send_error":
-                self.failed.append(line)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
+    def line(self, line: str) -> None:
         try:
-            return self.proc.wait(120)
-        finally:
-            self.join(60)
-            self.stderr.close()
+            data = json.loads(line)
+        except ValueError:
+            return
+        if data.get("name") == "producer_send_success":
+            self.acked[str(data["value"]).encode()] = (int(data["partition"]), int(data["offset"]))
+        elif data.get("name") == "producer_send_error":
+            self.failed.append(line)
 
 
 @dataclass
@@ -442,7 +442,7 @@ def test_a_rolling_restart_and_a_killed_replica_lose_and_repeat_nothing(
     finally:
         for event in barriers.done:
             event.set()
-        assert java.stop() in (0, 143)
+        assert java.stop(60) in (0, 143)
         assert producer.stop() == 0, "librdkafka's producer left records unacknowledged"
         assert java_producer.stop() in (0, 143)
 
@@ -451,7 +451,7 @@ def test_a_rolling_restart_and_a_killed_replica_lose_and_repeat_nothing(
     for group in readers:
         odd = [e for e in group.errors if e.fatal() or not (e.retriable() or e.code() in CONNECTION_ERRORS)]
         assert odd == [], f"{group.name}: errors other than a connection's: {odd}"
-    java_errors = [line for line in java.stderr_lines() if " ERROR " in line]
+    java_errors = [line for t in (java, java_producer) for line in t.stderr_lines() if " ERROR " in line]
     assert java_errors == [] and java.commit_errors == [], (java_errors[:5], java.commit_errors[:5])
     odd = [e for e in producer.errors if e.fatal() or not (e.retriable() or e.code() in CONNECTION_ERRORS)]
     assert odd == [] and producer.failed == [], (odd, producer.failed[:5])
@@ -476,7 +476,7 @@ def test_a_rolling_restart_and_a_killed_replica_lose_and_repeat_nothing(
         f"{[g.log.delivered - sum(ends.values()) for g in groups]}; librdkafka errors "
         f"{sorted({e.name() for g in readers for e in g.errors} | {e.name() for e in producer.errors})}; "
         f"acknowledged {len(producer.acked)} + {len(java_producer.acked)}; Java client warnings "
-        f"{sum(' WARN ' in line for line in java.stderr_lines())}"
+        f"{sum(' WARN ' in line for t in (java, java_producer) for line in t.stderr_lines())}"
     )
 
 

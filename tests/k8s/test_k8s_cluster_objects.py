@@ -518,20 +518,13 @@ def test_the_default_gateway_is_two_replicas_spread_and_never_below_one_ready(k8
     that adds a pod before it removes one, a PodDisruptionBudget letting one pod go at a time, and the
     replicas preferably on different nodes, every one advertising the Service's address."""
     plane = k8s_crds
+    spec = {"bootstrapServers": "kafka:9092", "remote": {"url": "s3://b/t"}, "gateway": {"enabled": True}}
+    body = {"apiVersion": "tierkeeper.io/v1alpha1", "kind": "TieredCluster", "metadata": {"name": "tiered"}}
     ns = f"t-{uuid.uuid4().hex[:10]}"
     plane.create_namespace(ns, labels={"pod-security.kubernetes.io/enforce": "restricted"})
     try:
-        body = {
-            "apiVersion": "tierkeeper.io/v1alpha1",
-            "kind": "TieredCluster",
-            "metadata": {"name": "tiered"},
-            "spec": {
-                "bootstrapServers": "kafka:9092",
-                "remote": {"url": "s3://b/t"},
-                "gateway": {"enabled": True},
-            },
-        }
-        made = plane.request("POST", f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredclusters", body)
+        path = f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredclusters"
+        made = plane.request("POST", path, {**body, "spec": spec})
         assert made["spec"]["gateway"]["replicas"] == 2
         gateway = GatewaySpec.model_validate(made["spec"]["gateway"])
         cluster = KafkaClusterConfig.model_validate(
