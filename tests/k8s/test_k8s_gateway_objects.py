@@ -187,9 +187,10 @@ def test_probes_resources_and_rollout() -> None:
 
 
 def test_the_default_is_two_interchangeable_replicas_spread_over_nodes() -> None:
-    """GatewaySpec's defaults (the CRD's and so the chart's): 2 pods, a rollout that adds one before it
-    removes one, one pod at a time in a drain, preferably on different nodes; every pod advertises the
-    Service's name and the same ports, so any connection may land on any pod."""
+    """GatewaySpec's defaults (what a TieredCluster or a chart entry that only enables the gateway gets):
+    2 pods, a rollout that adds one before it removes one, one pod at a time in a drain, preferably on
+    different nodes; every pod advertises the Service's name and the same ports, so any connection may land
+    on any pod."""
     default = GatewaySpec(enabled=True)
     assert default.replicas == 2
     objs = objects(default)
