@@ -514,9 +514,10 @@ def test_gateway_objects_run_and_serve_history_under_the_restricted_profile(
 def test_the_default_gateway_is_two_replicas_spread_and_never_below_one_ready(k8s_crds: ControlPlane) -> None:
     """A TieredCluster that only turns the gateway on, as the API server stores it: the operator reads 2
     replicas (GatewaySpec's default; the CRD's description names it), and the objects for it are accepted
-    in a namespace enforcing the restricted profile (dry run: two pods of the process kubelet would share the host's ports): a rolling update
-    that adds a pod before it removes one, a PodDisruptionBudget letting one pod go at a time, and the
-    replicas preferably on different nodes, every one advertising the Service's address."""
+    in a namespace enforcing the restricted profile (dry run: two pods of the process kubelet would share
+    the host's ports): a rolling update that adds a pod before it removes one, a PodDisruptionBudget
+    letting one pod go at a time, and the replicas preferably on different nodes, every one advertising
+    the Service's address."""
     plane = k8s_crds
     spec = {"bootstrapServers": "kafka:9092", "remote": {"url": "s3://b/t"}, "gateway": {"enabled": True}}
     body = {"apiVersion": "tierkeeper.io/v1alpha1", "kind": "TieredCluster", "metadata": {"name": "tiered"}}
