@@ -10,7 +10,9 @@ out first, as a terminating pod leaves the Service's endpoints; a SIGKILLed one 
 Every fault happens at a barrier: each consumer stops taking records once it has read the fault's number
 of records and waits until the fault is done (the librdkafka ones in their thread; the Java one because
 the test stops reading its output, and it blocks on a full pipe), so every fault lands mid-read whatever
-the machine's speed. The producers never wait: their requests are in flight through every fault.
+the machine's speed. The producers never wait: their requests are in flight through every fault. While the
+killed replica still refuses, each librdkafka group's consumer is replaced by a new member, which resumes
+from the commits made through replicas since restarted or killed.
 
 Afterwards, tests/gateway/delivery_log.py's rule for each group (every record once by (partition,
 offset); a re-read only from the group's commit; read to the end and committed), every acknowledged
@@ -48,6 +50,9 @@ BARRIERS = (1500, 3000, 4500, 6000)
 """Records each group has read when: replica a restarts, replica b restarts, replica a is SIGKILLed, the
 killed one is restarted. Past the last one at least a pipe's worth of the Java consumer's output is left
 (it may run that far ahead of the barrier), so every fault lands mid-read."""
+REPLACED_AT = (BARRIERS[2] + BARRIERS[3]) // 2
+"""Records each librdkafka group has read when its consumer is replaced by a new member: while the killed
+replica still refuses."""
 DEADLINE_S = 600.0
 FETCH_SESSION_ID_NOT_FOUND = 70
 CONNECTION_ERRORS = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
@@ -76,8 +81,10 @@ class Barriers:
 
 
 class LibrdkafkaGroup(threading.Thread):
-    """One librdkafka consumer of a group reading ``topic`` from the earliest offset (the tier's start)
-    to ``ends``, committing synchronously after every batch."""
+    """A librdkafka consumer group reading ``topic`` from the earliest offset (the tier's start) to
+    ``ends``, committing synchronously after every batch; at REPLACED_AT records its consumer closes and a
+    new member takes over, resuming from the group's commits (made through replicas since restarted or
+    killed)."""
 
     def __init__(
         self, bootstrap: str, topic: str, ends: dict[int, int], barriers: Barriers, **config: str
@@ -116,9 +123,15 @@ class LibrdkafkaGroup(threading.Thread):
         deadline = time.monotonic() + DEADLINE_S
         try:
             consumer.subscribe([self.topic])
+            replaced = False
             while any(position[p] < end for p, end in self.ends.items()) or not self._committed_ends():
                 assert time.monotonic() < deadline, f"{self.group}: not done within {DEADLINE_S} s"
                 self.barriers.hold(self.count)
+                if not replaced and self.count >= REPLACED_AT:
+                    consumer.close()
+                    consumer = Consumer(self.config)
+                    consumer.subscribe([self.topic])
+                    replaced = True
                 batch: dict[int, int] = {}
                 for msg in consumer.consume(num_messages=100, timeout=0.5):
                     if msg.error():
