@@ -15,8 +15,9 @@ monotonic clock just before ``produce()``; its latency is the consumer's ``poll(
 round per path, the order rotating, ``--rounds`` times (the machine's load moves by the minute; rounds
 seconds apart compare fairly); a 1 s warm-up per path first. Reported: p50 and p99 per path over every
 sample, the added p50/p99 of the gateway and the pipe over direct, and their ratio (goal: the gateway's
-added p50 and p99 within 1.5x of the pipe's); and each proxy's CPU per record in its own rounds (both run
-in processes of their own). ``--profile DIR`` runs the gateway under cProfile
+added p50 and p99 within 1.5x of the pipe's); the same added figures per rotation of the three paths and
+their medians (``paired_rounds``); and each proxy's CPU per record in its own rounds (both run in
+processes of their own). ``--profile DIR`` runs the gateway under cProfile
 (DIR/latency.prof).
 """
 
@@ -131,6 +132,21 @@ def summary(samples: dict[str, list[float]], cpu: dict[str, float]) -> dict[str,
     return out
 
 
+def paired(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per rotation (one round of each path, seconds apart), each proxy's p50 and p99 minus direct's;
+    their medians over the rotations: on a machine whose load moves by the minute, closer to what each
+    proxy adds than the pooled figures."""
+    by_round: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in rounds:
+        by_round.setdefault(r["round"], {})[r["path"]] = r
+    out: dict[str, Any] = {}
+    for name in ("gateway", "pipe"):
+        for q in ("p50", "p99"):
+            added = [v[name][f"{q}_ms"] - v["direct"][f"{q}_ms"] for v in by_round.values()]
+            out[f"{name}_added_{q}_ms"] = {"median": statistics.median(added), "rounds": added}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -202,6 +218,7 @@ def main() -> int:
         },
         "summary": summary(samples, cpu),
         "rounds": rounds,
+        "paired_rounds": paired(rounds),
         "median_of_rounds": {
             name: {
                 q: statistics.median(r[f"{q}_ms"] for r in rounds if r["path"] == name)
