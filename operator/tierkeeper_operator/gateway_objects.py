@@ -10,6 +10,15 @@ configuration, its ``spec.gateway`` and the brokers' ids to the manifests the op
 - One Service: the bootstrap port, one port per broker at ``brokerPortBase + id`` and the metrics port.
 - A PodDisruptionBudget (``maxUnavailable: 1``: a node drain takes one gateway pod at a time) and a
   NetworkPolicy admitting the Service's ports only; a ServiceMonitor when the chart enables them.
+  ``maxUnavailable: 1`` rather than ``minAvailable: 1``: with the default 2 replicas both keep one pod
+  serving through a drain, but ``maxUnavailable`` also scales with ``replicas`` (3 keep 2), and with
+  ``replicas: 1`` ``minAvailable: 1`` would block every node drain for good (no eviction ever allowed),
+  while ``maxUnavailable: 1`` lets the drain proceed, as a one-pod choice implies.
+- Replicas are interchangeable (storage_core/gateway/DESIGN.md, "Replicas"): every pod runs the same
+  arguments, advertising the Service's name and the same ports, and keeps nothing a client needs on its
+  next connection, so the Service may send any connection to any pod; preferred anti-affinity by hostname
+  spreads them over nodes where there are enough (required would leave a pod pending on a one-node
+  cluster).
 
 Brokers coming and going change the Service's ports and the NetworkPolicy's only, never the pod
 template: a broker's port is not listed among the container's ports (a Service's numeric targetPort needs

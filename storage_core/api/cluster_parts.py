@@ -41,7 +41,9 @@ class GatewaySpec(ApiModel):
         default=2,
         ge=1,
         description="Gateway pods. Each serves every broker's port (a client's connection is proxied to "
-        "the broker whose port it reached), so any replica can take any connection.",
+        "the broker whose port it reached) and advertises the Service's address, so any replica can take "
+        "any connection. Rollouts add a pod before removing one, a PodDisruptionBudget lets node drains "
+        "take one pod at a time, and pods prefer different nodes.",
     )
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         default="ClusterIP", description="Type of the gateway's Service."

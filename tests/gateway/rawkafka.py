@@ -60,7 +60,11 @@ def fetch_frame(
     partition_max_bytes: int = 1 << 20,
     max_bytes: int = 50 << 20,
     max_wait_ms: int = 100,
+    session_id: int = 0,
+    session_epoch: int = -1,
 ) -> bytes:
+    """A Fetch of ``offsets`` (partition -> offset); sessionless unless a session id and epoch are given
+    (KIP-227: id 0 and epoch 0 ask the broker to create one)."""
     import datetime
 
     m = module_of(FETCH, FETCH_VERSION)
@@ -69,8 +73,8 @@ def fetch_frame(
         min_bytes=1,
         max_bytes=max_bytes,
         isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=session_epoch,
         topics=(
             m.FetchTopic(
                 topic=topic,

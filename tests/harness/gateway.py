@@ -49,7 +49,9 @@ def _all_free(ports: range) -> bool:
 
 @dataclass
 class GatewayProcess:
-    """A running gateway: bootstrap at ``bootstrap``, broker N at ``127.0.0.1:base+N``."""
+    """A running gateway: bootstrap at ``bootstrap``, broker N at ``host:base+N``. Replicas behind a
+    balancer (harness.balancer) share ``port`` and ``metrics_port``, each on a loopback address of its own
+    (``host``), and advertise the balancer's (``--advertised-host`` in ``extra``)."""
 
     bootstrap_servers: str
     remote: str
@@ -60,6 +62,7 @@ class GatewayProcess:
     port: int = 0
     metrics_port: int = 0
     banner: str = ""
+    host: str = "127.0.0.1"
 
     def start(self, timeout: float = 60.0) -> GatewayProcess:
         if not self.port:
@@ -78,9 +81,9 @@ class GatewayProcess:
                 "--remote",
                 self.remote,
                 "--listen",
-                f"127.0.0.1:{self.port}",
+                f"{self.host}:{self.port}",
                 "--metrics-listen",
-                f"127.0.0.1:{self.metrics_port}",
+                f"{self.host}:{self.metrics_port}",
                 *self.extra,
             ],
             stdout=subprocess.PIPE,
@@ -90,7 +93,9 @@ class GatewayProcess:
         )
         assert self.proc.stdout is not None
         self.banner = self.proc.stdout.readline().strip()
-        if not self.banner.startswith("tierkeeper gateway: bootstrap") or not wait_port(self.port, timeout):
+        if not self.banner.startswith("tierkeeper gateway: bootstrap") or not wait_port(
+            self.port, timeout, self.host
+        ):
             self.kill()
             raise HarnessError(f"the gateway did not start: {self.banner!r}\n{self.log()[-3000:]}")
         return self
@@ -104,12 +109,12 @@ class GatewayProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def metrics(self) -> str:
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+        with urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics", timeout=10) as r:
             return str(r.read().decode())
 
     def metric(self, name: str) -> float:

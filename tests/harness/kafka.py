@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,6 +132,11 @@ class KafkaCluster:
     """Start the broker JVMs with :data:`QUICK_START_FLAGS` and the class-data archive (a third of the CPU
     of a plain start); benchmarks turn it off to run brokers as production does."""
     log_dirs_per_broker: int = 1
+    extra_listeners: Mapping[str, Mapping[int, tuple[int, int]]] = field(default_factory=dict)
+    """More plaintext client listeners: name -> node id -> (port it listens on, port it advertises). A
+    proxy on the advertised port in front of the listen port then keeps every client of it behind the
+    proxy: Kafka answers Metadata with the listener's advertised addresses (the latency bench's byte
+    pipe)."""
     """Entries of each node's ``log.dirs`` (JBOD): ``data``, then ``data-1``, ``data-2``... (the first one
     also holds the metadata log)."""
     _nodes: dict[int, _Node] = field(default_factory=dict, init=False)
@@ -208,12 +213,16 @@ class KafkaCluster:
         name = "PLAINTEXT" if self.sasl is None else "SASL_PLAINTEXT"
         if self.tls is not None:
             name = "SSL" if self.sasl is None else "SASL_SSL"
+        extra = {n: ports[node.node_id] for n, ports in self.extra_listeners.items() if node.node_id in ports}
         props = {
             "listeners": f"{name}://127.0.0.1:{node.port}"
-            + (f",CONTROLLER://127.0.0.1:{node.controller_port}" if is_voter else ""),
-            "advertised.listeners": f"{name}://127.0.0.1:{node.port}",
+            + (f",CONTROLLER://127.0.0.1:{node.controller_port}" if is_voter else "")
+            + "".join(f",{n}://127.0.0.1:{listen}" for n, (listen, _) in extra.items()),
+            "advertised.listeners": f"{name}://127.0.0.1:{node.port}"
+            + "".join(f",{n}://127.0.0.1:{advertised}" for n, (_, advertised) in extra.items()),
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": f"{name}:{name},CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"{name}:{name},CONTROLLER:PLAINTEXT"
+            + "".join(f",{n}:PLAINTEXT" for n in extra),
             "inter.broker.listener.name": name,
         }
         if self.sasl is not None:

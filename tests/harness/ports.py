@@ -20,14 +20,14 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def wait_port(port: int, timeout: float) -> bool:
+def wait_port(port: int, timeout: float, host: str = "127.0.0.1") -> bool:
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:
             s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return True
         time.sleep(0.1)
     return False

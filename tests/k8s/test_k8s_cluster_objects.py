@@ -48,7 +48,7 @@ from storage_core.api.cluster_parts import GatewaySpec, StrimziRef
 from storage_core.api.resources import TieredBrokerSpec
 from storage_core.reconcile.planner import CopyAction, TopicPartitions
 from tierkeeper_operator.cluster_objects import sync_gateway, sync_strimzi_brokers
-from tierkeeper_operator.gateway_objects import gateway_name
+from tierkeeper_operator.gateway_objects import gateway_name, gateway_objects
 from tierkeeper_operator.job_kinds import copy_job, rebuild_job
 from tierkeeper_operator.jobs import Owner
 from tierkeeper_operator.kube import Kube
@@ -508,5 +508,61 @@ def test_gateway_objects_run_and_serve_history_under_the_restricted_profile(
             with pytest.raises(ApiError) as missing:
                 plane.request("GET", path)
             assert missing.value.code == 404, path
+    finally:
+        plane.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def test_the_default_gateway_is_two_replicas_spread_and_never_below_one_ready(k8s_crds: ControlPlane) -> None:
+    """A TieredCluster that only turns the gateway on, as the API server stores it: the operator reads 2
+    replicas (GatewaySpec's default; the CRD's description names it), and the objects for it are accepted
+    in a namespace enforcing the restricted profile (dry run: two pods of the process kubelet would share
+    the host's ports): a rolling update that adds a pod before it removes one, a PodDisruptionBudget
+    letting one pod go at a time, and the replicas preferably on different nodes, every one advertising
+    the Service's address."""
+    plane = k8s_crds
+    spec = {"bootstrapServers": "kafka:9092", "remote": {"url": "s3://b/t"}, "gateway": {"enabled": True}}
+    body = {"apiVersion": "tierkeeper.io/v1alpha1", "kind": "TieredCluster", "metadata": {"name": "tiered"}}
+    ns = f"t-{uuid.uuid4().hex[:10]}"
+    plane.create_namespace(ns, labels={"pod-security.kubernetes.io/enforce": "restricted"})
+    try:
+        path = f"/apis/tierkeeper.io/v1alpha1/namespaces/{ns}/tieredclusters"
+        made = plane.request("POST", path, {**body, "spec": spec})
+        gateway = GatewaySpec.model_validate(made["spec"]["gateway"])  # as the operator reads it
+        assert gateway.replicas == 2
+        cluster = KafkaClusterConfig.model_validate(
+            {"name": "tiered", "bootstrapServers": "kafka:9092", "remote": {"url": "s3://b/t"}}
+        )
+        owner = Owner("TieredCluster", "tiered", ns, made["metadata"]["uid"])
+        paths = {
+            "Deployment": f"/apis/apps/v1/namespaces/{ns}/deployments",
+            "Service": f"/api/v1/namespaces/{ns}/services",
+            "PodDisruptionBudget": f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+            "NetworkPolicy": f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+        }
+        accepted = {
+            obj["kind"]: plane.request("POST", f"{paths[obj['kind']]}?dryRun=All&fieldValidation=Strict", obj)
+            for obj in gateway_objects(cluster, gateway, [1, 2, 3], owner)
+        }
+        deployment = accepted["Deployment"]["spec"]
+        assert deployment["replicas"] == 2
+        assert deployment["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+        }
+        pod = deployment["template"]
+        (term,) = pod["spec"]["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        assert (
+            term["podAffinityTerm"]["labelSelector"]["matchLabels"].items()
+            <= pod["metadata"]["labels"].items()
+        )
+        budget = accepted["PodDisruptionBudget"]["spec"]
+        assert budget["maxUnavailable"] == 1 and "minAvailable" not in budget
+        assert budget["selector"] == deployment["selector"]
+        args = pod["spec"]["containers"][0]["args"]
+        assert args[args.index("--advertised-host") + 1] == f"{gateway_name('tiered')}.{ns}.svc"
+        assert accepted["Service"]["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     finally:
         plane.request("DELETE", f"/api/v1/namespaces/{ns}")

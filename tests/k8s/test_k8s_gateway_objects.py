@@ -192,6 +192,34 @@ def test_probes_resources_and_rollout() -> None:
     assert objs["PodDisruptionBudget"]["spec"]["selector"] == deployment["selector"]
 
 
+def test_the_default_is_two_interchangeable_replicas_spread_over_nodes() -> None:
+    """GatewaySpec's defaults (what a TieredCluster or a chart entry that only enables the gateway gets):
+    2 pods, a rollout that adds one before it removes one, one pod at a time in a drain, preferably on
+    different nodes; every pod advertises the Service's name and the same ports, so any connection may land
+    on any pod."""
+    default = GatewaySpec(enabled=True)
+    assert default.replicas == 2
+    objs = objects(default)
+    deployment = objs["Deployment"]["spec"]
+    assert deployment["replicas"] == 2
+    assert deployment["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    assert objs["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
+    (term,) = pod(objs)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    labels = deployment["template"]["metadata"]["labels"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    args = parsed_args(objs)
+    assert (args.advertised_host, args.listen, args.broker_port_base) == (
+        "prod-gateway.kafka.svc",
+        "0.0.0.0:9092",
+        9100,
+    )
+    assert objs["Service"]["spec"]["selector"].items() <= labels.items()
+
+
 def test_service_ports_follow_the_broker_ids() -> None:
     svc = objects(brokers=(0, 1, 2))["Service"]["spec"]
     assert svc["type"] == "ClusterIP"
