@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_core.errors import ConfigError
+from storage_core.gateway.protocol import ApiKey
 
-METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE = 3, 10, 60, 1, 0
-ADDRESS_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE})
+ADDRESS_APIS = frozenset(
+    {ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.FETCH, ApiKey.PRODUCE}
+)
 MAX_PORT = 65535
 
 
@@ -67,14 +69,14 @@ class Rewritten:
 
 def rewrite_addresses(api_key: int, body: Any, rule: PortRule) -> Rewritten:
     """The response ``body`` (a kio entity of ``api_key``) with broker addresses pointing at the gateway."""
-    if api_key == METADATA:
+    if api_key == ApiKey.METADATA:
         brokers = {b.node_id: Address(b.host, b.port) for b in body.brokers}
         return Rewritten(_replace_each(body, "brokers", "node_id", rule), brokers, True)
-    if api_key == DESCRIBE_CLUSTER:
+    if api_key == ApiKey.DESCRIBE_CLUSTER:
         # endpoint_type 2 lists controllers (bootstrap.controllers clients), which do not come through here.
         brokers = {b.broker_id: Address(b.host, b.port) for b in body.brokers}
         return Rewritten(_replace_each(body, "brokers", "broker_id", rule), brokers, True)
-    if api_key == FIND_COORDINATOR:
+    if api_key == ApiKey.FIND_COORDINATOR:
         if hasattr(body, "coordinators"):
             brokers = {c.node_id: Address(c.host, c.port) for c in body.coordinators if c.node_id >= 0}
             return Rewritten(_replace_each(body, "coordinators", "node_id", rule), brokers, False)
@@ -83,7 +85,7 @@ def rewrite_addresses(api_key: int, body: Any, rule: PortRule) -> Rewritten:
         target = rule.broker_address(body.node_id)
         replaced = dataclasses.replace(body, host=target.host, port=target.port)
         return Rewritten(replaced, {body.node_id: Address(body.host, body.port)}, False)
-    if api_key in (FETCH, PRODUCE) and getattr(body, "node_endpoints", None):
+    if api_key in (ApiKey.FETCH, ApiKey.PRODUCE) and getattr(body, "node_endpoints", None):
         brokers = {n.node_id: Address(n.host, n.port) for n in body.node_endpoints}
         return Rewritten(_replace_each(body, "node_endpoints", "node_id", rule), brokers, False)
     return Rewritten(body, {}, False)

@@ -1,0 +1,131 @@
+"""What a handler is given: one request being answered (:class:`Call`) and what its client connection's
+handlers share (:class:`Connection`), and the two shapes of an entry in the handler table (:class:`Route`,
+:func:`observing`). The table itself is gateway_server/handlers/__init__.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kio.static.protocol import Payload, RequestPayload, ResponsePayload
+
+from storage_core.gateway.grants import Grants
+from storage_core.gateway.protocol import (
+    Chunks,
+    ProtocolError,
+    RequestHeader,
+    decode_request,
+    decode_response,
+    encode_response,
+    framed_with_correlation_id,
+)
+from storage_core.gateway_server.broker_queries import BrokerQueries
+from storage_core.gateway_server.context import GatewayContext
+from storage_core.gateway_server.tier_answers import TierAnswers
+from storage_core.gateway_server.upstream import Streamer, Upstream
+
+log = logging.getLogger("tierkeeper.gateway")
+
+Slot = asyncio.Future[Chunks | None]
+"""Where a request's answer goes; the session writes answers in request order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """What the handlers of one client connection share; it dies with the connection (grants, marks and
+    prepared answers belong to one principal's connection)."""
+
+    ctx: GatewayContext
+    writer: asyncio.StreamWriter
+    """The client's: only a cut-through response writes on it directly (:meth:`Call.its_turn`)."""
+    turn: Callable[[Slot], bool]
+    tier: TierAnswers
+    queries: BrokerQueries
+    grants: Grants
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One client request being answered."""
+
+    header: RequestHeader
+    payload: bytes
+    upstream: Upstream
+    conn: Connection
+    slot: Slot
+
+    @property
+    def ctx(self) -> GatewayContext:
+        return self.conn.ctx
+
+    def its_turn(self) -> bool:
+        """Whether every earlier answer is written and the session waits for this one: only then may it
+        go to the client as its bytes arrive."""
+        return self.conn.turn(self.slot)
+
+    async def roundtrip(self, payload: bytes | None = None, *, streamer: Streamer | None = None) -> bytes:
+        """The broker's response payload to this request (or to ``payload`` in its place); with
+        ``streamer``, possibly :data:`~storage_core.gateway_server.upstream.STREAMED`."""
+        future = self.upstream.send(self.payload if payload is None else payload, streamer=streamer)
+        assert future is not None
+        await self.upstream.drain()
+        return await future
+
+    async def forward(self) -> Chunks:
+        return self.passed(await self.roundtrip())
+
+    def passed(self, response: bytes) -> Chunks:
+        """The broker's response as it came, for this request's correlation id."""
+        self.ctx.metrics.passthrough_bytes.inc(len(response))
+        return framed_with_correlation_id(response, self.header.correlation_id, response=True)
+
+    def answered(self, body: Payload) -> Chunks:
+        """``body`` encoded as this request's response."""
+        return encode_response(self.header.api_key, self.header.api_version, self.header.correlation_id, body)
+
+    def request(self) -> RequestPayload:
+        return decode_request(self.header, self.payload)
+
+    def response(self, payload: bytes) -> ResponsePayload:
+        return decode_response(self.header.api_key, self.header.api_version, payload)
+
+
+Handler = Callable[[Call], Awaitable[Chunks | None]]
+"""Answers a call: the frame to send the client, or None for no response (Produce acks=0)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """An entry of the handler table."""
+
+    handle: Handler
+    """Called for the versions the codec reads and writes."""
+    unknown_version: Handler | None = None
+    """Called for a version the codec does not know; None: such a frame is forwarded undecoded."""
+
+
+Observer = Callable[[Call, RequestPayload, ResponsePayload], Awaitable[None]]
+"""Inspects a request and the broker's response to it; what it returns is ignored, the client gets the
+broker's bytes unchanged."""
+
+
+def observing(observer: Observer) -> Route:
+    """A table entry for an API the gateway watches but does not change: the request goes to the broker as
+    it came, the broker's response goes back as it came, and ``observer`` sees both decoded. An observer
+    that fails is logged and the client is answered all the same: watching must not break a client."""
+
+    async def handle(call: Call) -> Chunks:
+        response = await call.roundtrip()
+        what = (call.header.api_key, call.header.api_version, call.conn.writer.get_extra_info("peername"))
+        try:
+            await observer(call, call.request(), call.response(response))
+        except ProtocolError as exc:  # the broker judged the bytes already; they pass as they came
+            log.warning("observing %s v%s of %s: %s", *what, exc)
+        except Exception:
+            log.exception("observing %s v%s of %s failed", *what)
+        return call.passed(response)
+
+    return Route(handle)
