@@ -14,12 +14,14 @@ for versions no client uses (kio loads a version's module when a message of it i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar, cast
 
 from kio.static.constants import EntityType
 from kio.static.protocol import Payload
 
 from storage_core.gateway.protocol import ApiKey, ProtocolError
+
+_M = TypeVar("_M")
 
 if TYPE_CHECKING:
     from kio.schema.api_versions.v0 import response as _api_versions_v0_res
@@ -60,13 +62,6 @@ if TYPE_CHECKING:
     from kio.schema.fetch.v17 import response as _fetch_v17_res
     from kio.schema.fetch.v18 import request as _fetch_v18_req
     from kio.schema.fetch.v18 import response as _fetch_v18_res
-    from kio.schema.find_coordinator.v0 import response as _find_coordinator_v0_res
-    from kio.schema.find_coordinator.v1 import response as _find_coordinator_v1_res
-    from kio.schema.find_coordinator.v2 import response as _find_coordinator_v2_res
-    from kio.schema.find_coordinator.v3 import response as _find_coordinator_v3_res
-    from kio.schema.find_coordinator.v4 import response as _find_coordinator_v4_res
-    from kio.schema.find_coordinator.v5 import response as _find_coordinator_v5_res
-    from kio.schema.find_coordinator.v6 import response as _find_coordinator_v6_res
     from kio.schema.list_offsets.v1 import request as _list_offsets_v1_req
     from kio.schema.list_offsets.v1 import response as _list_offsets_v1_res
     from kio.schema.list_offsets.v2 import request as _list_offsets_v2_req
@@ -199,17 +194,6 @@ if TYPE_CHECKING:
     )
     """ApiVersions responses of every version the codec reads."""
 
-    FindCoordinatorResponse: TypeAlias = (
-        _find_coordinator_v0_res.FindCoordinatorResponse
-        | _find_coordinator_v1_res.FindCoordinatorResponse
-        | _find_coordinator_v2_res.FindCoordinatorResponse
-        | _find_coordinator_v3_res.FindCoordinatorResponse
-        | _find_coordinator_v4_res.FindCoordinatorResponse
-        | _find_coordinator_v5_res.FindCoordinatorResponse
-        | _find_coordinator_v6_res.FindCoordinatorResponse
-    )
-    """FindCoordinator responses of every version the codec reads."""
-
     DescribeClusterResponse: TypeAlias = (
         _describe_cluster_v0_res.DescribeClusterResponse
         | _describe_cluster_v1_res.DescribeClusterResponse
@@ -218,41 +202,26 @@ if TYPE_CHECKING:
     """DescribeCluster responses of every version the codec reads."""
 
 
-def _checked(body: Payload, api: ApiKey, kind: EntityType) -> Payload:
-    """``body`` when it is a message of ``api`` in that direction, else a :class:`ProtocolError` (a decoded
-    message of another API reaching a handler would be the gateway's bug, never the client's bytes)."""
-    if int(body.__api_key__) != api or body.__type__ != kind:
-        raise ProtocolError(f"expected a {api.name} {kind.name}, got {type(body).__name__}")
-    return body
+class _Narrowing(Generic[_M]):
+    """A decoded message as one of the unions above: the body itself when it is a message of this API in
+    this direction, else a :class:`ProtocolError` (another API's message reaching a handler would be the
+    gateway's bug, never the client's bytes)."""
+
+    def __init__(self, api: ApiKey, kind: EntityType) -> None:
+        self.api, self.kind = api, kind
+
+    def __call__(self, body: Payload) -> _M:
+        if int(body.__api_key__) != self.api or body.__type__ != self.kind:
+            raise ProtocolError(f"expected a {self.api.name} {self.kind.name}, got {type(body).__name__}")
+        return cast(_M, body)
 
 
-def fetch_request(body: Payload) -> FetchRequest:
-    return cast("FetchRequest", _checked(body, ApiKey.FETCH, EntityType.request))
-
-
-def fetch_response(body: Payload) -> FetchResponse:
-    return cast("FetchResponse", _checked(body, ApiKey.FETCH, EntityType.response))
-
-
-def list_offsets_request(body: Payload) -> ListOffsetsRequest:
-    return cast("ListOffsetsRequest", _checked(body, ApiKey.LIST_OFFSETS, EntityType.request))
-
-
-def list_offsets_response(body: Payload) -> ListOffsetsResponse:
-    return cast("ListOffsetsResponse", _checked(body, ApiKey.LIST_OFFSETS, EntityType.response))
-
-
-def metadata_response(body: Payload) -> MetadataResponse:
-    return cast("MetadataResponse", _checked(body, ApiKey.METADATA, EntityType.response))
-
-
-def api_versions_response(body: Payload) -> ApiVersionsResponse:
-    return cast("ApiVersionsResponse", _checked(body, ApiKey.API_VERSIONS, EntityType.response))
-
-
-def find_coordinator_response(body: Payload) -> FindCoordinatorResponse:
-    return cast("FindCoordinatorResponse", _checked(body, ApiKey.FIND_COORDINATOR, EntityType.response))
-
-
-def describe_cluster_response(body: Payload) -> DescribeClusterResponse:
-    return cast("DescribeClusterResponse", _checked(body, ApiKey.DESCRIBE_CLUSTER, EntityType.response))
+fetch_request: _Narrowing[FetchRequest] = _Narrowing(ApiKey.FETCH, EntityType.request)
+fetch_response: _Narrowing[FetchResponse] = _Narrowing(ApiKey.FETCH, EntityType.response)
+list_offsets_request: _Narrowing[ListOffsetsRequest] = _Narrowing(ApiKey.LIST_OFFSETS, EntityType.request)
+list_offsets_response: _Narrowing[ListOffsetsResponse] = _Narrowing(ApiKey.LIST_OFFSETS, EntityType.response)
+metadata_response: _Narrowing[MetadataResponse] = _Narrowing(ApiKey.METADATA, EntityType.response)
+api_versions_response: _Narrowing[ApiVersionsResponse] = _Narrowing(ApiKey.API_VERSIONS, EntityType.response)
+describe_cluster_response: _Narrowing[DescribeClusterResponse] = _Narrowing(
+    ApiKey.DESCRIBE_CLUSTER, EntityType.response
+)

@@ -47,7 +47,7 @@ class Connection:
     grants: Grants
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per request, and a frozen one costs several times as much to make
 class Call:
     """One client request being answered."""
 
