@@ -47,7 +47,8 @@ class Connection:
     grants: Grants
 
 
-@dataclass(slots=True)  # not frozen: one is made per request, and a frozen one costs several times as much to make
+# Not frozen: one is made per request, and a frozen one costs several times as much to make.
+@dataclass(slots=True)
 class Call:
     """One client request being answered."""
 
