@@ -1,2 +1,3 @@
-"""The gateway's network layer: listeners, client and broker connections, metrics and readiness. The
-protocol decisions it applies live in storage_core.gateway (pure, tested on bytes)."""
+"""The gateway's network layer: listeners, client and broker connections, the handler table with one module
+per intercepted API (handlers/), metrics and readiness. The protocol decisions it applies live in
+storage_core.gateway (tested on bytes)."""
