@@ -282,7 +282,7 @@ def response_type(api_key: int, api_version: int) -> type[ResponsePayload]:
 def build_request(api: ApiKey, version: int, **fields: object) -> RequestPayload:
     """A request of ``api`` at ``version`` (for the gateway's own requests): the one way to make one.
 
-    Nested entities are given as mappings (or sequences of them) of their fields, so no caller imports a
+    Nested entities are given as dicts (or sequences of them) of their fields, so no caller imports a
     version's classes; fields this version lacks (Metadata v10's topic ids, ListOffsets v1's leader epoch)
     are left out, as the protocol leaves them out. A field no version of the message has is a TypeError."""
     return built(_request_type(api, version), **fields)
@@ -329,34 +329,41 @@ def api_name(api_key: int) -> str:
 def replaced(entity: _E, **changes: object) -> _E:
     """``dataclasses.replace`` for fields this version of the message has (a field a version lacks, such as
     Fetch v4's log start offset or ListOffsets v1's leader epoch, is left out); nested entities may be
-    given as mappings, as :func:`built` takes them."""
+    given as dicts, as :func:`built` takes them."""
     return dataclasses.replace(entity, **_values(type(entity), changes))
 
 
 def built(entity_type: type[_E], **values: object) -> _E:
     """An entity of ``entity_type`` from the values its version has fields for (the others are left out,
-    as :func:`replaced` does); a nested entity (or a tuple of them) may be given as a mapping of its fields
-    (or a sequence of such mappings). A name no version of the entity has is a TypeError: a typo would
+    as :func:`replaced` does); a nested entity (or a tuple of them) may be given as a dict of its fields
+    (or a sequence of such dicts). A name no version of the entity has is a TypeError: a typo would
     otherwise be dropped as "another version's field"."""
     return entity_type(**_values(entity_type, values))
 
 
 def _values(entity_type: type[Entity], values: Mapping[str, object]) -> dict[str, object]:
+    # On every tier answer's path (with_answers): plain dict and tuple checks, the unknown-name check
+    # only for a name this version lacks.
     nested = _nested_types(entity_type)
-    unknown = set(values).difference(nested, _names_in_any_version(entity_type))
-    if unknown:
-        raise TypeError(f"{entity_type.__name__} has no field {', '.join(sorted(unknown))} in any version")
     out: dict[str, object] = {}
     for name, value in values.items():
-        if name not in nested:
+        inner = nested.get(name, _ABSENT)
+        if inner is _ABSENT:
+            if name not in _names_in_any_version(entity_type):
+                raise TypeError(f"{entity_type.__name__} has no field {name} in any version")
             continue  # a field of other versions
-        inner = nested[name]
-        if inner is not None and isinstance(value, Mapping):
-            value = built(inner, **value)
-        elif inner is not None and isinstance(value, (list, tuple)):
-            value = tuple(built(inner, **v) if isinstance(v, Mapping) else v for v in value)
+        if inner is not None:
+            if isinstance(value, dict):
+                value = built(inner, **value)
+            elif isinstance(value, (list, tuple)) and value and isinstance(value[0], dict):
+                value = tuple(built(inner, **v) for v in value)
+            elif isinstance(value, list):
+                value = tuple(value)
         out[name] = value
     return out
+
+
+_ABSENT: Any = object()
 
 
 @cache
