@@ -103,12 +103,15 @@ def read_features(bootstrap_servers: str, config: dict[str, str], timeout: float
 
 
 def _ask(host: str, port: int, tls: ssl.SSLContext | None, timeout: float) -> bytes:
-    from storage_core.gateway.protocol import API_VERSIONS, RequestHeader, encode_request, request_type
+    from storage_core.gateway.protocol import ApiKey, RequestHeader, build_request, encode_request
 
-    body = request_type(API_VERSIONS, API_VERSIONS_VERSION)(
-        client_software_name="tierkeeper-operator", client_software_version="1"
+    body = build_request(
+        ApiKey.API_VERSIONS,
+        API_VERSIONS_VERSION,
+        client_software_name="tierkeeper-operator",
+        client_software_version="1",
     )
-    header = RequestHeader(API_VERSIONS, API_VERSIONS_VERSION, 1, "tierkeeper-operator", 0)
+    header = RequestHeader(ApiKey.API_VERSIONS, API_VERSIONS_VERSION, 1, "tierkeeper-operator", 0)
     frame = b"".join(encode_request(header, body, 1))
     with socket.create_connection((host, port), timeout=timeout) as raw:
         sock = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
@@ -130,12 +133,15 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 
 def _features(payload: bytes) -> KafkaFeatures:
-    from storage_core.gateway.protocol import API_VERSIONS, ProtocolError, decode_response
+    from kio.schema.api_versions.v3.response import ApiVersionsResponse
+
+    from storage_core.gateway.protocol import ApiKey, ProtocolError, decode_response
 
     try:
-        answer = decode_response(API_VERSIONS, API_VERSIONS_VERSION, payload)
+        answer = decode_response(ApiKey.API_VERSIONS, API_VERSIONS_VERSION, payload)
     except ProtocolError as exc:
         raise KafkaFeaturesError(f"ApiVersions: {exc}") from None
+    assert isinstance(answer, ApiVersionsResponse)  # the version asked (API_VERSIONS_VERSION)
     if answer.error_code.value != 0:
         raise KafkaFeaturesError(f"ApiVersions: the broker answered {answer.error_code.name}")
     finalized = {f.name: int(f.max_version_level) for f in answer.finalized_features}

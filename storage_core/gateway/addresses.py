@@ -13,15 +13,20 @@ of partitions that moved). Share-group APIs also carry them; the gateway does no
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
+
+from kio.static.protocol import Entity, ResponsePayload
 
 from storage_core.errors import ConfigError
+from storage_core.gateway.messages import describe_cluster_response, metadata_response
+from storage_core.gateway.protocol import ApiKey, replaced
 
-METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE = 3, 10, 60, 1, 0
-ADDRESS_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE})
+ADDRESS_APIS = frozenset(
+    {ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.FETCH, ApiKey.PRODUCE}
+)
 MAX_PORT = 65535
+_R = TypeVar("_R", bound=Entity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +62,7 @@ class PortRule:
 
 @dataclass(frozen=True, slots=True)
 class Rewritten:
-    body: Any
+    body: ResponsePayload
     """The response with every broker address replaced (the same object when nothing named a broker)."""
     brokers: dict[int, Address]
     """The real addresses the response named, by node id (for routing the gateway's broker listeners)."""
@@ -65,31 +70,36 @@ class Rewritten:
     """True when ``brokers`` lists the whole cluster (Metadata, DescribeCluster), so absent ones are gone."""
 
 
-def rewrite_addresses(api_key: int, body: Any, rule: PortRule) -> Rewritten:
+def rewrite_addresses(api_key: int, body: ResponsePayload, rule: PortRule) -> Rewritten:
     """The response ``body`` (a kio entity of ``api_key``) with broker addresses pointing at the gateway."""
-    if api_key == METADATA:
-        brokers = {b.node_id: Address(b.host, b.port) for b in body.brokers}
+    if api_key == ApiKey.METADATA:
+        brokers = {int(b.node_id): Address(b.host, b.port) for b in metadata_response(body).brokers}
         return Rewritten(_replace_each(body, "brokers", "node_id", rule), brokers, True)
-    if api_key == DESCRIBE_CLUSTER:
+    if api_key == ApiKey.DESCRIBE_CLUSTER:
         # endpoint_type 2 lists controllers (bootstrap.controllers clients), which do not come through here.
-        brokers = {b.broker_id: Address(b.host, b.port) for b in body.brokers}
+        brokers = {int(b.broker_id): Address(b.host, b.port) for b in describe_cluster_response(body).brokers}
         return Rewritten(_replace_each(body, "brokers", "broker_id", rule), brokers, True)
-    if api_key == FIND_COORDINATOR:
-        if hasattr(body, "coordinators"):
-            brokers = {c.node_id: Address(c.host, c.port) for c in body.coordinators if c.node_id >= 0}
+    if api_key == ApiKey.FIND_COORDINATOR:
+        # v4+ lists coordinators (KIP-699); v0-3 are one node, in fields v4 does not have: read by name.
+        coordinators = getattr(body, "coordinators", None)
+        if coordinators is not None:
+            brokers = {int(c.node_id): Address(c.host, c.port) for c in coordinators if c.node_id >= 0}
             return Rewritten(_replace_each(body, "coordinators", "node_id", rule), brokers, False)
-        if body.node_id < 0:
+        node_id, host, port = (getattr(body, name) for name in ("node_id", "host", "port"))
+        if node_id < 0:
             return Rewritten(body, {}, False)
-        target = rule.broker_address(body.node_id)
-        replaced = dataclasses.replace(body, host=target.host, port=target.port)
-        return Rewritten(replaced, {body.node_id: Address(body.host, body.port)}, False)
-    if api_key in (FETCH, PRODUCE) and getattr(body, "node_endpoints", None):
-        brokers = {n.node_id: Address(n.host, n.port) for n in body.node_endpoints}
+        target = rule.broker_address(node_id)
+        return Rewritten(
+            replaced(body, host=target.host, port=target.port), {node_id: Address(host, port)}, False
+        )
+    endpoints = getattr(body, "node_endpoints", None)  # Fetch v16+, Produce v10+
+    if api_key in (ApiKey.FETCH, ApiKey.PRODUCE) and endpoints:
+        brokers = {int(n.node_id): Address(n.host, n.port) for n in endpoints}
         return Rewritten(_replace_each(body, "node_endpoints", "node_id", rule), brokers, False)
     return Rewritten(body, {}, False)
 
 
-def _replace_each(body: Any, field: str, id_field: str, rule: PortRule) -> Any:
+def _replace_each(body: _R, field: str, id_field: str, rule: PortRule) -> _R:
     items = []
     for item in getattr(body, field):
         node_id = getattr(item, id_field)
@@ -97,5 +107,5 @@ def _replace_each(body: Any, field: str, id_field: str, rule: PortRule) -> Any:
             items.append(item)
             continue
         target = rule.broker_address(node_id)
-        items.append(dataclasses.replace(item, host=target.host, port=target.port))
-    return dataclasses.replace(body, **{field: tuple(items)})
+        items.append(replaced(item, host=target.host, port=target.port))
+    return replaced(body, **{field: tuple(items)})

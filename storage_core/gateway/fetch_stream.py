@@ -20,6 +20,11 @@ from dataclasses import dataclass
 
 from storage_core.gateway.protocol import ProtocolError
 
+STREAM_MIN_BYTES = 64 << 10
+"""Responses from this size on may be streamed as they arrive; smaller ones cost less whole than in
+pieces, and when nothing in them changes they pass whole from the broker connection's reader
+(gateway_server/call.py)."""
+
 NODE_ENDPOINTS_TAG = 0
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13

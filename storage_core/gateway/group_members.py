@@ -27,10 +27,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from storage_core.gateway.group_sightings import GroupProtocol
-from storage_core.gateway.protocol import RequestHeader, decode_request, decode_response, knows
+from storage_core.gateway.protocol import ApiKey, RequestHeader, decode_request, decode_response, knows
 
-OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 11, 12, 13, 14
-CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 68, 76
+OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT = ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT
+LEAVE_GROUP, SYNC_GROUP = ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP
+CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = (
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    ApiKey.SHARE_GROUP_HEARTBEAT,
+)
 GROUP_APIS = frozenset(
     {
         OFFSET_COMMIT,

@@ -12,14 +12,16 @@ A partition the broker answered with an error keeps the error (authorization inc
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from storage_core.gateway.protocol import replaced as replaced_fields
+
+if TYPE_CHECKING:
+    from storage_core.gateway.messages import ListOffsetsRequest, ListOffsetsResponse
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 TIER_QUESTIONS = frozenset({EARLIEST, MAX_TIMESTAMP, LATEST_TIERED})
@@ -35,11 +37,11 @@ class TierOffset:
     leader_epoch: int
 
 
-def questions(request: Any, response: Any) -> list[Question]:
+def questions(request: ListOffsetsRequest, response: ListOffsetsResponse) -> list[Question]:
     """The partitions whose answer may come from the tier: asked for earliest, max-timestamp,
     latest-tiered or a timestamp, and answered by the broker without an error."""
     asked = {(t.name, p.partition_index): p.timestamp for t in request.topics for p in t.partitions}
-    out = []
+    out: list[Question] = []
     for t in response.topics:
         for p in t.partitions:
             ts = asked.get((t.name, p.partition_index))
@@ -50,7 +52,9 @@ def questions(request: Any, response: Any) -> list[Question]:
     return out
 
 
-def with_tier(response: Any, tier: Mapping[Question, TierOffset | None]) -> Any:
+def with_tier(
+    response: ListOffsetsResponse, tier: Mapping[Question, TierOffset | None]
+) -> ListOffsetsResponse:
     """The response with the tier's answers where they are Kafka's answer for a tiered log."""
     topics = []
     changed = False
@@ -61,32 +65,35 @@ def with_tier(response: Any, tier: Mapping[Question, TierOffset | None]) -> Any:
             for (name, partition, ts), found in tier.items():
                 if name != t.name or partition != p.partition_index:
                     continue
-                better = _better(ts, p, found)
+                better = _better(ts, p.offset, p.timestamp, found)
                 if better is not None:
                     replaced = replaced_fields(
                         p, offset=better.offset, timestamp=better.timestamp, leader_epoch=better.leader_epoch
                     )
                     changed = True
             parts.append(replaced)
-        topics.append(dataclasses.replace(t, partitions=tuple(parts)))
-    return dataclasses.replace(response, topics=tuple(topics)) if changed else response
+        topics.append(replaced_fields(t, partitions=tuple(parts)))
+    return replaced_fields(response, topics=tuple(topics)) if changed else response
 
 
-def _better(ts: int, broker: Any, found: TierOffset | None) -> TierOffset | None:
-    """The tier's answer where it replaces the broker's (``broker``: its partition answer), else None."""
+def _better(ts: int, offset: int, timestamp: int, found: TierOffset | None) -> TierOffset | None:
+    """The tier's answer where it replaces the broker's (its partition answer: ``offset`` at
+    ``timestamp``), else None."""
     if ts == LATEST_TIERED:
         return found if found is not None else TierOffset(-1, -1, -1)
     if found is None:
         return None
-    if broker.offset < 0:
+    if offset < 0:
         return found
     if ts == MAX_TIMESTAMP:
-        later = (found.timestamp, -found.offset) > (broker.timestamp, -broker.offset)
+        later = (found.timestamp, -found.offset) > (timestamp, -offset)
         return found if later else None
-    return found if found.offset < broker.offset else None
+    return found if found.offset < offset else None
 
 
-def with_errors(response: Any, errors: Mapping[tuple[str, int], ErrorCode]) -> Any:
+def with_errors(
+    response: ListOffsetsResponse, errors: Mapping[tuple[str, int], ErrorCode]
+) -> ListOffsetsResponse:
     """The response with these partitions answered by an error (the tier could not be read)."""
     topics = []
     for t in response.topics:
@@ -96,5 +103,5 @@ def with_errors(response: Any, errors: Mapping[tuple[str, int], ErrorCode]) -> A
             else p
             for p in t.partitions
         )
-        topics.append(dataclasses.replace(t, partitions=parts))
-    return dataclasses.replace(response, topics=tuple(topics))
+        topics.append(replaced_fields(t, partitions=parts))
+    return replaced_fields(response, topics=tuple(topics))

@@ -9,17 +9,25 @@ opaque bytes: a decoded Fetch response holds them as ``bytes`` and an encoded on
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import struct
-from collections.abc import Sequence
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 from kio.static.constants import EntityType
+from kio.static.protocol import Entity, Payload, RequestPayload, ResponsePayload
+from kio.static.protocol import RequestHeader as KioRequestHeader
+from kio.static.protocol import ResponseHeader as KioResponseHeader
 
 from storage_core.errors import TierkeeperError
 
@@ -28,9 +36,35 @@ CORRELATION_ID = struct.Struct(">i")
 FIXED_HEADER = struct.Struct(">hhi")
 """api_key, api_version, correlation_id: the first 8 bytes of every request payload."""
 
-API_VERSIONS = 18
-"""Its response is always sent with header v0, whatever the version (KIP-511), so a client that sent a
-version the broker does not know can still read the error."""
+
+class ApiKey(IntEnum):
+    """The Kafka APIs the gateway names, by Kafka's key: the one place a key is written (each member's name
+    is Kafka's, as kio's ``api_key_map`` spells it in lower case; tests/gateway/test_gateway_rooms.py
+    checks they agree). Frames carry plain ints; an API the gateway never names needs no member."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    """Its response is always sent with header v0, whatever the version (KIP-511), so a client that sent a
+    version the broker does not know can still read the error."""
+    SASL_AUTHENTICATE = 36
+    DESCRIBE_QUORUM = 55
+    DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+
 
 Chunks = list[bytes | memoryview]
 """An encoded frame as pieces to write in order (large record sets are not copied into one buffer)."""
@@ -121,44 +155,48 @@ def knows(api_key: int, api_version: int) -> bool:
 
 
 @cache
-def _request_type(api_key: int, api_version: int) -> Any:
+def _request_type(api_key: int, api_version: int) -> type[RequestPayload]:
     return load_request_schema(api_key, api_version)
 
 
 @cache
-def _response_type(api_key: int, api_version: int) -> Any:
+def _response_type(api_key: int, api_version: int) -> type[ResponsePayload]:
     return load_response_schema(api_key, api_version)
 
 
 @cache
-def _request_header_type(api_key: int, api_version: int) -> Any:
+def _request_header_type(api_key: int, api_version: int) -> type[KioRequestHeader]:
     return _request_type(api_key, api_version).__header_schema__
 
 
 @cache
-def _response_header_type(api_key: int, api_version: int) -> Any:
-    if api_key == API_VERSIONS:
+def _response_header_type(api_key: int, api_version: int) -> type[KioResponseHeader]:
+    if api_key == ApiKey.API_VERSIONS:
         from kio.schema.response_header.v0.header import ResponseHeader as V0
 
         return V0
     return _response_type(api_key, api_version).__header_schema__
 
 
-def decode_request(header: RequestHeader, payload: bytes) -> Any:
+def decode_request(header: RequestHeader, payload: bytes) -> RequestPayload:
     """The request body as a kio entity."""
-    return _decode(_request_type(header.api_key, header.api_version), payload, header.size, "request", header)
+    entity_type = _request_type(header.api_key, header.api_version)
+    return _decode(entity_type, payload, header.size, "request")
 
 
-def decode_response(api_key: int, api_version: int, payload: bytes) -> Any:
+def decode_response(api_key: int, api_version: int, payload: bytes) -> ResponsePayload:
     """The response body (after its header) as a kio entity."""
     try:
         header, size = entity_reader(_response_header_type(api_key, api_version))(payload, 0)
     except DECODE_ERRORS as exc:
         raise ProtocolError(f"malformed response header (api {api_key} v{api_version}): {exc}") from exc
-    return _decode(_response_type(api_key, api_version), payload, size, "response", None)
+    return _decode(_response_type(api_key, api_version), payload, size, "response")
 
 
-def _decode(entity_type: Any, payload: bytes, offset: int, what: str, header: RequestHeader | None) -> Any:
+_E = TypeVar("_E", bound=Entity)
+
+
+def _decode(entity_type: type[_E], payload: bytes, offset: int, what: str) -> _E:
     try:
         body, size = entity_reader(entity_type)(payload, offset)
     except DECODE_ERRORS as exc:
@@ -197,33 +235,33 @@ class _ChunkWriter:
         return self.chunks
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> Chunks:
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Payload) -> Chunks:
     """A whole response frame (size prefix included) for ``body``."""
     header_type = _response_header_type(api_key, api_version)
     out = _ChunkWriter()
-    _write(out, header_type(correlation_id=correlation_id))
+    # Plain ints for kio's i16/i32: its phantom types check a value when made (~1.5 us each, per frame);
+    # these come from a frame's header or ApiKey, in range already.
+    _write(out, header_type(correlation_id=correlation_id))  # type: ignore[arg-type]
     _write(out, body)
     return framed(out.done())
 
 
-def encode_request(header: RequestHeader, body: Any, correlation_id: int) -> Chunks:
+def encode_request(header: RequestHeader, body: Payload, correlation_id: int) -> Chunks:
     """A whole request frame for ``body`` with the header's API, version and client id."""
     header_type = _request_header_type(header.api_key, header.api_version)
+    fields: dict[str, Any] = {  # plain ints, as in encode_response
+        "request_api_key": header.api_key,
+        "request_api_version": header.api_version,
+        "correlation_id": correlation_id,
+        "client_id": header.client_id,
+    }
     out = _ChunkWriter()
-    _write(
-        out,
-        header_type(
-            request_api_key=header.api_key,
-            request_api_version=header.api_version,
-            correlation_id=correlation_id,
-            client_id=header.client_id,
-        ),
-    )
+    _write(out, header_type(**fields))
     _write(out, body)
     return framed(out.done())
 
 
-def _write(out: _ChunkWriter, entity: Any) -> None:
+def _write(out: _ChunkWriter, entity: Entity) -> None:
     # kio's writers call only .write(); its annotation names IO[bytes].
     entity_writer(type(entity))(out, entity)  # type: ignore[arg-type]
 
@@ -232,13 +270,27 @@ def framed(chunks: Sequence[bytes | memoryview]) -> Chunks:
     return [SIZE.pack(sum(len(c) for c in chunks)), *chunks]
 
 
-def request_type(api_key: int, api_version: int) -> Any:
-    """The kio request class of an API version the codec knows (for building requests of our own)."""
+def request_type(api_key: int, api_version: int) -> type[RequestPayload]:
+    """The kio request class of an API version the codec knows."""
     return _request_type(api_key, api_version)
 
 
-def response_type(api_key: int, api_version: int) -> Any:
+def response_type(api_key: int, api_version: int) -> type[ResponsePayload]:
     return _response_type(api_key, api_version)
+
+
+def build_request(api: ApiKey, version: int, **fields: object) -> RequestPayload:
+    """A request of ``api`` at ``version`` (for the gateway's own requests): the one way to make one.
+
+    Nested entities are given as dicts (or sequences of them) of their fields, so no caller imports a
+    version's classes; fields this version lacks (Metadata v10's topic ids, ListOffsets v1's leader epoch)
+    are left out, as the protocol leaves them out. A field no version of the message has is a TypeError."""
+    return built(_request_type(api, version), **fields)
+
+
+def build_response(api: ApiKey, version: int, **fields: object) -> ResponsePayload:
+    """A response of ``api`` at ``version``, as :func:`build_request` makes a request."""
+    return built(_response_type(api, version), **fields)
 
 
 def produce_acks(header: RequestHeader, payload: bytes) -> int:
@@ -274,19 +326,73 @@ def api_name(api_key: int) -> str:
     return api_key_map.get(api_key, f"api_{api_key}")
 
 
-def replaced(entity: Any, **changes: Any) -> Any:
+def replaced(entity: _E, **changes: object) -> _E:
     """``dataclasses.replace`` for fields this version of the message has (a field a version lacks, such as
-    Fetch v4's log start offset or ListOffsets v1's leader epoch, is left out)."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(entity)}
-    return dataclasses.replace(entity, **{k: v for k, v in changes.items() if k in names})
+    Fetch v4's log start offset or ListOffsets v1's leader epoch, is left out); nested entities may be
+    given as dicts, as :func:`built` takes them."""
+    return dataclasses.replace(entity, **_values(type(entity), changes))
 
 
-def built(entity_type: Any, **values: Any) -> Any:
+def built(entity_type: type[_E], **values: object) -> _E:
     """An entity of ``entity_type`` from the values its version has fields for (the others are left out,
-    as :func:`replaced` does)."""
-    import dataclasses
+    as :func:`replaced` does); a nested entity (or a tuple of them) may be given as a dict of its fields
+    (or a sequence of such dicts). A name no version of the entity has is a TypeError: a typo would
+    otherwise be dropped as "another version's field"."""
+    return entity_type(**_values(entity_type, values))
 
-    names = {f.name for f in dataclasses.fields(entity_type)}
-    return entity_type(**{k: v for k, v in values.items() if k in names})
+
+def _values(entity_type: type[Entity], values: Mapping[str, object]) -> dict[str, object]:
+    # On every tier answer's path (with_answers): plain dict and tuple checks, the unknown-name check
+    # only for a name this version lacks.
+    nested = _nested_types(entity_type)
+    out: dict[str, object] = {}
+    for name, value in values.items():
+        inner = nested.get(name, _ABSENT)
+        if inner is _ABSENT:
+            if name not in _names_in_any_version(entity_type):
+                raise TypeError(f"{entity_type.__name__} has no field {name} in any version")
+            continue  # a field of other versions
+        if inner is not None:
+            if isinstance(value, dict):
+                value = built(inner, **value)
+            elif isinstance(value, (list, tuple)) and value and isinstance(value[0], dict):
+                value = tuple(built(inner, **v) for v in value)
+            elif isinstance(value, list):
+                value = tuple(value)
+        out[name] = value
+    return out
+
+
+_ABSENT: Any = object()
+
+
+@cache
+def _nested_types(entity_type: type[Entity]) -> dict[str, type[Entity] | None]:
+    """Field name -> the entity type a field holds (alone, in a tuple, or optional), or None for a value."""
+    out: dict[str, type[Entity] | None] = {}
+    for f in dataclasses.fields(entity_type):
+        kind: Any = f.type
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+            kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+        if typing.get_origin(kind) is tuple:
+            kind = typing.get_args(kind)[0]
+        out[f.name] = kind if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None  # type: ignore[assignment]
+    return out
+
+
+@cache
+def _names_in_any_version(entity_type: type[Entity]) -> frozenset[str]:
+    """The field names of this entity (by class name) in every version of its API and direction."""
+    package, version, direction = entity_type.__module__.rsplit(".", 2)
+    if not version.startswith("v"):  # not a versioned message (a header)
+        return frozenset(f.name for f in dataclasses.fields(entity_type))
+    names: set[str] = set()
+    for v in schema_name_map.get(package.rsplit(".", 1)[1], {}):
+        try:
+            module = importlib.import_module(f"{package}.v{v}.{direction}")
+        except ImportError:
+            continue
+        other = getattr(module, entity_type.__name__, None)
+        if other is not None and dataclasses.is_dataclass(other):
+            names.update(f.name for f in dataclasses.fields(other))
+    return frozenset(names)

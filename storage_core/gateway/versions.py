@@ -8,19 +8,21 @@ controller addresses the gateway does not rewrite (addresses.py).
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.schema.index import api_key_map
 
-from storage_core.gateway.protocol import supported_versions
+from storage_core.gateway.protocol import replaced, supported_versions
+
+if TYPE_CHECKING:
+    from storage_core.gateway.messages import ApiVersionsResponse
 
 NOT_OFFERED = frozenset(key for key, name in api_key_map.items() if name.startswith("share")) | frozenset(
     key for key, name in api_key_map.items() if name == "describe_quorum"
 )
 
 
-def offered_versions(body: Any) -> Any:
+def offered_versions(body: ApiVersionsResponse) -> ApiVersionsResponse:
     """An ApiVersions response body with each API's range cut to what the gateway can read."""
     spans = supported_versions()
     kept = []
@@ -30,8 +32,8 @@ def offered_versions(body: Any) -> Any:
             continue
         low, high = max(api.min_version, span[0]), min(api.max_version, span[1])
         if low <= high:
-            kept.append(dataclasses.replace(api, min_version=low, max_version=high))
-    return dataclasses.replace(body, api_keys=tuple(kept))
+            kept.append(replaced(api, min_version=low, max_version=high))
+    return replaced(body, api_keys=tuple(kept))
 
 
 def negotiated(broker_versions: dict[int, tuple[int, int]], api_key: int) -> int | None:

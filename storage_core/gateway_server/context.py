@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import ssl
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
 
 from storage_core.gateway.addresses import Address, PortRule
 from storage_core.gateway.group_members import GroupMembers
@@ -34,6 +36,8 @@ class Limits:
     (storage_core/gateway/grants.py); 0 asks on every fetch. The bound on a revoked READ."""
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
 Learn = Callable[[dict[int, Address], bool], Awaitable[None]]
 
 
@@ -58,8 +62,13 @@ class GatewayContext:
         if self.learn is not None and brokers:
             await self.learn(brokers, complete)
 
-    async def run_tier(self, fn: Callable[..., object], *args: object) -> object:
-        return await asyncio.get_running_loop().run_in_executor(self.tier_pool, fn, *args)
+    def run_tier(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
+        """``fn`` on a tier thread: the one hand-off from the event loop for whatever blocks (tier reads and
+        listings, discovery, reloads, probes). A future rather than a coroutine, so an answer read ahead can
+        be started now and awaited later."""
+        return asyncio.get_running_loop().run_in_executor(
+            self.tier_pool, functools.partial(fn, *args, **kwargs)
+        )
 
 
 def kafka_topic_id(topic_id: uuid.UUID) -> str:

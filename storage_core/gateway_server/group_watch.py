@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from storage_core.gateway.group_members import GROUP_APIS, GroupMembers, observe
+from storage_core.gateway.group_members import GroupMembers, observe
 from storage_core.gateway.protocol import RequestHeader, api_name
 from storage_core.gateway_server.metrics import GatewayMetrics
 
 log = logging.getLogger("tierkeeper.gateway")
-
-__all__ = ["GROUP_APIS", "GroupWatch"]
 
 
 class GroupWatch:

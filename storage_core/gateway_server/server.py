@@ -179,7 +179,7 @@ class Gateway:
 
     async def _discovery_round(self) -> None:
         assert self.hooks.discover is not None
-        brokers = await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self.hooks.discover)
+        brokers = await self.ctx.run_tier(self.hooks.discover)
         await self.learn(brokers, True)
         async with self._listeners_lock:
             for node_id, rounds in list(self._absent.items()):
@@ -206,7 +206,7 @@ class Gateway:
             return
         async with self._reloading:
             try:
-                await asyncio.get_running_loop().run_in_executor(self.ctx.tier_pool, self.hooks.reload)
+                await self.ctx.run_tier(self.hooks.reload)
             except Exception as exc:  # noqa: BLE001 - what is loaded keeps serving; the next look tries again
                 log.error("looking for replaced certificates and client properties failed: %s", exc)
 
@@ -228,9 +228,7 @@ class Gateway:
             except (TimeoutError, OSError) as exc:
                 problems[f"broker {node_id} ({address})"] = str(exc) or "no answer within 5 s"
         if self.hooks.bucket_probe is not None:
-            problem = await asyncio.get_running_loop().run_in_executor(
-                self.ctx.tier_pool, self.hooks.bucket_probe
-            )
+            problem = await self.ctx.run_tier(self.hooks.bucket_probe)
             if problem is not None:
                 problems["remote tier"] = problem
         return {"ready": reachable > 0 and "remote tier" not in problems, "problems": problems}

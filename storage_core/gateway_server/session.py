@@ -4,7 +4,8 @@ Every request is forwarded at once to the broker this listener stands for (the b
 first bootstrap broker that answers), over a connection that belongs to this client connection alone, so
 SASL passes through and the broker authenticates and authorizes the client itself. Requests are handled
 concurrently (a client may pipeline) and answered in the order they came, as Kafka clients expect.
-Frames of APIs nobody intercepts are forwarded without decoding. Whatever goes wrong with a frame or the
+Frames of APIs nobody intercepts are forwarded without decoding; the others go to their handler, through
+the table in gateway_server/handlers/__init__.py. Whatever goes wrong with a frame or the
 broker connection closes this connection only: the client reconnects, the others go on.
 """
 
@@ -14,50 +15,21 @@ import asyncio
 import contextlib
 import logging
 import ssl
-import time
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from storage_core.errors import TierkeeperError
-from storage_core.gateway import fetch as fetch_rules
-from storage_core.gateway.addresses import ADDRESS_APIS, rewrite_addresses
-from storage_core.gateway.fetch_stream import NeedMore, plain_fetch, tail_is_plain
-from storage_core.gateway.protocol import (
-    API_VERSIONS,
-    CORRELATION_ID,
-    SIZE,
-    Chunks,
-    ProtocolError,
-    RequestHeader,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-    framed_with_correlation_id,
-    knows,
-    produce_acks,
-    read_request_header,
-    response_type,
-    supported_versions,
-)
-from storage_core.gateway.versions import offered_versions
+from storage_core.gateway.grants import Grants
+from storage_core.gateway.protocol import Chunks, ProtocolError, RequestHeader, knows, read_request_header
+from storage_core.gateway_server.broker_queries import BrokerQueries
+from storage_core.gateway_server.call import Call, Connection, Slot
 from storage_core.gateway_server.context import GatewayContext
 from storage_core.gateway_server.frames import read_frame, write_chunks
-from storage_core.gateway_server.group_watch import GROUP_APIS, GroupWatch
+from storage_core.gateway_server.group_watch import GroupWatch
+from storage_core.gateway_server.handlers import HANDLERS
 from storage_core.gateway_server.tier_answers import TierAnswers
-from storage_core.gateway_server.upstream import STREAMED, Streamer, Upstream, UpstreamError
+from storage_core.gateway_server.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("tierkeeper.gateway")
-
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-INTERCEPTED = frozenset({PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS}) | ADDRESS_APIS
-STREAM_MIN_BYTES = 64 << 10
-"""Fetch responses from this size on may be streamed (smaller ones cost less whole than in pieces)."""
-STREAM_HEAD_BYTES = 4 << 10
-"""Read before deciding: a one-partition response's headers fit unless its topic name or aborted
-transactions are unusually long (it is then stored and forwarded)."""
-STREAM_CHUNK_BYTES = 256 << 10
 
 
 class ClientSession:
@@ -75,14 +47,21 @@ class ClientSession:
         self.peer = writer.get_extra_info("peername")
         self._upstream: Upstream | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
-        self._order: asyncio.Queue[asyncio.Future[Chunks | None] | None] = asyncio.Queue()
+        self._order: asyncio.Queue[Slot | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(ctx.limits.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
-        self.tier = TierAnswers(ctx)
-        self.groups = GroupWatch(ctx.groups, ctx.metrics) if ctx.groups is not None else None
+        self.conn = Connection(
+            ctx,
+            writer,
+            self._its_turn,
+            TierAnswers(ctx),
+            BrokerQueries(ctx),
+            Grants(ctx.limits.grant_s),
+            GroupWatch(ctx.groups, ctx.metrics) if ctx.groups is not None else None,
+        )
         self._stopping = False
         self._reading: asyncio.Task[None] | None = None
-        self._writing: asyncio.Future[Chunks | None] | None = None
+        self._writing: Slot | None = None
         """The response the writer waits for: only that one may be streamed to the client."""
 
     # ---- the connection -------------------------------------------------------------------------
@@ -110,8 +89,8 @@ class ClientSession:
                 task.cancel()
             if self._upstream is not None:
                 await self._upstream.close()
-            if self.groups is not None:
-                self.groups.close()
+            if self.conn.groups is not None:
+                self.conn.groups.close()
             self.writer.close()
             with contextlib.suppress(OSError, ssl.SSLError):
                 await self.writer.wait_closed()
@@ -132,7 +111,7 @@ class ClientSession:
                 return
             header = read_request_header(payload)
             self.ctx.metrics.request(header.api_key)
-            slot: asyncio.Future[Chunks | None] = asyncio.get_running_loop().create_future()
+            slot: Slot = asyncio.get_running_loop().create_future()
             await self._order.put(slot)
             task = asyncio.get_running_loop().create_task(self._handle(header, payload, slot))
             self._tasks.add(task)
@@ -160,11 +139,12 @@ class ClientSession:
                 write_chunks(self.writer, chunks)
                 await self.writer.drain()
             # The client now reads this answer and asks again: its next tier answer is computed meanwhile.
-            self.tier.speculate()
+            self.conn.tier.speculate()
 
-    async def _handle(
-        self, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]
-    ) -> None:
+    def _its_turn(self, slot: Slot) -> bool:
+        return self._writing is slot and not slot.done() and not self._stopping
+
+    async def _handle(self, header: RequestHeader, payload: bytes, slot: Slot) -> None:
         try:
             # No deadline of the gateway's own on a client's request: a JoinGroup waits at the broker for as
             # long as the rebalance takes, and the client's own request timeout covers the rest.
@@ -230,203 +210,17 @@ class ClientSession:
         task.add_done_callback(self._tasks.discard)
 
     # ---- requests -------------------------------------------------------------------------------
-    async def _answer(
-        self, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]
-    ) -> Chunks | None:
+    async def _answer(self, header: RequestHeader, payload: bytes, slot: Slot) -> Chunks | None:
         upstream = await self._upstream_conn()
-        api = header.api_key
-        if api == API_VERSIONS and not knows(api, header.api_version):
-            return self._unsupported_api_versions(header)
-        if api in GROUP_APIS and self.groups is not None:
-            # HOOK (issue 45, group tracking): forwarded and answered as they came, then observed
-            # (gateway_server/group_watch.py). Belongs in the handler table as the group APIs' entry.
-            response = await self._roundtrip(upstream, payload)
-            self.groups.seen(header, payload, response)
-            return self._passed(header, response)
-        if api not in INTERCEPTED or not knows(api, header.api_version):
-            return await self._forward(upstream, header, payload, slot)
-        if api == PRODUCE:
-            if produce_acks(header, payload) == 0:
-                upstream.send(payload, expect_response=False)
-                await upstream.drain()
-                return None
-            if header.api_version < 10:  # no node endpoints before v10
-                return await self._forward(upstream, header, payload, slot)
-        if api == FETCH:
-            return await self._fetch(upstream, header, payload, slot)
-        whole = self._whole(header, slot) if api == PRODUCE else None
-        response = await self._roundtrip(upstream, payload, whole)
-        if response is STREAMED:
-            return []
-        body = decode_response(api, header.api_version, response)
-        changed = False
-        if api == API_VERSIONS:
-            if body.error_code == ErrorCode.none:
-                upstream.broker_versions = {a.api_key: (a.min_version, a.max_version) for a in body.api_keys}
-            body, changed = offered_versions(body), True
-        elif api == LIST_OFFSETS:
-            before = body
-            body = await self.tier.list_offsets(upstream, decode_request(header, payload), body)
-            changed = body is not before
-        if api == METADATA:
-            self.tier.learn_topic_ids(body)
-        if api in ADDRESS_APIS:
-            rewritten = rewrite_addresses(api, body, self.ctx.rule)
-            await self.ctx.learned(rewritten.brokers, rewritten.complete)
-            changed = changed or rewritten.body is not body
-            body = rewritten.body
-        if not changed:
-            return self._passed(header, response)
-        return encode_response(api, header.api_version, header.correlation_id, body)
-
-    async def _forward(
-        self, upstream: Upstream, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]
-    ) -> Chunks:
-        response = await self._roundtrip(upstream, payload, self._whole(header, slot))
-        return [] if response is STREAMED else self._passed(header, response)
-
-    async def _roundtrip(self, upstream: Upstream, payload: bytes, streamer: Streamer | None = None) -> bytes:
-        future = upstream.send(payload, streamer=streamer)
-        assert future is not None
-        await upstream.drain()
-        return await future
-
-    def _passed(self, header: RequestHeader, response: bytes) -> Chunks:
-        self.ctx.metrics.passthrough_bytes.inc(len(response))
-        return framed_with_correlation_id(response, header.correlation_id, response=True)
-
-    def _unsupported_api_versions(self, header: RequestHeader) -> Chunks:
-        """ApiVersions of a version the gateway cannot read: KIP-511's answer (v0, UNSUPPORTED_VERSION and
-        the versions of ApiVersions it does know), so the client asks again in one of those."""
-        from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
-        from kio.static.primitive import i16
-
-        low, high = supported_versions()[API_VERSIONS]
-        body = ApiVersionsResponse(
-            error_code=ErrorCode.unsupported_version,
-            api_keys=(ApiVersion(api_key=i16(API_VERSIONS), min_version=i16(low), max_version=i16(high)),),
-        )
-        return encode_response(API_VERSIONS, 0, header.correlation_id, body)
-
-    # ---- Fetch ----------------------------------------------------------------------------------
-    async def _fetch(
-        self, upstream: Upstream, header: RequestHeader, payload: bytes, slot: asyncio.Future[Chunks | None]
-    ) -> Chunks:
-        request = decode_request(header, payload)
-        if fetch_rules.session_id(request) != 0:
-            body = fetch_rules.session_not_found(response_type(FETCH, header.api_version))
-            return encode_response(FETCH, header.api_version, header.correlation_id, body)
-        plain = fetch_rules.sessionless(request)
-        served = await self.tier.fetch_under_grants(upstream, header.api_version, plain)
-        if served is not None:
-            return encode_response(FETCH, header.api_version, header.correlation_id, served)
-        if plain is not request:
-            payload = b"".join(encode_request(header, plain, header.correlation_id)[1:])
-        sent_at = time.monotonic()
-        future = upstream.send(payload, streamer=self._streamer(header, slot))
-        assert future is not None
-        await upstream.drain()
-        response = await future
-        if response is STREAMED:
-            return []
-        body = decode_response(FETCH, header.api_version, response)
-        changed = fetch_rules.session_id(body) != 0
-        out_of_range = fetch_rules.out_of_range(body)
-        if out_of_range:
-            answers = await self.tier.fetch_answers(upstream, plain, body, out_of_range, sent_at=sent_at)
-            if answers:
-                body = fetch_rules.with_answers(body, answers)
-                changed = True
-        rewritten = rewrite_addresses(FETCH, body, self.ctx.rule)
-        if rewritten.brokers:
-            await self.ctx.learned(rewritten.brokers, False)
-            body, changed = rewritten.body, True
-        if not changed:
-            return self._passed(header, response)
-        return encode_response(
-            FETCH, header.api_version, header.correlation_id, fetch_rules.without_session(body)
-        )
-
-    def _streamer(self, header: RequestHeader, slot: asyncio.Future[Chunks | None]) -> Streamer:
-        """Cut-through for a large Fetch response the gateway has nothing to change in: when it is this
-        response's turn (every earlier response written, the writer waiting for this one), its bytes go to
-        the client as they arrive instead of after the whole response has (storage_core/gateway/
-        fetch_stream.py decides from its first bytes). A response that stops half-way (the broker died)
-        leaves the client a frame shorter than its size and a closed connection, never a whole answer."""
-        version = header.api_version
-
-        async def stream(size: int, reader: asyncio.StreamReader) -> bytes | None:
-            if self._writing is not slot or slot.done() or self._stopping:
-                return b""
-            if size < STREAM_MIN_BYTES:
-                return await self._pass_whole(header, size, reader)
-            head = await reader.readexactly(min(size, STREAM_HEAD_BYTES))
-            try:
-                plain = plain_fetch(version, head)
-            except NeedMore:  # a partition header longer than the first bytes read: stored and forwarded
-                return head
-            if plain is None or plain.records_end > size or len(head) > plain.records_end:
-                return head
-            self.writer.write(SIZE.pack(size + 4) + CORRELATION_ID.pack(header.correlation_id) + head)
-            left = plain.records_end - len(head)
-            while left > 0:
-                chunk = await reader.read(min(left, STREAM_CHUNK_BYTES))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(b"", left)
-                self.writer.write(chunk)
-                left -= len(chunk)
-                await self.writer.drain()
-            tail = await reader.readexactly(size - plain.records_end)
-            if not tail_is_plain(version, tail):
-                # Addresses to rewrite after records already sent (no broker does this for an error-free
-                # partition): the client gets a cut frame and a closed connection, never an unrewritten one.
-                raise ProtocolError("a streamed Fetch response ended with NodeEndpoints; closing the client")
-            self.writer.write(tail)
-            await self.writer.drain()
-            self.ctx.metrics.passthrough_bytes.inc(size + 4)
-            self.ctx.metrics.streamed_responses.inc()
-            return None
-
-        return stream
-
-    def _whole(self, header: RequestHeader, slot: asyncio.Future[Chunks | None]) -> Streamer:
-        """:meth:`_pass_whole` for a response the gateway forwards as it is (Produce, APIs nobody
-        intercepts), when it is that response's turn."""
-
-        async def take(size: int, reader: asyncio.StreamReader) -> bytes | None:
-            if size >= STREAM_MIN_BYTES or self._writing is not slot or slot.done() or self._stopping:
-                return b""
-            return await self._pass_whole(header, size, reader)
-
-        return take
-
-    async def _pass_whole(
-        self, header: RequestHeader, size: int, reader: asyncio.StreamReader
-    ) -> bytes | None:
-        """A small response whose turn it is (the writer waits for it), written to the client here, on the
-        broker connection's reader, when it has nothing the gateway changes (Fetch: no partition for the
-        tier, no session; Fetch and Produce: no address): a producer's acknowledgement, and the record a
-        consumer at the log end waits for, pass two event-loop turns sooner than through the request's task
-        and then the writer's (docs/benchmarks.md, the latency bench). Otherwise its bytes go back and the
-        request's task handles the response as any other."""
-        rest = await reader.readexactly(size)
-        if self._changes(header, rest):
-            return rest
-        write_chunks(self.writer, [SIZE.pack(size + 4), CORRELATION_ID.pack(header.correlation_id), rest])
-        self.ctx.metrics.passthrough_bytes.inc(size + 4)
-        return None
-
-    def _changes(self, header: RequestHeader, rest: bytes) -> bool:
-        """Whether the gateway may change this response (``rest``: its bytes after the correlation id)."""
-        api = header.api_key
-        if api not in (FETCH, PRODUCE) or not knows(api, header.api_version):
-            return False  # forwarded untouched whatever it says
-        if api == PRODUCE and header.api_version < 10:  # no node endpoints before v10
-            return False
-        body = decode_response(api, header.api_version, CORRELATION_ID.pack(header.correlation_id) + rest)
-        if api == FETCH and (fetch_rules.session_id(body) != 0 or fetch_rules.out_of_range(body)):
-            return True
-        return bool(rewrite_addresses(api, body, self.ctx.rule).brokers)
+        call = Call(header, payload, upstream, self.conn, slot)
+        route = HANDLERS.get(header.api_key)
+        if route is None:
+            return await call.forward()
+        if knows(header.api_key, header.api_version):
+            return await route.handle(call)
+        if route.unknown_version is not None:
+            return await route.unknown_version(call)
+        return await call.forward()
 
 
 def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
