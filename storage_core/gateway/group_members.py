@@ -105,7 +105,9 @@ def observe(header: RequestHeader, payload: bytes, response: bytes) -> list[Obse
     api, version = header.api_key, header.api_version
     if api not in GROUP_APIS or not knows(api, version):
         return []
-    request = decode_request(header, payload)
+    # Any: the group APIs are read by field name across all their versions (kio has a class per version;
+    # a field a version lacks is asked for with getattr).
+    request: Any = decode_request(header, payload)
     if api == LEAVE_GROUP:
         members = getattr(request, "members", None)
         if members is None:  # v0-2: one member, by id
@@ -118,7 +120,7 @@ def observe(header: RequestHeader, payload: bytes, response: bytes) -> list[Obse
         ]
     if api in (CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT) and request.member_epoch in _LEAVE_EPOCHS:
         return [Gone(request.group_id, frozenset({request.member_id}))]
-    body = decode_response(api, version, response)
+    body: Any = decode_response(api, version, response)
     if api == OFFSET_COMMIT:
         return _committed(request, body)
     error = body.error_code

@@ -16,6 +16,7 @@ from storage_core.gateway import fetch as fetch_rules
 from storage_core.gateway.addresses import PortRule, rewrite_addresses
 from storage_core.gateway.fetch_stream import STREAM_MIN_BYTES
 from storage_core.gateway.grants import Grants
+from storage_core.gateway.messages import fetch_response
 from storage_core.gateway.protocol import (
     CORRELATION_ID,
     SIZE,
@@ -144,8 +145,10 @@ def _changes(header: RequestHeader, rest: bytes, rule: PortRule) -> bool:
     if api == ApiKey.PRODUCE and header.api_version < NODE_ENDPOINTS_FROM:
         return False
     body = decode_response(api, header.api_version, CORRELATION_ID.pack(header.correlation_id) + rest)
-    if api == ApiKey.FETCH and (fetch_rules.session_id(body) != 0 or fetch_rules.out_of_range(body)):
-        return True
+    if api == ApiKey.FETCH:
+        fetched = fetch_response(body)
+        if fetch_rules.session_id(fetched) != 0 or fetch_rules.out_of_range(fetched):
+            return True
     return bool(rewrite_addresses(api, body, rule).brokers)
 
 
