@@ -71,6 +71,8 @@ class GroupPublisher:
 
     async def run(self) -> None:
         """Publish until cancelled (the gateway's background task)."""
+        # Its own thread, not GatewayContext.run_tier's: a producer waiting on a slow or unreachable broker
+        # must never take a thread that a client's tier read is waiting for.
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tierkeeper-gateway-groups")
         self.members.on_change = self._wake.set
         loop = asyncio.get_running_loop()
