@@ -1,5 +1,5 @@
 """Small responses the gateway forwards as they are, written to the client from the broker connection's
-reader when it is their turn (session.py ``_pass_whole``), against a scripted broker: such a response is
+reader when it is their turn (gateway_server/call.py ``Call.pass_whole``), against a scripted broker: such a response is
 the broker's byte for byte but the correlation id; one naming a broker (Produce v10+ NodeEndpoints, a
 partition that moved) still reaches the client rewritten; pipelined requests are answered in order.
 
