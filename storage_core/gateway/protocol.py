@@ -284,13 +284,14 @@ def build_request(api: ApiKey, version: int, **fields: object) -> RequestPayload
 
     Nested entities are given as dicts (or sequences of them) of their fields, so no caller imports a
     version's classes; fields this version lacks (Metadata v10's topic ids, ListOffsets v1's leader epoch)
-    are left out, as the protocol leaves them out. A field no version of the message has is a TypeError."""
-    return built(_request_type(api, version), **fields)
+    are left out, as the protocol leaves them out. A field no version of the message has is a TypeError: a
+    typo would otherwise pass as "another version's field"."""
+    return _built(_request_type(api, version), fields, strict=True)
 
 
 def build_response(api: ApiKey, version: int, **fields: object) -> ResponsePayload:
     """A response of ``api`` at ``version``, as :func:`build_request` makes a request."""
-    return built(_response_type(api, version), **fields)
+    return _built(_response_type(api, version), fields, strict=True)
 
 
 def produce_acks(header: RequestHeader, payload: bytes) -> int:
@@ -330,33 +331,37 @@ def replaced(entity: _E, **changes: object) -> _E:
     """``dataclasses.replace`` for fields this version of the message has (a field a version lacks, such as
     Fetch v4's log start offset or ListOffsets v1's leader epoch, is left out); nested entities may be
     given as dicts, as :func:`built` takes them."""
-    return dataclasses.replace(entity, **_values(type(entity), changes))
+    return dataclasses.replace(entity, **_values(type(entity), changes, strict=False))
 
 
 def built(entity_type: type[_E], **values: object) -> _E:
     """An entity of ``entity_type`` from the values its version has fields for (the others are left out,
     as :func:`replaced` does); a nested entity (or a tuple of them) may be given as a dict of its fields
-    (or a sequence of such dicts). A name no version of the entity has is a TypeError: a typo would
-    otherwise be dropped as "another version's field"."""
-    return entity_type(**_values(entity_type, values))
+    (or a sequence of such dicts)."""
+    return _built(entity_type, values, strict=False)
 
 
-def _values(entity_type: type[Entity], values: Mapping[str, object]) -> dict[str, object]:
-    # On every tier answer's path (with_answers): plain dict and tuple checks, the unknown-name check
-    # only for a name this version lacks.
+def _built(entity_type: type[_E], values: Mapping[str, object], *, strict: bool) -> _E:
+    return entity_type(**_values(entity_type, values, strict=strict))
+
+
+def _values(entity_type: type[Entity], values: Mapping[str, object], *, strict: bool) -> dict[str, object]:
+    # On every tier answer's path (with_answers, unanswered): plain dict and tuple checks. ``strict`` asks
+    # whether a name this version lacks is one of another version; that imports every version's module of
+    # the message (memory and time once per message), so only the gateway's own requests ask.
     nested = _nested_types(entity_type)
     out: dict[str, object] = {}
     for name, value in values.items():
         inner = nested.get(name, _ABSENT)
         if inner is _ABSENT:
-            if name not in _names_in_any_version(entity_type):
+            if strict and name not in _names_in_any_version(entity_type):
                 raise TypeError(f"{entity_type.__name__} has no field {name} in any version")
             continue  # a field of other versions
         if inner is not None:
             if isinstance(value, dict):
-                value = built(inner, **value)
+                value = _built(inner, value, strict=strict)
             elif isinstance(value, (list, tuple)) and value and isinstance(value[0], dict):
-                value = tuple(built(inner, **v) for v in value)
+                value = tuple(_built(inner, v, strict=strict) for v in value)
             elif isinstance(value, list):
                 value = tuple(value)
         out[name] = value
