@@ -10,7 +10,6 @@ opaque bytes: a decoded Fetch response holds them as ``bytes`` and an encoded on
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import struct
 import types
 import typing
@@ -284,14 +283,15 @@ def build_request(api: ApiKey, version: int, **fields: object) -> RequestPayload
 
     Nested entities are given as dicts (or sequences of them) of their fields, so no caller imports a
     version's classes; fields this version lacks (Metadata v10's topic ids, ListOffsets v1's leader epoch)
-    are left out, as the protocol leaves them out. A field no version of the message has is a TypeError: a
-    typo would otherwise pass as "another version's field"."""
-    return _built(_request_type(api, version), fields, strict=True)
+    are left out, as the protocol leaves them out (so a misspelt name is left out too: not checked against
+    every version here, which would load every version's module of the message, memory and CPU the
+    gateway's serving showed; tests/gateway covers each request the gateway builds)."""
+    return built(_request_type(api, version), **fields)
 
 
 def build_response(api: ApiKey, version: int, **fields: object) -> ResponsePayload:
     """A response of ``api`` at ``version``, as :func:`build_request` makes a request."""
-    return _built(_response_type(api, version), fields, strict=True)
+    return built(_response_type(api, version), **fields)
 
 
 def produce_acks(header: RequestHeader, payload: bytes) -> int:
@@ -331,37 +331,29 @@ def replaced(entity: _E, **changes: object) -> _E:
     """``dataclasses.replace`` for fields this version of the message has (a field a version lacks, such as
     Fetch v4's log start offset or ListOffsets v1's leader epoch, is left out); nested entities may be
     given as dicts, as :func:`built` takes them."""
-    return dataclasses.replace(entity, **_values(type(entity), changes, strict=False))
+    return dataclasses.replace(entity, **_values(type(entity), changes))
 
 
 def built(entity_type: type[_E], **values: object) -> _E:
     """An entity of ``entity_type`` from the values its version has fields for (the others are left out,
     as :func:`replaced` does); a nested entity (or a tuple of them) may be given as a dict of its fields
     (or a sequence of such dicts)."""
-    return _built(entity_type, values, strict=False)
+    return entity_type(**_values(entity_type, values))
 
 
-def _built(entity_type: type[_E], values: Mapping[str, object], *, strict: bool) -> _E:
-    return entity_type(**_values(entity_type, values, strict=strict))
-
-
-def _values(entity_type: type[Entity], values: Mapping[str, object], *, strict: bool) -> dict[str, object]:
-    # On every tier answer's path (with_answers, unanswered): plain dict and tuple checks. ``strict`` asks
-    # whether a name this version lacks is one of another version; that imports every version's module of
-    # the message (memory and time once per message), so only the gateway's own requests ask.
+def _values(entity_type: type[Entity], values: Mapping[str, object]) -> dict[str, object]:
+    # On every tier answer's path (with_answers, unanswered): plain dict and tuple checks only.
     nested = _nested_types(entity_type)
     out: dict[str, object] = {}
     for name, value in values.items():
         inner = nested.get(name, _ABSENT)
         if inner is _ABSENT:
-            if strict and name not in _names_in_any_version(entity_type):
-                raise TypeError(f"{entity_type.__name__} has no field {name} in any version")
             continue  # a field of other versions
         if inner is not None:
             if isinstance(value, dict):
-                value = _built(inner, value, strict=strict)
+                value = built(inner, **value)
             elif isinstance(value, (list, tuple)) and value and isinstance(value[0], dict):
-                value = tuple(_built(inner, v, strict=strict) for v in value)
+                value = tuple(built(inner, **v) for v in value)
             elif isinstance(value, list):
                 value = tuple(value)
         out[name] = value
@@ -383,21 +375,3 @@ def _nested_types(entity_type: type[Entity]) -> dict[str, type[Entity] | None]:
             kind = typing.get_args(kind)[0]
         out[f.name] = kind if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None  # type: ignore[assignment]
     return out
-
-
-@cache
-def _names_in_any_version(entity_type: type[Entity]) -> frozenset[str]:
-    """The field names of this entity (by class name) in every version of its API and direction."""
-    package, version, direction = entity_type.__module__.rsplit(".", 2)
-    if not version.startswith("v"):  # not a versioned message (a header)
-        return frozenset(f.name for f in dataclasses.fields(entity_type))
-    names: set[str] = set()
-    for v in schema_name_map.get(package.rsplit(".", 1)[1], {}):
-        try:
-            module = importlib.import_module(f"{package}.v{v}.{direction}")
-        except ImportError:
-            continue
-        other = getattr(module, entity_type.__name__, None)
-        if other is not None and dataclasses.is_dataclass(other):
-            names.update(f.name for f in dataclasses.fields(other))
-    return frozenset(names)
