@@ -43,6 +43,17 @@ Slot = asyncio.Future[Chunks | None]
 """Where a request's answer goes; the session writes answers in request order."""
 
 
+@dataclass(slots=True)
+class Writing:
+    """Which answer the session's writer waits for, and whether the connection is closing: a cut-through
+    response may be written straight to the client only while it is that answer. Shared by the session and
+    its handlers as data (not a method of the session: a connection's handlers must not keep it alive in a
+    reference cycle, with its prepared answers, after it closed)."""
+
+    slot: Slot | None = None
+    stopping: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Connection:
     """What the handlers of one client connection share; it dies with the connection (grants, marks and
@@ -51,7 +62,7 @@ class Connection:
     ctx: GatewayContext
     writer: asyncio.StreamWriter
     """The client's: only a cut-through response writes on it directly (:meth:`Call.its_turn`)."""
-    turn: Callable[[Slot], bool]
+    writing: Writing
     tier: TierAnswers
     queries: BrokerQueries
     grants: Grants
@@ -77,7 +88,8 @@ class Call:
     def its_turn(self) -> bool:
         """Whether every earlier answer is written and the session waits for this one: only then may it
         go to the client as its bytes arrive."""
-        return self.conn.turn(self.slot)
+        writing = self.conn.writing
+        return writing.slot is self.slot and not self.slot.done() and not writing.stopping
 
     async def roundtrip(self, payload: bytes | None = None, *, streamer: Streamer | None = None) -> bytes:
         """The broker's response payload to this request (or to ``payload`` in its place); with

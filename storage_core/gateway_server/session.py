@@ -21,7 +21,7 @@ from storage_core.errors import TierkeeperError
 from storage_core.gateway.grants import Grants
 from storage_core.gateway.protocol import Chunks, ProtocolError, RequestHeader, knows, read_request_header
 from storage_core.gateway_server.broker_queries import BrokerQueries
-from storage_core.gateway_server.call import Call, Connection, Slot
+from storage_core.gateway_server.call import Call, Connection, Slot, Writing
 from storage_core.gateway_server.context import GatewayContext
 from storage_core.gateway_server.frames import read_frame, write_chunks
 from storage_core.gateway_server.group_watch import GroupWatch
@@ -50,19 +50,19 @@ class ClientSession:
         self._order: asyncio.Queue[Slot | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(ctx.limits.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._state = Writing()
+        """The answer the writer waits for (only that one may be streamed to the client), and whether the
+        connection is closing."""
         self.conn = Connection(
             ctx,
             writer,
-            self._its_turn,
+            self._state,
             TierAnswers(ctx),
             BrokerQueries(ctx),
             Grants(ctx.limits.grant_s),
             GroupWatch(ctx.groups, ctx.metrics) if ctx.groups is not None else None,
         )
-        self._stopping = False
         self._reading: asyncio.Task[None] | None = None
-        self._writing: Slot | None = None
-        """The response the writer waits for: only that one may be streamed to the client."""
 
     # ---- the connection -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -98,15 +98,15 @@ class ClientSession:
 
     def stop_reading(self) -> None:
         """Take no new request; the ones in flight are answered, then the connection closes."""
-        self._stopping = True
+        self._state.stopping = True
         if self._reading is not None:
             self._reading.cancel()
 
     async def _read_requests(self) -> None:
-        while not self._stopping:
+        while not self._state.stopping:
             await self._slots.acquire()
             payload = await read_frame(self.reader, self.ctx.limits.max_frame_bytes)
-            if payload is None or self._stopping:
+            if payload is None or self._state.stopping:
                 self._slots.release()
                 return
             header = read_request_header(payload)
@@ -122,27 +122,24 @@ class ClientSession:
             slot = await self._order.get()
             if slot is None:
                 return
-            self._writing = slot
+            self._state.slot = slot
             try:
                 chunks = await slot
             except (TimeoutError, UpstreamError, ProtocolError, TierkeeperError) as exc:
                 if isinstance(exc, UpstreamError):
                     self.ctx.metrics.upstream_errors.inc()
                 log.warning("closing client %s: %s", self.peer, exc or type(exc).__name__)
-                self._stopping = True
+                self._state.stopping = True
                 self.writer.close()
                 return
             finally:
-                self._writing = None
+                self._state.slot = None
                 self._slots.release()
             if chunks:
                 write_chunks(self.writer, chunks)
                 await self.writer.drain()
             # The client now reads this answer and asks again: its next tier answer is computed meanwhile.
             self.conn.tier.speculate()
-
-    def _its_turn(self, slot: Slot) -> bool:
-        return self._writing is slot and not slot.done() and not self._stopping
 
     async def _handle(self, header: RequestHeader, payload: bytes, slot: Slot) -> None:
         try:

@@ -88,13 +88,6 @@ def test_a_request_is_built_from_mappings_for_any_version_leaving_out_what_a_ver
         assert getattr(partition, "current_leader_epoch", None) == (None if version == 1 else 7)
 
 
-def test_a_field_no_version_of_the_message_has_is_a_clear_error() -> None:
-    with pytest.raises(TypeError, match="MetadataRequest has no field topicz in any version"):
-        build_request(ApiKey.METADATA, 12, topicz=())
-    with pytest.raises(TypeError, match="MetadataRequestTopic has no field nmae"):
-        build_request(ApiKey.METADATA, 12, topics=[{"nmae": "t"}])
-
-
 def test_every_api_whose_response_names_brokers_has_a_handler() -> None:
     """A response naming brokers that went through unhandled would tell a client an address behind the
     gateway."""
