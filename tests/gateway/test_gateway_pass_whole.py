@@ -1,7 +1,8 @@
 """Small responses the gateway forwards as they are, written to the client from the broker connection's
-reader when it is their turn (gateway_server/call.py ``Call.pass_whole``), against a scripted broker: such a response is
-the broker's byte for byte but the correlation id; one naming a broker (Produce v10+ NodeEndpoints, a
-partition that moved) still reaches the client rewritten; pipelined requests are answered in order.
+reader when it is their turn (gateway_server/call.py ``Call.pass_whole``), against a scripted broker:
+such a response is the broker's byte for byte but the correlation id; one naming a broker (Produce v10+
+NodeEndpoints, a partition that moved) still reaches the client rewritten; pipelined requests are answered
+in order.
 
 The broker is a script on a socket, the gateway runs in the test's own event loop: nothing depends on
 timing.
@@ -14,17 +15,13 @@ import datetime
 import struct
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from harness.gateway import free_port_block
-from storage_core.adapters.store import RemoteStore
 from storage_core.gateway.addresses import Address, PortRule
-from storage_core.gateway.block_cache import BlockCache
-from storage_core.gateway.history import TierHistory
 from storage_core.gateway.protocol import (
     RequestHeader,
     decode_response,
@@ -34,11 +31,9 @@ from storage_core.gateway.protocol import (
     request_type,
     response_type,
 )
-from storage_core.gateway_server.context import GatewayContext
-from storage_core.gateway_server.metrics import GatewayMetrics
-from storage_core.gateway_server.server import Gateway, Listen
 
 from .rawkafka import FETCH, FETCH_VERSION, fetch_frame
+from .scripted_gateway import gateway_in_front
 
 PRODUCE, PRODUCE_VERSION = 0, 10
 MOVED_TO = 7
@@ -165,24 +160,12 @@ def _run(
     async def main() -> list[bytes]:
         broker = AnsweringBroker(answer)
         address = await broker.start()
-        pool = ThreadPoolExecutor(2)
-        store = RemoteStore(f"file://{tmp_path / 'tier'}", {})
-        ctx = GatewayContext(
-            rule=rule or PortRule(ADVERTISED, 1, 2),
-            bootstrap=[address],
-            history=TierHistory(store, BlockCache(store.get_range, pool)),
-            tier_pool=pool,
-            metrics=GatewayMetrics(),
-        )
-        gateway = Gateway(ctx, Listen("127.0.0.1", 0))
-        await gateway.start()
-        try:
-            return await _exchange(gateway.bound_port(None), frames, broker)
-        finally:
-            await gateway.stop()
-            assert broker.server is not None
-            broker.server.close()
-            pool.shutdown()
+        async with gateway_in_front(address, tmp_path, rule or PortRule(ADVERTISED, 1, 2)) as gateway:
+            try:
+                return await _exchange(gateway.bound_port(None), frames, broker)
+            finally:
+                assert broker.server is not None
+                broker.server.close()
 
     return asyncio.run(main())
 

@@ -9,7 +9,6 @@ import ast
 import asyncio
 import datetime
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,7 @@ from kio.schema.index import api_key_map
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 import storage_core.gateway.messages
-from storage_core.adapters.store import RemoteStore
 from storage_core.gateway.addresses import ADDRESS_APIS, Address, PortRule
-from storage_core.gateway.block_cache import BlockCache
-from storage_core.gateway.history import TierHistory
 from storage_core.gateway.protocol import (
     ApiKey,
     RequestHeader,
@@ -35,9 +31,8 @@ from storage_core.gateway.protocol import (
 )
 from storage_core.gateway_server import handlers
 from storage_core.gateway_server.call import Call, observing
-from storage_core.gateway_server.context import GatewayContext
-from storage_core.gateway_server.metrics import GatewayMetrics
-from storage_core.gateway_server.server import Gateway, Listen
+
+from .scripted_gateway import gateway_in_front
 
 HEARTBEAT_VERSION = 4
 
@@ -166,23 +161,11 @@ def test_an_observing_entry_passes_the_brokers_bytes_and_sees_both_decoded(
     async def main() -> list[bytes]:
         broker = HeartbeatBroker()
         address = await broker.start()
-        pool = ThreadPoolExecutor(2)
-        store = RemoteStore(f"file://{tmp_path / 'tier'}", {})
-        ctx = GatewayContext(
-            rule=PortRule("127.0.0.1", 1, 2),
-            bootstrap=[address],
-            history=TierHistory(store, BlockCache(store.get_range, pool)),
-            tier_pool=pool,
-            metrics=GatewayMetrics(),
-        )
-        gateway = Gateway(ctx, Listen("127.0.0.1", 0))
-        await gateway.start()
-        try:
-            return await _ask(gateway.bound_port(None), [11, 12, 13])
-        finally:
-            await gateway.stop()
-            broker.server.close()
-            pool.shutdown()
+        async with gateway_in_front(address, tmp_path, PortRule("127.0.0.1", 1, 2)) as gateway:
+            try:
+                return await _ask(gateway.bound_port(None), [11, 12, 13])
+            finally:
+                broker.server.close()
 
     answers = asyncio.run(main())
     # The broker's bytes under the client's correlation id, the failing observer's call included.
