@@ -21,19 +21,18 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from harness.gateway import free_port_block
-from storage_core.gateway.addresses import Address, PortRule
+from storage_core.gateway.addresses import PortRule
 from storage_core.gateway.protocol import (
     RequestHeader,
     decode_response,
     encode_request,
     encode_response,
-    read_request_header,
     request_type,
     response_type,
 )
 
 from .rawkafka import FETCH, FETCH_VERSION, fetch_frame
-from .scripted_gateway import gateway_in_front
+from .scripted_gateway import AnsweringBroker, gateway_in_front
 
 PRODUCE, PRODUCE_VERSION = 0, 10
 MOVED_TO = 7
@@ -101,36 +100,6 @@ def _fetch_answer(correlation_id: int) -> bytes:
         responses=(m.FetchableTopicResponse(topic="t", partitions=(partition,)),),
     )
     return b"".join(bytes(c) for c in encode_response(FETCH, FETCH_VERSION, correlation_id, body))[4:]
-
-
-class AnsweringBroker:
-    """Answers each request with ``answer(api_key, correlation_id, n)``, n counting the connection's
-    requests; every answer of a connection waits until ``release`` is set (so several are in flight)."""
-
-    def __init__(self, answer: Callable[[int, int, int], bytes]) -> None:
-        self.answer = answer
-        self.release = asyncio.Event()
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> Address:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return Address("127.0.0.1", self.server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        n = 0
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                header = read_request_header(await reader.readexactly(size))
-                await self.release.wait()
-                payload = self.answer(header.api_key, header.correlation_id, n)
-                n += 1
-                writer.write(struct.pack(">i", len(payload)) + payload)
-                await writer.drain()
-        except asyncio.IncompleteReadError:
-            pass
-        finally:
-            writer.close()
 
 
 async def _exchange(port: int, frames: list[bytes], broker: AnsweringBroker) -> list[bytes]:

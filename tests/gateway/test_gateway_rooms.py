@@ -17,7 +17,7 @@ from kio.schema.index import api_key_map
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 import storage_core.gateway.messages
-from storage_core.gateway.addresses import ADDRESS_APIS, Address, PortRule
+from storage_core.gateway.addresses import ADDRESS_APIS, PortRule
 from storage_core.gateway.protocol import (
     ApiKey,
     RequestHeader,
@@ -32,7 +32,7 @@ from storage_core.gateway.protocol import (
 from storage_core.gateway_server import handlers
 from storage_core.gateway_server.call import Call, observing
 
-from .scripted_gateway import gateway_in_front
+from .scripted_gateway import AnsweringBroker, gateway_in_front
 
 HEARTBEAT_VERSION = 4
 
@@ -99,26 +99,10 @@ def _heartbeat_response(correlation_id: int) -> bytes:
     return frame[4:]
 
 
-class HeartbeatBroker:
-    """Answers every Heartbeat with the same response; records nothing else."""
-
-    async def start(self) -> Address:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return Address("127.0.0.1", self.server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                header = read_request_header(await reader.readexactly(size))
-                assert header.api_key == ApiKey.HEARTBEAT, header
-                payload = _heartbeat_response(header.correlation_id)
-                writer.write(struct.pack(">i", len(payload)) + payload)
-                await writer.drain()
-        except asyncio.IncompleteReadError:
-            pass
-        finally:
-            writer.close()
+def _heartbeat_answer(api: int, correlation_id: int, n: int) -> bytes:
+    """Every request a Heartbeat, answered with the same response."""
+    assert api == ApiKey.HEARTBEAT, api
+    return _heartbeat_response(correlation_id)
 
 
 def _heartbeat_frame(correlation_id: int) -> bytes:
@@ -159,12 +143,14 @@ def test_an_observing_entry_passes_the_brokers_bytes_and_sees_both_decoded(
     monkeypatch.setitem(handlers.HANDLERS, ApiKey.HEARTBEAT, observing(watch))
 
     async def main() -> list[bytes]:
-        broker = HeartbeatBroker()
+        broker = AnsweringBroker(_heartbeat_answer)
+        broker.release.set()
         address = await broker.start()
         async with gateway_in_front(address, tmp_path, PortRule("127.0.0.1", 1, 2)) as gateway:
             try:
                 return await _ask(gateway.bound_port(None), [11, 12, 13])
             finally:
+                assert broker.server is not None
                 broker.server.close()
 
     answers = asyncio.run(main())
