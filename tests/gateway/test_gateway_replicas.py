@@ -43,6 +43,7 @@ from harness.kafka import KafkaCluster
 from .conftest import Tiered, create_topic, produce, read_all
 from .delivery_log import Committed, Delivered, GroupLog, problems, verifiable_consumer_event
 from .rawkafka import FETCH, FETCH_VERSION, RawClient, fetch_frame, leaders
+from .sightings import poll_until
 
 HISTORY_RECORDS = 12000
 PARTITIONS = 3
@@ -59,11 +60,8 @@ CONNECTION_ERRORS = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DO
 """What a client may see of a replica going away, besides errors Kafka marks retriable."""
 
 
-def _until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(0.05)
+def _until(condition: Callable[[], bool], what: str) -> None:
+    poll_until(condition, what, step=lambda: time.sleep(0.05), timeout_s=DEADLINE_S)
 
 
 @dataclass
